@@ -1,0 +1,20 @@
+"""opperf: build a versioned operator-performance database (see README.md and ../shared/DESIGN.md)."""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/workload.smk"
+include: "rules/parse.smk"
+include: "rules/database.smk"
+
+
+rule all:
+    input:
+        all_targets,
+    default_target: True

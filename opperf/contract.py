@@ -1,0 +1,333 @@
+"""The per-kernel CSV contract: column names and order, shape/dtype/format strings, row signatures.
+
+Everything that reads or writes a database CSV goes through here, so the peer runtime's column names
+(which it reads verbatim) live in exactly one place.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from opperf.errors import OpperfError
+
+# --- column names -----------------------------------------------------------------------------
+
+OP_STATE = "OP State"
+ACCELERATOR_CORE = "Accelerator Core"
+INPUT_SHAPES = "Input Shapes"
+INPUT_DTYPES = "Input Data Types"
+INPUT_FORMATS = "Input Formats"
+OUTPUT_SHAPES = "Output Shapes"
+OUTPUT_DTYPES = "Output Data Types"
+OUTPUT_FORMATS = "Output Formats"
+
+BASE_COLUMNS: tuple[str, ...] = (
+    OP_STATE, ACCELERATOR_CORE, INPUT_SHAPES, INPUT_DTYPES, INPUT_FORMATS,
+    OUTPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
+)
+PROFILING_AVERAGE = "Profiling Average Duration(us)"
+PROFILING_MEDIAN = "Profiling Median Duration(us)"
+PROFILING_STD = "Profiling Std Duration(us)"
+PROFILING_DURATION_COLUMNS: tuple[str, ...] = (PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD)
+REPLAY_AVERAGE = "Average Duration(us)"
+EP_SIZE = "EP Size"
+
+PROFILING_COUNTER_PREFIX = "Profiling Average "
+MICROBENCH_COUNTER_PREFIX = "MicroBench "
+
+SIGNATURE_COLUMNS: tuple[str, ...] = (INPUT_SHAPES, INPUT_DTYPES, INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES)
+# Kernel types whose rows are distinguished by EP size as well (the collective is part of the kernel).
+EP_SIGNATURE_KERNELS = frozenset({"DispatchFFNCombine"})
+
+# Our own additions: always after every contract column, never replacing one.
+SOURCE = "source"                      # profiled | generated
+PROFILING_SAMPLE_COUNT = "Profiling Sample Count"
+REPLAY_MEDIAN = "Replay Median Duration(us)"
+REPLAY_P10 = "Replay P10 Duration(us)"
+REPLAY_P90 = "Replay P90 Duration(us)"
+REPLAY_CV = "Replay CV"
+REPLAY_SAMPLE_COUNT = "Replay Sample Count"
+REPLAY_TIMING_METHOD = "Replay Timing Method"
+REPLAY_L2_POLICY = "Replay L2 Policy"
+REPLAY_STATUS = "Replay Status"         # ok | failed_build | failed_run | failed_verify | skipped_memory | ...
+REPLAY_ERROR = "Replay Error"
+COLLECTED_AT = "collected_at"
+
+EXTRA_COLUMNS: tuple[str, ...] = (
+    SOURCE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
+    REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_STATUS, REPLAY_ERROR, COLLECTED_AT,
+)
+
+SOURCE_PROFILED = "profiled"
+SOURCE_GENERATED = "generated"
+
+
+def profiling_counter_column(counter: str) -> str:
+    return PROFILING_COUNTER_PREFIX + counter
+
+
+def microbench_counter_column(counter: str) -> str:
+    return MICROBENCH_COUNTER_PREFIX + counter
+
+
+def counter_of(column: str) -> str | None:
+    """The counter name of a `Profiling Average <counter>` column (None for the duration columns)."""
+    if column.startswith(PROFILING_COUNTER_PREFIX) and column not in PROFILING_DURATION_COLUMNS:
+        return column[len(PROFILING_COUNTER_PREFIX):]
+    return None
+
+
+def order_columns(columns: Iterable[str]) -> list[str]:
+    """Put columns in contract order.
+
+    Base columns; `Average Duration(us)` (if present); profiling durations; then for each counter
+    `MicroBench <counter>` (if present) before `Profiling Average <counter>`; then anything else in
+    first-seen order (EP Size, Runtime … columns), then our own extra columns at the very end.
+    """
+    columns = list(dict.fromkeys(columns))
+    present = set(columns)
+    ordered: list[str] = [c for c in BASE_COLUMNS if c in present]
+    if REPLAY_AVERAGE in present:
+        ordered.append(REPLAY_AVERAGE)
+    ordered += [c for c in PROFILING_DURATION_COLUMNS if c in present]
+    counters = [counter_of(c) for c in columns if counter_of(c) is not None]
+    microbench_only = [c[len(MICROBENCH_COUNTER_PREFIX):] for c in columns
+                       if c.startswith(MICROBENCH_COUNTER_PREFIX)
+                       and c[len(MICROBENCH_COUNTER_PREFIX):] not in counters]
+    for counter in counters + microbench_only:
+        for column in (microbench_counter_column(counter), profiling_counter_column(counter)):
+            if column in present and column not in ordered:
+                ordered.append(column)
+    taken = set(ordered) | set(EXTRA_COLUMNS)
+    ordered += [c for c in columns if c not in taken]
+    ordered += [c for c in EXTRA_COLUMNS if c in present]
+    return ordered
+
+
+# --- kernel type names --------------------------------------------------------------------------
+
+_KERNEL_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-]*$")
+# Known variant names (per-instance suffixes the profiler adds) and the type they belong to.
+_KERNEL_TYPE_ALIASES = {
+    "split_qkv_rmsnorm_rope_kernel_0": "split_qkv_rmsnorm_rope_kernel",
+    "muls_add_kernel_1": "muls_add_kernel",
+}
+_KERNEL_TYPE_SUFFIX_RE = re.compile(r"^(split_qkv_rmsnorm_rope_kernel|muls_add_kernel)_\d+$")
+
+
+def normalise_kernel_type(raw: str) -> str:
+    """Fold known per-instance variant names onto their kernel type."""
+    raw = raw.strip()
+    if raw in _KERNEL_TYPE_ALIASES:
+        return _KERNEL_TYPE_ALIASES[raw]
+    match = _KERNEL_TYPE_SUFFIX_RE.match(raw)
+    return match.group(1) if match else raw
+
+
+def kernel_type_problem(kernel_type: str) -> str | None:
+    """Why a kernel type cannot name a CSV file (path separators, `..`, spaces, unicode), or None."""
+    if not kernel_type:
+        return "empty kernel type"
+    if ".." in kernel_type or "/" in kernel_type or "\\" in kernel_type:
+        return f"kernel type {kernel_type!r} contains a path separator or '..'"
+    if not _KERNEL_TYPE_RE.match(kernel_type):
+        return (f"kernel type {kernel_type!r} is not a safe file name "
+                "(allowed: ASCII letters, digits, '_', '.', '+', '-')")
+    if len(kernel_type) > 200:
+        return f"kernel type {kernel_type[:40]!r}... is longer than 200 characters"
+    return None
+
+
+def check_kernel_type(kernel_type: str, *, path=None, row=None, field="Type") -> str:
+    problem = kernel_type_problem(kernel_type)
+    if problem:
+        raise OpperfError(problem, path=path, row=row, field=field)
+    return kernel_type
+
+
+# --- shape / dtype / format strings ------------------------------------------------------------
+
+MAX_DIM = 1 << 40            # any single dimension above this is absurd
+MAX_ELEMENTS = 1 << 44       # ... and so is a tensor with more elements than this
+MAX_RANK = 16
+
+Shape = tuple[int, ...]
+
+
+def strip_profiler_quotes(value: object) -> str:
+    """A raw profiler field as its plain string: `\"\"\"136,7168;7168,3584\"\"\"` → `136,7168;7168,3584`.
+
+    csv already undoes one level of quoting; the profiler adds literal quotes on top. `N/A` stays `N/A`.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = str(value).strip()
+    while len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1].strip()
+    if text == '"':
+        return ""
+    return text
+
+
+def split_slots(field: str) -> list[str]:
+    """`a;b;;c` → ['a', 'b', '', 'c']. The empty string is one empty slot's worth of nothing: []."""
+    field = strip_profiler_quotes(field)
+    if field == "":
+        return []
+    return field.split(";")
+
+
+def parse_shape(slot: str, *, path=None, row=None, field=None) -> Shape | None:
+    """One tensor slot: '' → None (empty slot), '4096,512' → (4096, 512).
+
+    A scalar has no slot text of its own in profiler output, so '' is the empty slot; a 0-d tensor
+    is not representable and never invented. Strict: no expressions, no negative or absurd dims.
+    """
+    slot = slot.strip()
+    if slot == "":
+        return None
+    dims = []
+    for part in slot.split(","):
+        part = part.strip()
+        if not part.isdigit() or not part.isascii():
+            raise OpperfError(f"bad dimension {part!r} in shape {slot!r}", path=path, row=row, field=field)
+        value = int(part)
+        if value > MAX_DIM:
+            raise OpperfError(f"absurd dimension {value} in shape {slot!r}", path=path, row=row, field=field)
+        dims.append(value)
+    if len(dims) > MAX_RANK:
+        raise OpperfError(f"shape {slot!r} has rank {len(dims)} > {MAX_RANK}", path=path, row=row, field=field)
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise OpperfError(f"shape {slot!r} has more than 2**44 elements", path=path, row=row, field=field)
+    return tuple(dims)
+
+
+def parse_shapes(field_value: str, *, path=None, row=None, field=None) -> list[Shape | None]:
+    """A whole shape field, slot by slot (empty slots kept as None)."""
+    text = strip_profiler_quotes(field_value)
+    if text.upper() == "N/A":
+        raise OpperfError("shape is N/A (unknown)", path=path, row=row, field=field)
+    return [parse_shape(s, path=path, row=row, field=field) for s in split_slots(text)]
+
+
+def format_shape(shape: Sequence[int] | None) -> str:
+    return "" if shape is None else ",".join(str(int(d)) for d in shape)
+
+
+def format_shapes(shapes: Iterable[Sequence[int] | None]) -> str:
+    return ";".join(format_shape(s) for s in shapes)
+
+
+def parse_names(field_value: str) -> list[str]:
+    """A dtype or format field, slot by slot: `DT_BF16;DT_BF16` → ['DT_BF16', 'DT_BF16']."""
+    return [s.strip() for s in split_slots(field_value)]
+
+
+def fractal_nz_to_nd(storage_shape: Sequence[int]) -> Shape:
+    """FRACTAL_NZ storage (..., a, b, c, d) is the ND matrix (..., b*c, a*d)."""
+    if len(storage_shape) < 4:
+        raise ValueError(f"FRACTAL_NZ storage shape needs >= 4 dims, got {tuple(storage_shape)}")
+    *batch, a, b, c, d = storage_shape
+    return (*batch, b * c, a * d)
+
+
+def logical_shape(shape: Shape | None, fmt: str) -> Shape | None:
+    """The ND shape a tensor slot stands for, whatever its storage format."""
+    if shape is None:
+        return None
+    if fmt.upper() == "FRACTAL_NZ" and len(shape) >= 4:
+        return fractal_nz_to_nd(shape)
+    return shape
+
+
+# --- dtypes ------------------------------------------------------------------------------------
+
+# Profiler dtype names (both the DT_ and the older bare spellings) → (canonical DT_ name, bytes per element).
+_DTYPES: dict[str, tuple[str, float]] = {
+    "DT_BF16": ("DT_BF16", 2), "BF16": ("DT_BF16", 2), "BFLOAT16": ("DT_BF16", 2),
+    "DT_FLOAT16": ("DT_FLOAT16", 2), "FLOAT16": ("DT_FLOAT16", 2), "DT_FP16": ("DT_FLOAT16", 2),
+    "FP16": ("DT_FLOAT16", 2), "HALF": ("DT_FLOAT16", 2),
+    "DT_FLOAT": ("DT_FLOAT", 4), "FLOAT": ("DT_FLOAT", 4), "FLOAT32": ("DT_FLOAT", 4), "FP32": ("DT_FLOAT", 4),
+    "DT_DOUBLE": ("DT_DOUBLE", 8), "DOUBLE": ("DT_DOUBLE", 8), "FLOAT64": ("DT_DOUBLE", 8),
+    "DT_INT8": ("DT_INT8", 1), "INT8": ("DT_INT8", 1),
+    "DT_UINT8": ("DT_UINT8", 1), "UINT8": ("DT_UINT8", 1),
+    "DT_INT16": ("DT_INT16", 2), "INT16": ("DT_INT16", 2),
+    "DT_INT32": ("DT_INT32", 4), "INT32": ("DT_INT32", 4),
+    "DT_INT64": ("DT_INT64", 8), "INT64": ("DT_INT64", 8),
+    "DT_BOOL": ("DT_BOOL", 1), "BOOL": ("DT_BOOL", 1),
+    "DT_INT4": ("DT_INT4", 0.5), "INT4": ("DT_INT4", 0.5),
+    "DT_FLOAT8_E4M3FN": ("DT_FLOAT8_E4M3FN", 1), "FLOAT8_E4M3FN": ("DT_FLOAT8_E4M3FN", 1),
+    "DT_FLOAT8_E5M2": ("DT_FLOAT8_E5M2", 1), "FLOAT8_E5M2": ("DT_FLOAT8_E5M2", 1),
+    "DT_COMPLEX64": ("DT_COMPLEX64", 8), "COMPLEX64": ("DT_COMPLEX64", 8),
+}
+# torch dtype name (str(torch.bfloat16) without "torch.") → profiler name, for CPU/CUDA traces.
+TORCH_TO_PROFILER_DTYPE = {
+    "bfloat16": "DT_BF16", "float16": "DT_FLOAT16", "half": "DT_FLOAT16", "float32": "DT_FLOAT",
+    "float": "DT_FLOAT", "float64": "DT_DOUBLE", "double": "DT_DOUBLE", "int8": "DT_INT8", "uint8": "DT_UINT8",
+    "int16": "DT_INT16", "int32": "DT_INT32", "int": "DT_INT32", "int64": "DT_INT64", "long": "DT_INT64",
+    "bool": "DT_BOOL", "float8_e4m3fn": "DT_FLOAT8_E4M3FN", "float8_e5m2": "DT_FLOAT8_E5M2",
+    "complex64": "DT_COMPLEX64",
+}
+# torch.profiler's record_shapes spelling ("c10::BFloat16", "float", "long int") → torch dtype name.
+PROFILER_TYPE_TO_TORCH = {
+    "c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "float32", "double": "float64",
+    "signed char": "int8", "unsigned char": "uint8", "short int": "int16", "int": "int32",
+    "long int": "int64", "long": "int64", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2", "c10::complex<float>": "complex64",
+}
+
+
+def canonical_dtype(name: str, *, path=None, row=None, field=None) -> str:
+    """`FLOAT16` → `DT_FLOAT16`; unknown names are an error naming the field."""
+    key = name.strip().upper()
+    if key not in _DTYPES:
+        raise OpperfError(f"unknown data type {name!r}", path=path, row=row, field=field)
+    return _DTYPES[key][0]
+
+
+def dtype_bytes(name: str, *, path=None, row=None, field=None) -> float:
+    key = name.strip().upper()
+    if key not in _DTYPES:
+        raise OpperfError(f"unknown data type {name!r}", path=path, row=row, field=field)
+    return _DTYPES[key][1]
+
+
+def is_known_dtype(name: str) -> bool:
+    return name.strip().upper() in _DTYPES
+
+
+# --- row signatures ------------------------------------------------------------------------------
+
+Signature = tuple[str, ...]
+
+
+def _canonical_field(column: str, value: object) -> str:
+    text = strip_profiler_quotes(value)
+    if column in (INPUT_DTYPES, OUTPUT_DTYPES):
+        return ";".join(canonical_dtype(s) if is_known_dtype(s) else s for s in text.split(";")) if text else ""
+    if column in (INPUT_FORMATS, OUTPUT_FORMATS):
+        return ";".join(s.strip().upper().removeprefix("FORMAT_") for s in text.split(";")) if text else ""
+    if column in (INPUT_SHAPES, OUTPUT_SHAPES):
+        return ";".join(",".join(d.strip() for d in slot.split(",")) if slot.strip() else ""
+                        for slot in text.split(";")) if text else ""
+    return text
+
+
+def row_signature(row: Mapping[str, object], kernel_type: str | None = None) -> Signature:
+    """The key that matches a replay result to a database row.
+
+    Five columns (Input Shapes, Input Data Types, Input Formats, Output Shapes, Output Data Types),
+    plus EP Size for DispatchFFNCombine. Spellings are canonicalised (FLOAT16 ≡ DT_FLOAT16,
+    FORMAT_ND ≡ ND, literal profiler quotes dropped) so old and new files match.
+    """
+    signature = tuple(_canonical_field(c, row.get(c, "")) for c in SIGNATURE_COLUMNS)
+    if kernel_type in EP_SIGNATURE_KERNELS:
+        ep = strip_profiler_quotes(row.get(EP_SIZE, ""))
+        try:
+            ep = str(int(float(ep))) if ep else ""
+        except ValueError:
+            pass
+        signature += (ep,)
+    return signature

@@ -1,0 +1,62 @@
+"""The device catalog (`config/devices.yaml`): what the estimators need to know about each device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from opperf.errors import OpperfError
+
+DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "config" / "devices.yaml"
+BACKENDS = ("cpu", "cuda", "npu")
+_REQUIRED = ("full_name", "backend", "memory_gb", "peak_tflops", "memory_bandwidth_gbps")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    full_name: str
+    backend: str
+    memory_gb: float
+    peak_tflops: dict = field(default_factory=dict)
+    memory_bandwidth_gbps: float = 0.0
+    interconnect: str = ""
+    interconnect_gbps: float = 0.0
+    comm_grid_shape: tuple[int, ...] = ()
+
+
+def load_catalog(path: str | Path = DEFAULT_CATALOG) -> dict[str, Device]:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise OpperfError(f"cannot read device catalog: {exc}", path=path) from exc
+    devices = {}
+    for name, entry in raw.items():
+        missing = [k for k in _REQUIRED if k not in (entry or {})]
+        if missing:
+            raise OpperfError(f"device {name!r} lacks {missing}", path=path, field=missing[0])
+        if entry["backend"] not in BACKENDS:
+            raise OpperfError(f"device {name!r}: back end {entry['backend']!r} is not one of {BACKENDS}",
+                              path=path, field="backend")
+        devices[str(name)] = Device(name=str(name), full_name=entry["full_name"], backend=entry["backend"],
+                                    memory_gb=float(entry["memory_gb"]), peak_tflops=dict(entry["peak_tflops"]),
+                                    memory_bandwidth_gbps=float(entry["memory_bandwidth_gbps"]),
+                                    interconnect=str(entry.get("interconnect", "")),
+                                    interconnect_gbps=float(entry.get("interconnect_gbps", 0)),
+                                    comm_grid_shape=tuple(entry.get("comm_grid_shape", ())))
+    return devices
+
+
+def resolve_device(name: str, catalog: dict[str, Device] | None = None) -> Device:
+    """A catalog key (`A3`) or a full name (`ATLAS_800_A3_752T_128G_DIE`) → its Device."""
+    catalog = catalog if catalog is not None else load_catalog()
+    if name in catalog:
+        return catalog[name]
+    for device in catalog.values():
+        if device.full_name == name:
+            return device
+    raise OpperfError(f"unknown device {name!r}; known: {', '.join(sorted(catalog))} "
+                      f"(or their full names) — add it to config/devices.yaml")

@@ -1,0 +1,120 @@
+"""Version directories: the name that says which software stack a database was measured on.
+
+`vllm{v}_torch{t}_cann{c}` for NPU (as the seed), `vllm{v}_torch{t}_cuda{c}` for CUDA,
+`torch{t}_cpu` (or `torch{t}_cuda{c}`) where no serving stack is involved, each with an optional
+`_suffix` for staging (e.g. `_shape_generated`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from dataclasses import dataclass
+
+from opperf.errors import OpperfError
+
+_VERSION_DIR_RE = re.compile(
+    r"^(?:vllm(?P<vllm>[0-9][0-9A-Za-z.+]*)_)?torch(?P<torch>[0-9][0-9A-Za-z.+]*)"
+    r"_(?:(?P<runtime>cann|cuda)(?P<runtime_version>[0-9][0-9A-Za-z.]*)|(?P<cpu>cpu))"
+    r"(?:_(?P<suffix>[A-Za-z0-9_]+))?$"
+)
+
+
+@dataclass(frozen=True)
+class StackVersions:
+    torch: str
+    runtime: str                # "cann", "cuda" or "cpu"
+    runtime_version: str = ""   # "" for cpu
+    vllm: str = ""
+    suffix: str = ""
+
+    @property
+    def version_dir(self) -> str:
+        name = f"vllm{self.vllm}_" if self.vllm else ""
+        name += f"torch{self.torch}_"
+        name += "cpu" if self.runtime == "cpu" else f"{self.runtime}{self.runtime_version}"
+        return name + (f"_{self.suffix}" if self.suffix else "")
+
+
+def parse_version_dir(name: str) -> StackVersions:
+    match = _VERSION_DIR_RE.match(name)
+    if not match:
+        raise OpperfError(
+            f"version directory {name!r} is not of the form vllm<v>_torch<t>_cann<c>, "
+            "vllm<v>_torch<t>_cuda<c> or torch<t>_cpu (optionally with _<suffix>)")
+    runtime = "cpu" if match["cpu"] else match["runtime"]
+    return StackVersions(torch=match["torch"], runtime=runtime, runtime_version=match["runtime_version"] or "",
+                         vllm=match["vllm"] or "", suffix=match["suffix"] or "")
+
+
+def npu_version_dir(vllm: str, torch: str, cann: str, suffix: str = "") -> str:
+    """The seed's `vllm{v}_torch{t}_cann{c}` from the `--vllm-version/--torch-version/--cann-version` flags."""
+    missing = [flag for flag, value in (("--vllm-version", vllm), ("--torch-version", torch),
+                                        ("--cann-version", cann)) if not value]
+    if missing:
+        raise OpperfError(f"give --database-path, or all of --vllm-version, --torch-version and "
+                          f"--cann-version (missing: {', '.join(missing)})")
+    return StackVersions(torch=torch, runtime="cann", runtime_version=cann, vllm=vllm, suffix=suffix).version_dir
+
+
+def _short(version: str) -> str:
+    """'2.13.0+cpu' → '2.13.0'; local build tags are not part of a stack's identity."""
+    return version.split("+", 1)[0]
+
+
+def installed_torch_version() -> str:
+    """torch's version from package metadata (no `import torch`: Snakefiles call this)."""
+    try:
+        return _short(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise OpperfError("torch is not installed: pip install torch") from exc
+
+
+def cpu_version_dir() -> str:
+    return StackVersions(torch=installed_torch_version(), runtime="cpu").version_dir
+
+
+def running_stack(backend: str) -> StackVersions:
+    """What this process would measure with on `backend` (imports torch; used by replay, not Snakefiles)."""
+    import torch
+
+    torch_version = _short(torch.__version__)
+    if backend == "cpu":
+        return StackVersions(torch=torch_version, runtime="cpu")
+    if backend == "cuda":
+        return StackVersions(torch=torch_version, runtime="cuda", runtime_version=torch.version.cuda or "")
+    if backend == "npu":
+        return StackVersions(torch=torch_version, runtime="cann", runtime_version=_cann_version())
+    raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)")
+
+
+def _cann_version() -> str:
+    import os
+    from pathlib import Path
+
+    for home in (os.environ.get("ASCEND_TOOLKIT_HOME"), os.environ.get("ASCEND_HOME_PATH"),
+                 "/usr/local/Ascend/ascend-toolkit/latest"):
+        if not home:
+            continue
+        for info in Path(home).glob("*/ascend_toolkit_install.info"):
+            for line in info.read_text().splitlines():
+                if line.startswith("version="):
+                    return ".".join(line.split("=", 1)[1].strip().split(".")[:2])
+    raise OpperfError("cannot find the CANN version: set ASCEND_TOOLKIT_HOME (source set_env.sh)")
+
+
+def check_stack_matches(version_dir: str, backend: str) -> None:
+    """Refuse to write numbers measured on one stack into another stack's database."""
+    wanted = parse_version_dir(version_dir)
+    running = running_stack(backend)
+    problems = []
+    if wanted.torch != running.torch:
+        problems.append(f"torch {running.torch} is running, the database is for torch {wanted.torch}")
+    if wanted.runtime != running.runtime:
+        problems.append(f"back end {backend} measures on {running.runtime}, the database is for {wanted.runtime}")
+    elif wanted.runtime_version and not running.runtime_version.startswith(wanted.runtime_version):
+        problems.append(f"{running.runtime} {running.runtime_version} is running, "
+                        f"the database is for {wanted.runtime} {wanted.runtime_version}")
+    if problems:
+        raise OpperfError(f"refusing to write into {version_dir}: " + "; ".join(problems)
+                          + " (wrong-stack numbers would silently corrupt the database)")

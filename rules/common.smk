@@ -1,0 +1,115 @@
+"""Config validation and the input functions every rule shares (path logic only, no computation)."""
+
+import csv
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from opperf.devices import load_catalog
+from opperf.versions import cpu_version_dir, installed_torch_version
+
+
+validate(config, schema="../config/config.schema.yaml")
+
+DEVICES = load_catalog(config["devices"])
+SOURCE_COLUMNS = ("device", "stack", "version_dir", "path")
+
+
+def _read_sources(path):
+    """The sources sheet: one registered raw profile per row; several rows may feed one database."""
+    if not Path(path).is_file():
+        raise WorkflowError(f"{path}: sources sheet not found (config key 'sources')")
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        rows = [r for r in csv.DictReader(handle, delimiter="\t") if any((v or "").strip() for v in r.values())]
+    for line, row in enumerate(rows, start=2):
+        for column in SOURCE_COLUMNS:
+            if not (row.get(column) or "").strip():
+                raise WorkflowError(f"{path}, line {line}, field {column!r}: empty or missing")
+        if row["device"] not in DEVICES:
+            raise WorkflowError(f"{path}, line {line}, field 'device': {row['device']!r} is not in "
+                                f"{config['devices']} (known: {', '.join(sorted(DEVICES))})")
+    return rows
+
+
+SOURCES = _read_sources(config["sources"])
+
+
+def workload_database():
+    """(device, stack, version_dir) of the database the reference workload feeds, or None."""
+    workload = config.get("workload", {})
+    if not workload.get("enabled", True):
+        return None
+    backend = workload.get("backend", "cpu")
+    if backend == "cpu":
+        version_dir = cpu_version_dir()
+    else:
+        version_dir = f"torch{installed_torch_version()}_{backend}"
+    return (workload.get("device", "CPU"), "torch", version_dir)
+
+
+def databases():
+    """Every database this config builds: the registered sources' and the workload's."""
+    found = {(r["device"], r["stack"], r["version_dir"]) for r in SOURCES}
+    if workload_database():
+        found.add(workload_database())
+    return sorted(found)
+
+
+def _profile_files(path):
+    """A registered path as the files in it (directories expanded), so editing any one re-runs the parse."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted(str(p) for p in path.rglob("*") if p.is_file())
+    return [str(path)]
+
+
+def raw_profile_paths(wildcards):
+    """The paths registered for one database, as the parser is given them."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    paths = [r["path"] for r in SOURCES if (r["device"], r["stack"], r["version_dir"]) == key]
+    if workload_database() == key:
+        paths.append(workload_trace_path(*key))
+    if not paths:
+        raise WorkflowError(f"no raw profile is registered for database {'/'.join(key)} "
+                            f"(add a row to {config['sources']})")
+    return paths
+
+
+def raw_profile_files(wildcards):
+    return [f for p in raw_profile_paths(wildcards) for f in (_profile_files(p) if not p.startswith("results/") else [p])]
+
+
+def workload_trace_path(device, stack, version_dir):
+    return f"results/workload/{device}/{stack}/{version_dir}/trace.json"
+
+
+def stage_code(*modules):
+    """The source files of the opperf modules a rule runs, so a code change re-collects what it affects."""
+    root = Path(workflow.basedir)
+    files = []
+    for module in modules:
+        target = root / "opperf" / module
+        files += sorted(str(p.relative_to(root)) for p in target.rglob("*.py")) if target.is_dir() \
+            else [str((root / "opperf" / f"{module}.py").relative_to(root))]
+    return files + ["opperf/contract.py", "opperf/io.py"]
+
+
+def kernel_types(device, stack, version_dir):
+    """The kernel types of a database, from the parse checkpoint's manifest."""
+    parsed = checkpoints.parse_profiles.get(device=device, stack=stack, version_dir=version_dir).output.parsed
+    manifest = Path(parsed) / "kernel_types.txt"
+    return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
+
+
+def database_files(wildcards):
+    """Every per-kernel CSV and the op_mapping.yaml of one database."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    root = "data/{}/{}/{}".format(*key)
+    return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)] + [f"{root}/op_mapping.yaml"]
+
+
+def all_targets(wildcards):
+    targets = []
+    for device, stack, version_dir in databases():
+        targets.append(f"data/{device}/{stack}/{version_dir}/.complete")
+    return targets

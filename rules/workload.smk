@@ -1,0 +1,28 @@
+rule profile_workload:
+    """Profile the reference decoder workload on this host's back end (a raw profile for the parse stage)."""
+    input:
+        models=config["models"],
+        code=stage_code("workload"),
+    output:
+        trace="results/workload/{device}/{stack}/{version_dir}/trace.json",
+    log:
+        "logs/workload/{device}/{stack}/{version_dir}.log",
+    benchmark:
+        "benchmarks/runs/workload/{device}/{stack}/{version_dir}.tsv"
+    params:
+        backend=config["workload"]["backend"],
+        model=config["workload"]["model"],
+        dtype=config["workload"]["dtype"],
+        batch_size=config["workload"]["batch_size"],
+        prefill_lengths=config["workload"]["prefill_lengths"],
+        decode_steps=config["workload"]["decode_steps"],
+        decode_context=config["workload"]["decode_context"],
+        log_level=config["log_level"],
+    resources:
+        mem_mb=4000,
+    shell:
+        "python scripts/profile_workload.py --backend {params.backend} --models {input.models} "
+        "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
+        "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
+        "--decode-context {params.decode_context} --output {output.trace} "
+        "--log-level {params.log_level} > {log} 2>&1"
