@@ -54,9 +54,13 @@ REPLAY_L2_POLICY = "Replay L2 Policy"
 REPLAY_STATUS = "Replay Status"         # ok | failed_build | failed_run | failed_verify | skipped_memory | ...
 REPLAY_ERROR = "Replay Error"
 COLLECTED_AT = "collected_at"
+# Per input slot, the concrete non-tensor argument a torch.profiler trace recorded (scalars, int lists),
+# `;`-aligned with Input Shapes; empty where the slot is a tensor or nothing was recorded. Replay of
+# aten ops needs them (softmax dim, add alpha, ...); NPU profiles have none.
+INPUT_SCALARS = "Input Scalars"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    SOURCE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
+    SOURCE, INPUT_SCALARS, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
     REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_STATUS, REPLAY_ERROR, COLLECTED_AT,
 )
 
