@@ -1,0 +1,154 @@
+"""A Llama-style reference decoder built from plain torch ops, so the profiler sees the ops a serving stack runs.
+
+RMSNorm, QKV/O projections, rotary embeddings, grouped-query attention over a KV cache, SwiGLU MLP and
+residual adds, with random weights and the dimensions of a model in `config/models.yaml`. Nothing here
+is fused or clever on purpose: each step should appear in the profile as the kernels a real model's
+eager path launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import yaml
+
+from opperf.errors import OpperfError
+
+_REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                    "vocab_size", "num_hidden_layers")
+
+
+@dataclass(frozen=True)
+class DecoderDims:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    num_hidden_layers: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+
+def load_model_dims(models_path: str | Path, name: str) -> DecoderDims:
+    """The decoder dimensions of model `name` from config/models.yaml (Hugging Face field names)."""
+    models_path = Path(models_path)
+    try:
+        models = yaml.safe_load(models_path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise OpperfError(f"cannot read model configs: {exc}", path=models_path) from exc
+    if name not in models:
+        raise OpperfError(f"unknown model {name!r}; known: {', '.join(sorted(models))}", path=models_path)
+    entry = models[name]
+    missing = [f for f in _REQUIRED_FIELDS if f not in entry]
+    if missing:
+        raise OpperfError(f"model {name!r} lacks {missing}", path=models_path, field=missing[0])
+    head_dim = int(entry.get("head_dim") or entry["hidden_size"] // entry["num_attention_heads"])
+    if entry["num_attention_heads"] % entry["num_key_value_heads"]:
+        raise OpperfError(f"model {name!r}: num_attention_heads must be a multiple of num_key_value_heads",
+                          path=models_path, field="num_key_value_heads")
+    return DecoderDims(hidden_size=int(entry["hidden_size"]), intermediate_size=int(entry["intermediate_size"]),
+                       num_attention_heads=int(entry["num_attention_heads"]),
+                       num_key_value_heads=int(entry["num_key_value_heads"]), head_dim=head_dim,
+                       vocab_size=int(entry["vocab_size"]), num_hidden_layers=int(entry["num_hidden_layers"]),
+                       rms_norm_eps=float(entry.get("rms_norm_eps", 1e-6)),
+                       rope_theta=float(entry.get("rope_theta", 10000.0)))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(variance + eps) * weight
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_tables(dims: DecoderDims, max_positions: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, dims.head_dim, 2, device=device).float() / dims.head_dim))
+    positions = torch.arange(max_positions, device=device).float()
+    freqs = torch.outer(positions, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+class ReferenceDecoder:
+    """Embedding → N × (attention + MLP) decoder layers → final norm → lm_head, with a KV cache."""
+
+    def __init__(self, dims: DecoderDims, device: str, dtype: torch.dtype, seed: int = 0):
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.dims, self.device, self.dtype = dims, device, dtype
+
+        def weight(*shape):
+            return (torch.randn(*shape, generator=generator) * shape[-1] ** -0.5).to(device=device, dtype=dtype)
+
+        q_size = dims.num_attention_heads * dims.head_dim
+        kv_size = dims.num_key_value_heads * dims.head_dim
+        self.embedding = weight(dims.vocab_size, dims.hidden_size)
+        self.layers = [{
+            "input_norm": torch.ones(dims.hidden_size, device=device, dtype=dtype),
+            "qkv": weight(q_size + 2 * kv_size, dims.hidden_size),
+            "o": weight(dims.hidden_size, q_size),
+            "post_norm": torch.ones(dims.hidden_size, device=device, dtype=dtype),
+            "gate_up": weight(2 * dims.intermediate_size, dims.hidden_size),
+            "down": weight(dims.hidden_size, dims.intermediate_size),
+        } for _ in range(dims.num_hidden_layers)]
+        self.final_norm = torch.ones(dims.hidden_size, device=device, dtype=dtype)
+        self.lm_head = weight(dims.vocab_size, dims.hidden_size)
+
+    def new_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        return [None] * self.dims.num_hidden_layers
+
+    def _attention(self, layer, x, cos, sin, cache):
+        dims = self.dims
+        batch, tokens, _ = x.shape
+        q_size = dims.num_attention_heads * dims.head_dim
+        kv_size = dims.num_key_value_heads * dims.head_dim
+        qkv = F.linear(x, layer["qkv"])
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(batch, tokens, dims.num_attention_heads, dims.head_dim).transpose(1, 2)
+        k = k.view(batch, tokens, dims.num_key_value_heads, dims.head_dim).transpose(1, 2)
+        v = v.view(batch, tokens, dims.num_key_value_heads, dims.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if cache is not None:
+            k = torch.cat((cache[0], k), dim=2)
+            v = torch.cat((cache[1], v), dim=2)
+        new_cache = (k, v)
+        groups = dims.num_attention_heads // dims.num_key_value_heads
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+        out = out.transpose(1, 2).reshape(batch, tokens, q_size)
+        return F.linear(out, layer["o"]), new_cache
+
+    def _mlp(self, layer, x):
+        gate, up = F.linear(x, layer["gate_up"]).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, layer["down"])
+
+    @torch.inference_mode()
+    def forward(self, token_ids: torch.Tensor, start_position: int, cache):
+        """One prefill (start_position 0, no cache) or decode step; returns logits and the new cache."""
+        dims = self.dims
+        tokens = token_ids.shape[1]
+        x = F.embedding(token_ids, self.embedding)
+        cos_all, sin_all = self._rope
+        cos = cos_all[start_position:start_position + tokens][None, None]
+        sin = sin_all[start_position:start_position + tokens][None, None]
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache):
+            attn, kv = self._attention(layer, rms_norm(x, layer["input_norm"], dims.rms_norm_eps), cos, sin,
+                                       layer_cache)
+            x = x + attn
+            x = x + self._mlp(layer, rms_norm(x, layer["post_norm"], dims.rms_norm_eps))
+            new_cache.append(kv)
+        x = rms_norm(x, self.final_norm, dims.rms_norm_eps)
+        return F.linear(x[:, -1:], self.lm_head), new_cache
+
+    def prepare_rope(self, max_positions: int) -> None:
+        self._rope = rope_tables(self.dims, max_positions, self.device, self.dtype)

@@ -1,0 +1,156 @@
+"""Run the reference decoder under the back end's profiler and leave a raw profile for the parse stage.
+
+cpu/cuda: torch.profiler with record_shapes, exported as a Chrome trace (`trace.json`).
+npu: torch_npu.profiler, whose output directory holds `kernel_details.csv` (the format real
+vLLM-Ascend profiles come in), parsed exactly like a user's profile.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.log import get_logger, span
+from opperf.workload.model import DecoderDims, ReferenceDecoder
+
+log = get_logger("workload")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CHROME_TRACE_NAME = "trace.json"
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """What to run: prefill at each length, then `decode_steps` decode steps after a `decode_context` prefill."""
+    batch_size: int = 1
+    prefill_lengths: tuple[int, ...] = (16, 64)
+    decode_steps: int = 4
+    decode_context: int = 64
+    warmup_iterations: int = 1
+    seed: int = 0
+
+    @property
+    def max_positions(self) -> int:
+        return max([*self.prefill_lengths, self.decode_context + self.decode_steps])
+
+
+def torch_device_for(backend: str) -> str:
+    """The torch device string of a back end, or a clear error when its hardware is absent."""
+    if backend == "cpu":
+        return "cpu"
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError("back end 'cuda' asked for, but torch sees no CUDA device "
+                                         f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+        return "cuda"
+    if backend == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        except ImportError as exc:
+            raise DeviceUnavailableError("back end 'npu' asked for, but torch_npu is not installed "
+                                         "(install the torch_npu matching your CANN on an Ascend host)") from exc
+        if not torch.npu.is_available():
+            raise DeviceUnavailableError("back end 'npu' asked for, but no Ascend NPU is visible "
+                                         "(check npu-smi info and ASCEND_RT_VISIBLE_DEVICES)")
+        return "npu"
+    raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)")
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "npu":
+        torch.npu.synchronize()
+
+
+def make_token_ids(plan: WorkloadPlan, vocab: int, device: str) -> dict[str, torch.Tensor]:
+    """All token ids of a run, made before profiling so the RNG ops stay out of the profile."""
+    generator = torch.Generator(device="cpu").manual_seed(plan.seed)
+    ids = {f"prefill_{n}": torch.randint(0, vocab, (plan.batch_size, n), generator=generator)
+           for n in plan.prefill_lengths}
+    if plan.decode_steps:
+        ids["context"] = torch.randint(0, vocab, (plan.batch_size, plan.decode_context), generator=generator)
+        for step in range(plan.decode_steps):
+            ids[f"decode_{step}"] = torch.randint(0, vocab, (plan.batch_size, 1), generator=generator)
+    return {name: tensor.to(device) for name, tensor in ids.items()}
+
+
+def run_workload(model: ReferenceDecoder, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor],
+                 device: str) -> list[str]:
+    """Prefill at every length, then decode steps over a KV cache; returns the step labels it ran."""
+    labels = []
+    for length in plan.prefill_lengths:
+        with torch.profiler.record_function(f"prefill_{length}"):
+            model.forward(token_ids[f"prefill_{length}"], 0, model.new_cache())
+        labels.append(f"prefill_{length}")
+    if plan.decode_steps:
+        _, cache = model.forward(token_ids["context"], 0, model.new_cache())
+        for step in range(plan.decode_steps):
+            with torch.profiler.record_function(f"decode_{step}"):
+                _, cache = model.forward(token_ids[f"decode_{step}"], plan.decode_context + step, cache)
+            labels.append(f"decode_{step}")
+    _synchronize(device)
+    return labels
+
+
+def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype: str,
+                     output_dir: str | Path) -> Path:
+    """Profile the workload; the complete profile directory appears at `output_dir` (atomically)."""
+    if dtype not in DTYPES:
+        raise OpperfError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+    device = torch_device_for(backend)
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    model = ReferenceDecoder(dims, device, DTYPES[dtype], seed=plan.seed)
+    model.prepare_rope(plan.max_positions)
+    token_ids = make_token_ids(plan, dims.vocab_size, device)
+    with span("workload.warmup", log, iterations=plan.warmup_iterations):
+        for _ in range(plan.warmup_iterations):
+            run_workload(model, plan, token_ids, device)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        with span("workload.profile", log, backend=backend) as result:
+            if backend == "npu":
+                labels = _profile_npu(model, plan, token_ids, device, staging)
+            else:
+                labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
+            result["steps"] = len(labels)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
+    return output_dir
+
+
+def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
+        labels = run_workload(model, plan, token_ids, device)
+    profiler.export_chrome_trace(str(trace_path))
+    return labels
+
+
+def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> list[str]:
+    import torch_npu
+
+    experimental = torch_npu.profiler._ExperimentalConfig(
+        profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
+        aic_metrics=torch_npu.profiler.AiCMetrics.PipeUtilization)
+    with torch_npu.profiler.profile(
+            activities=[torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU],
+            record_shapes=True, experimental_config=experimental,
+            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(out_dir))):
+        labels = run_workload(model, plan, token_ids, device)
+    if not any(out_dir.rglob("kernel_details*.csv")):
+        raise OpperfError("torch_npu.profiler wrote no kernel_details.csv", path=out_dir)
+    return labels

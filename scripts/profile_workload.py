@@ -1,0 +1,44 @@
+#!/usr/bin/env python
+"""Profile the reference decoder workload on a back end (stage 1); writes a raw profile directory."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.workload.model import load_model_dims  # noqa: E402
+from opperf.workload.profile import DTYPES, WorkloadPlan, profile_workload  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Run a Llama-style reference decoder (random weights, dims from --models) under the back "
+                    "end's profiler: prefill at each --prefill-lengths, then --decode-steps decode steps over a "
+                    "KV cache. cpu/cuda write OUTPUT/trace.json (torch.profiler Chrome trace, record_shapes); "
+                    "npu writes the torch_npu.profiler bundle with kernel_details.csv.")
+    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
+    parser.add_argument("--models", default="config/models.yaml", help="model config file (default: %(default)s)")
+    parser.add_argument("--model", default="opperf-tiny", help="model key in --models (default: %(default)s)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--prefill-lengths", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--decode-steps", type=int, default=4)
+    parser.add_argument("--decode-context", type=int, default=64, help="prompt length before decoding")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True, help="profile directory to create (replaced atomically)")
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    dims = load_model_dims(args.models, args.model)
+    plan = WorkloadPlan(batch_size=args.batch_size, prefill_lengths=tuple(args.prefill_lengths),
+                        decode_steps=args.decode_steps, decode_context=args.decode_context, seed=args.seed)
+    profile_workload(dims, plan, args.backend, args.dtype, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
