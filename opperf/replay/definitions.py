@@ -1,0 +1,430 @@
+"""Kernel definitions: what each kernel type's replay calls and how its inputs are built from a row.
+
+One small YAML file per kernel type under `config/kernels/<family>/<Type>.yaml` (families: `torch`
+for the cpu/cuda aten ops, `npu` for Ascend kernels). The file is declarative; a Python hook module
+is named only where a kernel's slots need logic. This module owns the schema: it loads, validates
+(every mistake is an OpperfError naming the file and the field) and indexes the files. It imports no
+torch, so Snakefiles and the database stage (op_mapping.yaml) can use it cheaply.
+
+Schema (see docs/replay.md, "Kernel definition reference"):
+
+    type: MatMulV2                    # the profiler's Type == the file's stem
+    backends: [npu]                   # any of npu, cuda, cpu
+    category: matmul                  # one of CATEGORIES
+    api: torch.mm                     # dotted callable (torch.*, torch_npu.*, torch.ops.*); omit only with a hook
+    import_modules: [torch_npu]       # modules to import before resolving `api` (registers torch.ops namespaces)
+    framework_ops: [aten.mm.default]  # op_mapping.yaml: framework ops that produce this kernel type
+    alternate_kernel_types: [MatMulV3, MatMulCommon]
+    inputs:                           # one entry per slot of "Input Shapes", in order
+      - {role: tensor}                # random values of the slot's shape/dtype
+      - {role: tensor, transpose: [0, 1]}          # view transform after building
+      - {role: index, high: {slot: 0, dim: 0}}     # integers in [low, high)
+      - {role: scalar, from: input_scalars}        # the row's `Input Scalars` slot
+      - {role: scalar, value: 1.0e-6, name: eps}   # a fixed value, passed as keyword `eps`
+      - {role: none}                  # empty/optional slot: passed as None (omit: true leaves it out)
+    kwargs: {epsilon: 1.0e-6}         # fixed keyword arguments
+    dtype_overrides: {1: DT_INT8}     # slot index -> dtype forced regardless of the row
+    outputs: {verify: true}           # verify produced outputs against Output Shapes / Output Data Types
+    hook: opperf.replay.hooks.npu_fused_infer_attention   # module with build_case(row, ctx) -> ReplayCase
+    requires_custom_opp: true         # check ASCEND_CUSTOM_OPP_PATH / LD_LIBRARY_PATH before replaying
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
+from opperf.errors import OpperfError
+
+DEFAULT_DEFINITIONS_DIR = Path(__file__).resolve().parents[2] / "config" / "kernels"
+BACKENDS = ("cpu", "cuda", "npu")
+CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activation", "elementwise",
+              "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
+ROLES = ("tensor", "index", "scalar", "none")
+VALUE_KINDS = ("normal", "uniform", "positive", "ones", "zeros")
+
+_TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
+             "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description"}
+_ROLE_KEYS = {
+    "tensor": {"role", "transpose", "values", "name", "contiguous"},
+    "index": {"role", "low", "high", "unique", "sorted", "name"},
+    "scalar": {"role", "from", "value", "name"},
+    "none": {"role", "omit", "name"},
+}
+_OUTPUT_KEYS = {"verify", "extra"}
+_DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class IndexBound:
+    """An index input's exclusive upper bound: a constant, or a dimension of another input slot.
+
+    `dim` may itself come from a scalar slot (`dim_from_scalar_slot`), as in `index_select(self, dim, index)`.
+    """
+
+    constant: int | None = None
+    slot: int | None = None
+    dim: int | None = None
+    dim_from_scalar_slot: int | None = None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How one slot of a row's `Input Shapes` becomes an argument of the call."""
+
+    role: str                                  # tensor | index | scalar | none
+    name: str | None = None                    # pass as keyword `name` instead of positionally
+    transpose: tuple[int, int] | None = None   # tensor: build the slot's shape, then .transpose(a, b) (a view)
+    contiguous: bool = False                   # tensor: make the transformed view contiguous
+    values: str = "normal"                     # tensor: normal | uniform | positive | ones | zeros
+    low: int = 0                               # index: inclusive lower bound
+    high: IndexBound | None = None             # index: exclusive upper bound
+    unique: bool = False                       # index: distinct values (scatter targets, cache slots)
+    sorted: bool = False                       # index: non-decreasing values
+    scalar_from: str | None = None             # scalar: "input_scalars"
+    value: Any = None                          # scalar: fixed value
+    omit: bool = False                         # none: leave the argument out entirely
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    verify: bool = True
+    extra: str = "error"                       # error | ignore: outputs produced beyond the row's slots
+
+
+@dataclass(frozen=True)
+class KernelDefinition:
+    """One kernel type's replay recipe, as loaded and validated from its YAML file."""
+
+    type: str
+    backends: tuple[str, ...]
+    category: str
+    api: str | None
+    path: Path
+    framework_ops: tuple[str, ...] = ()
+    alternate_kernel_types: tuple[str, ...] = ()
+    inputs: tuple[InputSpec, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    dtype_overrides: Mapping[int, str] = field(default_factory=dict)
+    outputs: OutputSpec = OutputSpec()
+    hook: str | None = None
+    requires_custom_opp: bool = False
+    import_modules: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def kernel_types(self) -> tuple[str, ...]:
+        """Every Type this definition replays (its own and the alternates the profiler may report)."""
+        return (self.type, *self.alternate_kernel_types)
+
+    def supports(self, backend: str) -> bool:
+        return backend in self.backends
+
+
+# --- validation helpers -------------------------------------------------------------------------
+
+def _fail(message: str, path: Path, field_name: str) -> OpperfError:
+    return OpperfError(message, path=path, field=field_name)
+
+
+def _string_list(raw: Any, path: Path, field_name: str, *, pattern: re.Pattern | None = None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
+        raise _fail(f"must be a list of non-empty strings, got {raw!r}", path, field_name)
+    if pattern is not None:
+        for item in raw:
+            if not pattern.match(item):
+                raise _fail(f"{item!r} is not a dotted name", path, field_name)
+    return tuple(raw)
+
+
+def _boolean(raw: Any, path: Path, field_name: str, default: bool = False) -> bool:
+    if raw is None:
+        return default
+    if not isinstance(raw, bool):
+        raise _fail(f"must be true or false, got {raw!r}", path, field_name)
+    return raw
+
+
+def _integer(raw: Any, path: Path, field_name: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise _fail(f"must be an integer, got {raw!r}", path, field_name)
+    return raw
+
+
+def _check_keys(entry: Mapping, allowed: set[str], path: Path, field_name: str) -> None:
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise _fail(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}", path, field_name)
+
+
+def _index_bound(raw: Any, path: Path, field_name: str, slot_count: int) -> IndexBound:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw <= 0:
+            raise _fail(f"must be positive, got {raw}", path, field_name)
+        return IndexBound(constant=raw)
+    if not isinstance(raw, Mapping):
+        raise _fail(f"must be an integer or {{slot: i, dim: d}}, got {raw!r}", path, field_name)
+    _check_keys(raw, {"slot", "dim", "dim_from_scalar_slot"}, path, field_name)
+    if "slot" not in raw:
+        raise _fail("needs `slot` (the input slot whose dimension bounds the indices)", path, field_name)
+    slot = _integer(raw["slot"], path, f"{field_name}.slot")
+    if not 0 <= slot < slot_count:
+        raise _fail(f"slot {slot} is not one of the {slot_count} input slots", path, f"{field_name}.slot")
+    has_dim, has_scalar = "dim" in raw, "dim_from_scalar_slot" in raw
+    if has_dim == has_scalar:
+        raise _fail("give exactly one of `dim` and `dim_from_scalar_slot`", path, field_name)
+    if has_dim:
+        return IndexBound(slot=slot, dim=_integer(raw["dim"], path, f"{field_name}.dim"))
+    scalar_slot = _integer(raw["dim_from_scalar_slot"], path, f"{field_name}.dim_from_scalar_slot")
+    if not 0 <= scalar_slot < slot_count:
+        raise _fail(f"slot {scalar_slot} is not one of the {slot_count} input slots", path,
+                    f"{field_name}.dim_from_scalar_slot")
+    return IndexBound(slot=slot, dim_from_scalar_slot=scalar_slot)
+
+
+def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
+    field_name = f"inputs[{index}]"
+    if not isinstance(raw, Mapping):
+        raise _fail(f"must be a mapping such as {{role: tensor}}, got {raw!r}", path, field_name)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise _fail(f"role {role!r} is not one of {ROLES}", path, f"{field_name}.role")
+    _check_keys(raw, _ROLE_KEYS[role], path, field_name)
+    name = raw.get("name")
+    if name is not None and not (isinstance(name, str) and _IDENTIFIER_RE.match(name)):
+        raise _fail(f"keyword name {name!r} is not an identifier", path, f"{field_name}.name")
+    if role == "tensor":
+        transpose = raw.get("transpose")
+        if transpose is not None:
+            if (not isinstance(transpose, list) or len(transpose) != 2
+                    or not all(isinstance(d, int) and not isinstance(d, bool) for d in transpose)):
+                raise _fail(f"must be two dimension indices such as [0, 1], got {transpose!r}", path,
+                            f"{field_name}.transpose")
+            transpose = (transpose[0], transpose[1])
+        values = raw.get("values", "normal")
+        if values not in VALUE_KINDS:
+            raise _fail(f"{values!r} is not one of {VALUE_KINDS}", path, f"{field_name}.values")
+        return InputSpec(role=role, name=name, transpose=transpose, values=values,
+                         contiguous=_boolean(raw.get("contiguous"), path, f"{field_name}.contiguous"))
+    if role == "index":
+        low = _integer(raw.get("low", 0), path, f"{field_name}.low")
+        if low < 0:
+            raise _fail(f"must be >= 0, got {low}", path, f"{field_name}.low")
+        if "high" not in raw:
+            raise _fail("an index input needs `high` (a constant or {slot: i, dim: d}) so its values stay in "
+                        "bounds", path, f"{field_name}.high")
+        return InputSpec(role=role, name=name, low=low,
+                         high=_index_bound(raw["high"], path, f"{field_name}.high", slot_count),
+                         unique=_boolean(raw.get("unique"), path, f"{field_name}.unique"),
+                         sorted=_boolean(raw.get("sorted"), path, f"{field_name}.sorted"))
+    if role == "scalar":
+        has_from, has_value = "from" in raw, "value" in raw
+        if has_from == has_value:
+            raise _fail("give exactly one of `from: input_scalars` and `value: <literal>`", path, field_name)
+        if has_from and raw["from"] != "input_scalars":
+            raise _fail(f"only `input_scalars` is supported, got {raw['from']!r}", path, f"{field_name}.from")
+        value = raw.get("value")
+        if has_value and not _is_plain_literal(value):
+            raise _fail(f"must be a number, boolean, string, null or a list of those, got {value!r}", path,
+                        f"{field_name}.value")
+        return InputSpec(role=role, name=name, scalar_from=raw.get("from"), value=value)
+    return InputSpec(role=role, name=name, omit=_boolean(raw.get("omit"), path, f"{field_name}.omit"))
+
+
+def _is_plain_literal(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, list) and all(_is_plain_literal(v) for v in value)
+
+
+def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
+    """Validate one definition's YAML content (already loaded) into a KernelDefinition."""
+    path = Path(path)
+    if not isinstance(raw, Mapping):
+        raise _fail("a kernel definition must be a YAML mapping", path, "type")
+    _check_keys(raw, _TOP_KEYS, path, "(top level)")
+    kernel_type = raw.get("type")
+    if not isinstance(kernel_type, str):
+        raise _fail("missing or not a string", path, "type")
+    check_kernel_type(kernel_type, path=path, field="type")
+    if path.suffix in (".yaml", ".yml") and path.stem != kernel_type:
+        raise _fail(f"the file must be named {kernel_type}.yaml (one file per kernel type, so editing it "
+                    "re-runs exactly that kernel)", path, "type")
+
+    backends = _string_list(raw.get("backends"), path, "backends")
+    if not backends:
+        raise _fail(f"list the back ends this definition replays on (any of {BACKENDS})", path, "backends")
+    for backend in backends:
+        if backend not in BACKENDS:
+            raise _fail(f"back end {backend!r} is not one of {BACKENDS}", path, "backends")
+
+    category = raw.get("category")
+    if category not in CATEGORIES:
+        raise _fail(f"category {category!r} is not one of {CATEGORIES}", path, "category")
+
+    api = raw.get("api")
+    hook = raw.get("hook")
+    for name, value in (("api", api), ("hook", hook)):
+        if value is not None and not (isinstance(value, str) and _DOTTED_RE.match(value)):
+            raise _fail(f"must be a dotted Python name, got {value!r}", path, name)
+    if api is None and hook is None:
+        raise _fail("give `api` (the callable the replay calls), or a `hook` module that builds the call", path,
+                    "api")
+
+    alternates = _string_list(raw.get("alternate_kernel_types"), path, "alternate_kernel_types")
+    for alternate in alternates:
+        check_kernel_type(alternate, path=path, field="alternate_kernel_types")
+    if kernel_type in alternates:
+        raise _fail(f"{kernel_type!r} lists itself as an alternate", path, "alternate_kernel_types")
+
+    raw_inputs = raw.get("inputs", [])
+    if not isinstance(raw_inputs, list):
+        raise _fail("must be a list with one entry per Input Shapes slot", path, "inputs")
+    if not raw_inputs and hook is None:
+        raise _fail("a declarative definition needs one entry per Input Shapes slot", path, "inputs")
+    inputs = tuple(_input_spec(entry, i, len(raw_inputs), path) for i, entry in enumerate(raw_inputs))
+    keyword_names = [spec.name for spec in inputs if spec.name]
+    if len(set(keyword_names)) != len(keyword_names):
+        raise _fail(f"keyword names repeat: {keyword_names}", path, "inputs")
+
+    kwargs = raw.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise _fail("must be a mapping of keyword -> literal", path, "kwargs")
+    for key, value in kwargs.items():
+        if not (isinstance(key, str) and _IDENTIFIER_RE.match(key)):
+            raise _fail(f"keyword {key!r} is not an identifier", path, "kwargs")
+        if not _is_plain_literal(value):
+            raise _fail(f"value of {key!r} must be a number, boolean, string, null or list", path, f"kwargs.{key}")
+        if key in keyword_names:
+            raise _fail(f"{key!r} is both a fixed kwarg and an input slot's keyword", path, f"kwargs.{key}")
+
+    overrides_raw = raw.get("dtype_overrides") or {}
+    if not isinstance(overrides_raw, Mapping):
+        raise _fail("must be a mapping of slot index -> dtype", path, "dtype_overrides")
+    dtype_overrides = {}
+    for slot, dtype in overrides_raw.items():
+        slot = _integer(slot, path, "dtype_overrides")
+        if inputs and not 0 <= slot < len(inputs):
+            raise _fail(f"slot {slot} is not one of the {len(inputs)} input slots", path, "dtype_overrides")
+        if not isinstance(dtype, str) or not is_known_dtype(dtype):
+            raise _fail(f"unknown data type {dtype!r}", path, f"dtype_overrides.{slot}")
+        dtype_overrides[slot] = canonical_dtype(dtype)
+
+    outputs_raw = raw.get("outputs", {})
+    if outputs_raw is None:
+        outputs_raw = {}
+    if not isinstance(outputs_raw, Mapping):
+        raise _fail("must be a mapping such as {verify: true}", path, "outputs")
+    _check_keys(outputs_raw, _OUTPUT_KEYS, path, "outputs")
+    extra = outputs_raw.get("extra", "error")
+    if extra not in ("error", "ignore"):
+        raise _fail(f"must be `error` or `ignore`, got {extra!r}", path, "outputs.extra")
+    outputs = OutputSpec(verify=_boolean(outputs_raw.get("verify"), path, "outputs.verify", default=True),
+                         extra=extra)
+
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _fail("must be a string", path, "description")
+
+    return KernelDefinition(
+        type=kernel_type, backends=backends, category=category, api=api, path=path,
+        framework_ops=_string_list(raw.get("framework_ops"), path, "framework_ops"),
+        alternate_kernel_types=alternates, inputs=inputs, kwargs=dict(kwargs), dtype_overrides=dtype_overrides,
+        outputs=outputs, hook=hook,
+        requires_custom_opp=_boolean(raw.get("requires_custom_opp"), path, "requires_custom_opp"),
+        import_modules=_string_list(raw.get("import_modules"), path, "import_modules", pattern=_DOTTED_RE),
+        description=description,
+    )
+
+
+def load_definition(path: str | Path) -> KernelDefinition:
+    """Load and validate one kernel definition file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read kernel definition: {exc.strerror}", path=path) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise OpperfError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
+                          row=mark.line + 1 if mark else None) from exc
+    return parse_definition(raw, path)
+
+
+def definition_files(directory: str | Path) -> list[Path]:
+    """Every `*.yaml` kernel definition under `directory` (recursively, sorted)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise OpperfError("kernel definitions directory not found", path=directory)
+    return sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_definitions(directory: str | Path = DEFAULT_DEFINITIONS_DIR,
+                     backend: str | None = None) -> dict[str, KernelDefinition]:
+    """Every kernel definition under `directory`, by its own Type; only those for `backend` if given.
+
+    Type names (own and alternate) must be unique among the definitions of one back end, so a
+    reported Type always has exactly one recipe.
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise OpperfError(f"unknown back end {backend!r} (expected one of {BACKENDS})")
+    definitions: dict[str, KernelDefinition] = {}
+    claimed: dict[tuple[str, str], Path] = {}
+    for path in definition_files(directory):
+        definition = load_definition(path)
+        if backend is not None and not definition.supports(backend):
+            continue
+        for kernel_type in definition.kernel_types:
+            for each in definition.backends:
+                if (kernel_type, each) in claimed:
+                    raise OpperfError(f"kernel type {kernel_type!r} on back end {each!r} is already defined in "
+                                      f"{claimed[(kernel_type, each)]}", path=path, field="type")
+                claimed[(kernel_type, each)] = path
+        if definition.type in definitions:
+            raise OpperfError(f"kernel type {definition.type!r} is already defined in "
+                              f"{definitions[definition.type].path}", path=path, field="type")
+        definitions[definition.type] = definition
+    return definitions
+
+
+def definition_for(definitions: Mapping[str, KernelDefinition], kernel_type: str,
+                   backend: str | None = None) -> KernelDefinition | None:
+    """The definition that replays `kernel_type` (directly or as an alternate), or None."""
+    for definition in definitions.values():
+        if kernel_type in definition.kernel_types and (backend is None or definition.supports(backend)):
+            return definition
+    return None
+
+
+def definition_index(directory: str | Path = DEFAULT_DEFINITIONS_DIR,
+                     backend: str | None = None) -> dict[str, Path]:
+    """Reported Type (own and alternates) -> definition file, for Snakemake input functions."""
+    index: dict[str, Path] = {}
+    for definition in load_definitions(directory, backend).values():
+        for kernel_type in definition.kernel_types:
+            index.setdefault(kernel_type, definition.path)
+    return index
+
+
+def framework_op_mappings(definitions: Iterable[KernelDefinition]) -> list[dict[str, Any]]:
+    """op_mapping.yaml's `operator_mappings` entries: framework op -> kernel type (+ alternates, category, api)."""
+    mappings = []
+    for definition in sorted(definitions, key=lambda d: d.type):
+        for framework_op in definition.framework_ops:
+            mappings.append({
+                "framework_op": framework_op,
+                "kernel_type": definition.type,
+                "alternate_kernel_types": list(definition.alternate_kernel_types),
+                "category": definition.category,
+                "api": definition.api or f"{definition.hook}.build_case",
+            })
+    return mappings
