@@ -34,6 +34,13 @@ def _read_sources(path):
 SOURCES = _read_sources(config["sources"])
 
 
+wildcard_constraints:
+    device="|".join(sorted(DEVICES)),
+    stack=r"[A-Za-z0-9_]+",
+    version_dir=r"[A-Za-z0-9_.+]+",
+    kernel=r"[A-Za-z0-9_][A-Za-z0-9_.+\-]*",
+
+
 def workload_database():
     """(device, stack, version_dir) of the database the reference workload feeds, or None."""
     workload = config.get("workload", {})
@@ -68,7 +75,7 @@ def raw_profile_paths(wildcards):
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
     paths = [r["path"] for r in SOURCES if (r["device"], r["stack"], r["version_dir"]) == key]
     if workload_database() == key:
-        paths.append(workload_trace_path(*key))
+        paths.append(workload_profile_for_parser(*key))
     if not paths:
         raise WorkflowError(f"no raw profile is registered for database {'/'.join(key)} "
                             f"(add a row to {config['sources']})")
@@ -76,11 +83,24 @@ def raw_profile_paths(wildcards):
 
 
 def raw_profile_files(wildcards):
-    return [f for p in raw_profile_paths(wildcards) for f in (_profile_files(p) if not p.startswith("results/") else [p])]
+    """Rule inputs for the parse: every file of the registered paths, and the workload's profile directory."""
+    files = []
+    for path in raw_profile_paths(wildcards):
+        if path.startswith("results/workload/"):
+            files.append(workload_profile_dir(wildcards.device, wildcards.stack, wildcards.version_dir))
+        else:
+            files += _profile_files(path)
+    return files
 
 
-def workload_trace_path(device, stack, version_dir):
-    return f"results/workload/{device}/{stack}/{version_dir}/trace.json"
+def workload_profile_dir(device, stack, version_dir):
+    return f"results/workload/{device}/{stack}/{version_dir}/profile"
+
+
+def workload_profile_for_parser(device, stack, version_dir):
+    """cpu/cuda profiles are one Chrome trace; npu profiles are a torch_npu bundle directory."""
+    root = workload_profile_dir(device, stack, version_dir)
+    return root if config["workload"].get("backend", "cpu") == "npu" else f"{root}/trace.json"
 
 
 def stage_code(*modules):
@@ -108,8 +128,58 @@ def database_files(wildcards):
     return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)] + [f"{root}/op_mapping.yaml"]
 
 
+def database_kernel_csvs(wildcards):
+    """The per-kernel CSVs of one database (without op_mapping.yaml)."""
+    return [f for f in database_files(wildcards) if f.endswith(".csv")]
+
+
+def database_backend(device):
+    return DEVICES[device].backend
+
+
+def kernel_definitions_dir(wildcards):
+    """The kernel definitions of a database's back end: config/kernels/npu or config/kernels/torch."""
+    family = "npu" if database_backend(wildcards.device) == "npu" else "torch"
+    return f"config/kernels/{family}"
+
+
+def grid_enabled():
+    return "grid" in config and config["grid"].get("enabled", True)
+
+
+def replay_enabled(device):
+    """Replay runs only for databases whose device back end this host can measure on."""
+    return "replay" in config and database_backend(device) in config["replay"].get("backends", ["cpu"])
+
+
+def _stage_root(wildcards):
+    return f"results/{wildcards.device}/{wildcards.stack}/{wildcards.version_dir}"
+
+
+def database_rows_input(wildcards):
+    """What a database CSV is made from: the replayed CSV, else the grid's or the parse's directory."""
+    if replay_enabled(wildcards.device):
+        return f"{_stage_root(wildcards)}/replayed/{wildcards.kernel}.csv"
+    if grid_enabled():
+        return f"{_stage_root(wildcards)}/grid"
+    checkpoints.parse_profiles.get(**wildcards)
+    return f"{_stage_root(wildcards)}/parsed"
+
+
+def database_rows_file(wildcards):
+    """The one CSV inside database_rows_input for this kernel type."""
+    rows = database_rows_input(wildcards)
+    return rows if rows.endswith(".csv") else f"{rows}/{wildcards.kernel}.csv"
+
+
+def database_targets():
+    """The completion marker of every database this config builds (each pulls in all its files)."""
+    return ["results/{}/{}/{}/database_manifest.tsv".format(*key) for key in databases()]
+
+
 def all_targets(wildcards):
-    targets = []
-    for device, stack, version_dir in databases():
-        targets.append(f"data/{device}/{stack}/{version_dir}/.complete")
+    targets = database_targets()
+    for optional in ("report_targets", "comm_targets"):
+        if optional in globals():
+            targets += globals()[optional]()
     return targets

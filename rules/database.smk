@@ -33,7 +33,7 @@ rule database_op_mapping:
     params:
         log_level=config["log_level"],
     shell:
-        "python scripts/build_database.py op-mapping --database-path data/{wildcards.device}/{wildcards.stack}/{wildcards.version_dir} "
+        "python scripts/build_database.py op-mapping --kernels {input.kernels:q} "
         "--device {wildcards.device} --devices {input.devices} --definitions {input.definitions} "
         "--output {output.mapping} --log-level {params.log_level} > {log} 2>&1"
 

@@ -4,7 +4,7 @@ rule profile_workload:
         models=config["models"],
         code=stage_code("workload"),
     output:
-        trace="results/workload/{device}/{stack}/{version_dir}/trace.json",
+        profile=directory("results/workload/{device}/{stack}/{version_dir}/profile"),
     log:
         "logs/workload/{device}/{stack}/{version_dir}.log",
     benchmark:
@@ -24,5 +24,5 @@ rule profile_workload:
         "python scripts/profile_workload.py --backend {params.backend} --models {input.models} "
         "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
         "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
-        "--decode-context {params.decode_context} --output {output.trace} "
+        "--decode-context {params.decode_context} --output {output.profile} "
         "--log-level {params.log_level} > {log} 2>&1"

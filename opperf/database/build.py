@@ -1,0 +1,139 @@
+"""Write the final database files from the last stage's rows, checking the contract on the way.
+
+The database CSV is what the peer runtime reads, so this is the last gate: every contract column
+present and in order, every shape/dtype field parseable, no row dropped, written atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from opperf import __version__
+from opperf import contract
+from opperf.devices import load_catalog
+from opperf.errors import OpperfError
+from opperf.io import atomic_output, read_database_csv, write_csv_atomic
+from opperf.log import get_logger, span
+from opperf.versions import parse_version_dir
+
+log = get_logger("database")
+
+DEFINITION_FAMILY = {"npu": "npu", "cuda": "torch", "cpu": "torch"}
+
+
+def validate_rows(frame: pd.DataFrame, path: Path) -> None:
+    """Every shape field parses and dtype/format slots align with shape slots: errors name row and field."""
+    for index, row in enumerate(frame.itertuples(index=False), start=2):
+        record = dict(zip(frame.columns, row))
+        for shapes_col, names_cols in ((contract.INPUT_SHAPES, (contract.INPUT_DTYPES, contract.INPUT_FORMATS)),
+                                       (contract.OUTPUT_SHAPES, (contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS))):
+            shapes = contract.parse_shapes(record[shapes_col], path=path, row=index, field=shapes_col)
+            for names_col in names_cols:
+                names = contract.parse_names(record[names_col])
+                if shapes and names and len(names) != len(shapes) and names != ["N/A"]:
+                    # Profilers sometimes list dtypes for trailing slots they left out of the shape
+                    # field (the real FlashAttentionScoreGrad rows do); only fewer names is an error.
+                    if len(names) < len(shapes):
+                        raise OpperfError(f"{len(names)} slot(s) but {shapes_col} has {len(shapes)}",
+                                          path=path, row=index, field=names_col)
+
+
+def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path) -> int:
+    """Check and write `{KernelType}.csv`; returns the row count. Never drops a row."""
+    rows_path, output = Path(rows_path), Path(output)
+    contract.check_kernel_type(kernel_type, path=rows_path, field="kernel type")
+    with span("database.kernel", log, kernel=kernel_type) as result:
+        frame = read_database_csv(rows_path, required=contract.BASE_COLUMNS)
+        validate_rows(frame, rows_path)
+        if contract.SOURCE not in frame.columns:
+            frame[contract.SOURCE] = contract.SOURCE_PROFILED
+        else:
+            frame.loc[frame[contract.SOURCE] == "", contract.SOURCE] = contract.SOURCE_PROFILED
+        frame = frame[contract.order_columns(frame.columns)]
+        write_csv_atomic(output, frame)
+        result["rows"] = len(frame)
+    return len(frame)
+
+
+def _load_definitions(definitions_dir: Path, backend: str) -> dict:
+    """The kernel definitions of a back end (replay stage's loader); empty if none are installed."""
+    from opperf.replay.definitions import load_definitions
+
+    family_dir = definitions_dir / DEFINITION_FAMILY[backend]
+    return load_definitions(family_dir, backend=backend) if family_dir.is_dir() else {}
+
+
+def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
+                     definitions_dir: str | Path, output: str | Path, collected_at: str | None = None) -> dict:
+    """op_mapping.yaml: versions, device, date, framework-op → kernel-type mappings, per-type replay API.
+
+    `kernel_csvs` are the database's kernel CSVs (all in one data/{device}/{stack}/{version_dir}/).
+    """
+    kernel_files = sorted(Path(p) for p in kernel_csvs)
+    database_path, definitions_dir = Path(output).parent, Path(definitions_dir)
+    catalog = load_catalog(devices_path)
+    if device not in catalog:
+        raise OpperfError(f"unknown device {device!r}", path=devices_path)
+    entry = catalog[device]
+    stack_versions = parse_version_dir(database_path.name)
+    definitions = _load_definitions(definitions_dir, entry.backend)
+    kernel_types = {}
+    for csv_path in kernel_files:
+        kernel = csv_path.stem
+        definition = definitions.get(kernel)
+        rows = len(read_database_csv(csv_path))
+        kernel_types[kernel] = {
+            "csv": csv_path.name,
+            "rows": rows,
+            "replay_api": definition.api if definition else None,
+            "category": definition.category if definition else None,
+            "definition": str(definition.path) if definition else None,
+        }
+    mappings = []
+    for definition in sorted(definitions.values(), key=lambda d: d.type):
+        if definition.type not in kernel_types:
+            continue
+        for framework_op in definition.framework_ops:
+            mappings.append({
+                "framework_op": framework_op,
+                "kernel_type": definition.type,
+                "alternate_kernel_types": [k for k in definition.alternate_kernel_types if k in kernel_types],
+                "category": definition.category,
+            })
+    versions = {"torch": stack_versions.torch}
+    if stack_versions.vllm:
+        versions["vllm"] = stack_versions.vllm
+    if stack_versions.runtime != "cpu":
+        versions[stack_versions.runtime] = stack_versions.runtime_version
+    document = {
+        "device": device,
+        "device_full_name": entry.full_name,
+        "backend": entry.backend,
+        "stack": database_path.parent.name,
+        "version_dir": database_path.name,
+        "versions": versions,
+        "collected_at": collected_at or dt.date.today().isoformat(),
+        "generated_by": f"opperf {__version__}",
+        "kernel_types": kernel_types,
+        "operator_mappings": mappings,
+    }
+    with atomic_output(output) as handle:
+        handle.write("# Generated by opperf from config/kernels/ definitions; do not edit by hand.\n")
+        yaml.safe_dump(document, handle, sort_keys=False, allow_unicode=False)
+    log.info("op_mapping: %d kernel types, %d framework-op mappings", len(kernel_types), len(mappings))
+    return document
+
+
+def write_manifest(files: list[str | Path], output: str | Path) -> None:
+    """A TSV of every file of a database with its row count: the marker that the database is complete."""
+    lines = ["file\trows"]
+    for name in files:
+        path = Path(name)
+        rows = len(read_database_csv(path)) if path.suffix == ".csv" else ""
+        lines.append(f"{path}\t{rows}")
+    with atomic_output(output) as handle:
+        handle.write("\n".join(lines) + "\n")
