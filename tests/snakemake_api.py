@@ -1,0 +1,54 @@
+"""Drive the opperf workflow through Snakemake's own Python API (no subprocess, no output scraping)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, Quietness,
+                                      ResourceSettings)
+
+REPO = Path(__file__).resolve().parent.parent
+# What a workflow copy needs: the code and the default configuration (not data/, results/, .venv/).
+WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources")
+
+
+def copy_workflow(destination: Path) -> Path:
+    """A fresh copy of the workflow to run in a temporary directory."""
+    for part in WORKFLOW_PARTS:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, destination / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy2(source, destination / part)
+    return destination
+
+
+def run_workflow(workdir: Path, targets=(), *, dry_run: bool = False, config: dict | None = None,
+                 cores: int = 2) -> list[tuple[str, dict]] | list[str]:
+    """Run or dry-run the workflow in `workdir`.
+
+    A dry run returns the (rule, wildcards) of every job Snakemake plans, sorted; a real run returns
+    the files it updated, sorted.
+    """
+    with SnakemakeApi(OutputSettings(quiet={Quietness.ALL}, printshellcmds=False)) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(cores=cores),
+            config_settings=ConfigSettings(config=config or {}),
+            snakefile=workdir / "Snakefile",
+            workdir=workdir,
+        )
+        dag_api = workflow_api.dag(dag_settings=DAGSettings(targets=frozenset(targets)))
+        if dry_run:
+            dag_api.execute_workflow(executor="local", pseudo_executor="dryrun")
+            jobs = workflow_api._workflow.dag.needrun_jobs(exclude_finished=False)
+            return sorted((job.rule.name, dict(job.wildcards_dict)) for job in jobs)
+        updated: list[str] = []
+        dag_api.execute_workflow(executor="local", updated_files=updated)
+        return sorted(updated)
+
+
+def planned_rules(plan) -> list[str]:
+    """The rule names of a dry-run plan, sorted, with repeats."""
+    return sorted(rule for rule, _ in plan)
