@@ -1,0 +1,111 @@
+"""Database stage: contract checks, column order, atomic writes, op_mapping.yaml."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from opperf import contract
+from opperf.database.build import build_op_mapping, finalise_kernel_csv, write_manifest
+from opperf.errors import OpperfError
+
+HEADER = ("OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
+          "Output Data Types,Output Formats,Profiling Average Duration(us),Profiling Median Duration(us),"
+          "Profiling Std Duration(us),Profiling Average aicore_time(us),source,Average Duration(us),"
+          "MicroBench aicore_time(us)")
+ROWS = [
+    "dynamic,AI_CORE,\"81920,4096;8192,512\",DT_BF16;DT_BF16,ND;ND,\"4096,512\",DT_BF16,ND,187.64875,187.2735,"
+    "1.8,184.9,profiled,190.1,185.0",
+    "dynamic,AI_CORE,\"16,4096;8192,512\",DT_BF16;DT_BF16,ND;ND,\"16,512\",DT_BF16,ND,,,,,generated,,",
+    "dynamic,AI_CORE,\"32,4096;8192,512\",DT_BF16;DT_BF16,ND;ND,\"32,512\",DT_BF16,ND,,,,,,,",
+]
+
+
+def write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_kernel_csv_is_written_in_contract_order_without_losing_rows(tmp_path):
+    rows = write(tmp_path / "in.csv", [HEADER, *ROWS])
+    out = tmp_path / "db" / "MatMulV2.csv"
+    assert finalise_kernel_csv(rows, "MatMulV2", out) == 3
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",")[8:12] == ["Average Duration(us)", "Profiling Average Duration(us)",
+                                         "Profiling Median Duration(us)", "Profiling Std Duration(us)"]
+    assert lines[0].endswith("MicroBench aicore_time(us),Profiling Average aicore_time(us),source")
+    assert len(lines) == 4
+    # Rows with no source are profiled rows; generated stays generated.
+    assert [line.rsplit(",", 1)[1] for line in lines[1:]] == ["profiled", "generated", "profiled"]
+    assert lines[1].startswith('dynamic,AI_CORE,"81920,4096;8192,512",DT_BF16;DT_BF16,ND;ND,"4096,512",'
+                               "DT_BF16,ND,190.1,187.64875,187.2735,1.8,185.0,184.9,")
+
+
+@pytest.mark.parametrize("bad_row, field, message", [
+    ("dynamic,AI_CORE,\"81920,x;8192,512\",DT_BF16;DT_BF16,ND;ND,\"4096,512\",DT_BF16,ND,1,1,0,1,,,",
+     "Input Shapes", "bad dimension 'x'"),
+    ("dynamic,AI_CORE,\"81920,4;8192,512\",DT_BF16,ND;ND,\"4096,512\",DT_BF16,ND,1,1,0,1,,,",
+     "Input Data Types", "1 slot(s) but Input Shapes has 2"),
+])
+def test_bad_rows_name_file_line_field_and_leave_no_output(tmp_path, bad_row, field, message):
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0], bad_row])
+    out = tmp_path / "db" / "MatMulV2.csv"
+    with pytest.raises(OpperfError) as info:
+        finalise_kernel_csv(rows, "MatMulV2", out)
+    assert str(info.value) == f"{rows}, line 3, field '{field}': {message}"
+    assert not out.exists()
+    assert not (tmp_path / "db").exists() or not any((tmp_path / "db").iterdir())
+
+
+def test_missing_contract_column_is_an_error(tmp_path):
+    rows = write(tmp_path / "in.csv", [HEADER.replace("Output Formats", "Output Fmt"), ROWS[0]])
+    with pytest.raises(OpperfError, match="missing required column.*Output Formats"):
+        finalise_kernel_csv(rows, "MatMulV2", tmp_path / "out.csv")
+
+
+def test_hostile_kernel_name_never_becomes_a_path(tmp_path):
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    with pytest.raises(OpperfError, match="path separator"):
+        finalise_kernel_csv(rows, "../../x", tmp_path / "db" / "x.csv")
+
+
+def test_existing_database_file_survives_a_failed_rewrite(tmp_path):
+    out = tmp_path / "MatMulV2.csv"
+    out.write_text("old complete content\n")
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0].replace("81920,4096", "81920,-1")])
+    with pytest.raises(OpperfError):
+        finalise_kernel_csv(rows, "MatMulV2", out)
+    assert out.read_text() == "old complete content\n"
+
+
+def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
+    database = tmp_path / "data" / "CPU" / "torch" / "torch2.13.0_cpu"
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    finalise_kernel_csv(rows, "mm", database / "mm.csv")
+    finalise_kernel_csv(rows, "unknown_op", database / "unknown_op.csv")
+    output = database / "op_mapping.yaml"
+    build_op_mapping([database / "mm.csv", database / "unknown_op.csv"], "CPU", repo / "config" / "devices.yaml",
+                     repo / "config" / "kernels", output, collected_at="2026-11-22")
+    document = yaml.safe_load(output.read_text())
+    assert document["device"] == "CPU" and document["backend"] == "cpu"
+    assert document["versions"] == {"torch": "2.13.0"}
+    assert document["collected_at"] == "2026-11-22"
+    assert document["kernel_types"]["mm"]["replay_api"] == "torch.mm"
+    assert document["kernel_types"]["mm"]["rows"] == 1
+    assert document["kernel_types"]["unknown_op"]["replay_api"] is None
+    assert {"framework_op": "aten.mm.default", "kernel_type": "mm", "alternate_kernel_types": [],
+            "category": "matmul"} in document["operator_mappings"]
+
+
+def test_manifest_lists_files_and_row_counts(tmp_path):
+    rows = write(tmp_path / "a.csv", [HEADER, *ROWS])
+    (tmp_path / "op_mapping.yaml").write_text("x: 1\n")
+    write_manifest([rows, tmp_path / "op_mapping.yaml"], tmp_path / "manifest.tsv")
+    assert (tmp_path / "manifest.tsv").read_text().splitlines() == [
+        "file\trows", f"{rows}\t3", f"{tmp_path / 'op_mapping.yaml'}\t"]
+
+
+def test_contract_columns_are_the_peers_names():
+    assert contract.BASE_COLUMNS == ("OP State", "Accelerator Core", "Input Shapes", "Input Data Types",
+                                     "Input Formats", "Output Shapes", "Output Data Types", "Output Formats")
+    assert contract.REPLAY_AVERAGE == "Average Duration(us)"

@@ -1,0 +1,71 @@
+"""Workload stage: the reference decoder runs under torch.profiler and leaves the ops a decoder launches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.workload.model import load_model_dims
+from opperf.workload.profile import WorkloadPlan, profile_workload, torch_device_for
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory, repo=None):
+    from conftest import REPO
+
+    dims = load_model_dims(REPO / "config" / "models.yaml", "opperf-tiny")
+    out = tmp_path_factory.mktemp("workload") / "profile"
+    plan = WorkloadPlan(prefill_lengths=(8,), decode_steps=2, decode_context=8)
+    profile_workload(dims, plan, "cpu", "float32", out)
+    return dims, json.loads((out / "trace.json").read_text())
+
+
+def cpu_ops(trace):
+    return [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
+
+
+def test_profile_has_every_decoder_step_with_shapes(tiny_trace):
+    dims, trace = tiny_trace
+    names = {e["name"] for e in cpu_ops(trace)}
+    assert {"aten::mm", "aten::embedding", "aten::rsqrt", "aten::pow", "aten::mean", "aten::silu", "aten::cat",
+            "aten::neg", "aten::add", "aten::mul", "aten::scaled_dot_product_attention"} <= names
+    labels = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+    assert {"prefill_8", "decode_0", "decode_1"} <= labels
+    # The QKV projection of the 8-token prefill: (8, hidden) x (hidden, q + 2 kv).
+    qkv = (dims.num_attention_heads + 2 * dims.num_key_value_heads) * dims.head_dim
+    dims_seen = [e["args"]["Input Dims"] for e in cpu_ops(trace) if e["name"] == "aten::mm"]
+    assert [[8, dims.hidden_size], [dims.hidden_size, qkv]] in dims_seen
+    # Decode steps attend over the KV cache: 8 cached + 1 new, then + 2.
+    kv_lengths = {e["args"]["Input Dims"][1][2] for e in cpu_ops(trace)
+                  if e["name"] == "aten::_scaled_dot_product_flash_attention_for_cpu"}
+    assert {8, 9, 10} <= kv_lengths
+
+
+def test_no_rng_ops_in_the_profile(tiny_trace):
+    _, trace = tiny_trace
+    assert not {"aten::randint", "aten::random_"} & {e["name"] for e in cpu_ops(trace)}
+
+
+def test_missing_accelerators_are_clear_errors():
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match="torch sees no CUDA device"):
+            torch_device_for("cuda")
+    with pytest.raises(DeviceUnavailableError, match="torch_npu is not installed|no Ascend NPU"):
+        torch_device_for("npu")
+    with pytest.raises(OpperfError, match="unknown back end 'tpu'"):
+        torch_device_for("tpu")
+
+
+def test_unknown_model_and_incomplete_model_config(tmp_path):
+    from conftest import REPO
+
+    with pytest.raises(OpperfError, match="unknown model 'gpt-5'"):
+        load_model_dims(REPO / "config" / "models.yaml", "gpt-5")
+    bad = tmp_path / "models.yaml"
+    bad.write_text("m: {hidden_size: 8}\n")
+    with pytest.raises(OpperfError, match="field 'intermediate_size'"):
+        load_model_dims(bad, "m")
