@@ -43,7 +43,7 @@ def test_kernel_csv_is_written_in_contract_order_without_losing_rows(tmp_path):
 
 @pytest.mark.parametrize("bad_row, field, message", [
     ("dynamic,AI_CORE,\"81920,x;8192,512\",DT_BF16;DT_BF16,ND;ND,\"4096,512\",DT_BF16,ND,1,1,0,1,,,",
-     "Input Shapes", "bad dimension 'x'"),
+     "Input Shapes", "bad dimension 'x' in shape '81920,x'"),
     ("dynamic,AI_CORE,\"81920,4;8192,512\",DT_BF16,ND;ND,\"4096,512\",DT_BF16,ND,1,1,0,1,,,",
      "Input Data Types", "1 slot(s) but Input Shapes has 2"),
 ])
