@@ -41,6 +41,20 @@ wildcard_constraints:
     kernel=r"[A-Za-z0-9_][A-Za-z0-9_.+\-]*",
 
 
+def backend_conda_env(backend):
+    """The conda env of a back end (for --sdm conda): envs/cpu.yaml, envs/cuda.yaml, envs/npu.yaml."""
+    return f"../envs/{backend}.yaml"
+
+
+def workload_conda_env():
+    return backend_conda_env(config["workload"].get("backend", "cpu"))
+
+
+def device_conda_env(wildcards):
+    """The conda env of the back end that measures on `wildcards.device`."""
+    return backend_conda_env(DEVICES[wildcards.device].backend)
+
+
 def workload_database():
     """(device, stack, version_dir) of the database the reference workload feeds, or None."""
     workload = config.get("workload", {})

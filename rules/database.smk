@@ -5,6 +5,8 @@ rule database_kernel:
         code=stage_code("database"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
@@ -26,6 +28,8 @@ rule database_op_mapping:
         code=stage_code("database"),
     output:
         mapping="data/{device}/{stack}/{version_dir}/op_mapping.yaml",
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/op_mapping.log",
     benchmark:
@@ -44,6 +48,8 @@ rule database_complete:
         files=database_files,
     output:
         manifest="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/manifest.log",
     benchmark:

@@ -5,6 +5,8 @@ checkpoint parse_profiles:
         code=stage_code("parse"),
     output:
         parsed=directory("results/{device}/{stack}/{version_dir}/parsed"),
+    conda:
+        "../envs/cpu.yaml"
     log:
         "logs/parse/{device}/{stack}/{version_dir}.log",
     benchmark:

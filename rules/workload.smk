@@ -5,6 +5,8 @@ rule profile_workload:
         code=stage_code("workload"),
     output:
         profile=directory("results/workload/{device}/{stack}/{version_dir}/profile"),
+    conda:
+        workload_conda_env()
     log:
         "logs/workload/{device}/{stack}/{version_dir}.log",
     benchmark:
