@@ -1,0 +1,95 @@
+"""Incremental rebuild behaviour, through Snakemake's own Python API, in a temporary copy of the workflow."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from snakemake_api import copy_workflow, planned_rules, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+A3 = "data/A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5"
+A3_SOURCE = "resources/profiles/A3_vllm0.18.0_torch2.9.0_cann8.5/kernel_details.csv"
+FIXTURE_TYPES = ["Add", "FlashAttentionScore", "FlashAttentionScoreGrad", "MatMulV2", "MatMulV3"]
+
+
+def write_sources(workdir: Path, rows: list[tuple[str, str, str, str]]) -> str:
+    lines = ["device\tstack\tversion_dir\tpath"] + ["\t".join(r) for r in rows]
+    (workdir / "config" / "test_sources.tsv").write_text("\n".join(lines) + "\n")
+    return "config/test_sources.tsv"
+
+
+def offline_config(sources: str, **overrides) -> dict:
+    """Only the registered profiles (no CPU workload, no collectives): parse → grid → database."""
+    config = {"sources": sources, "workload": {"enabled": False}, "comm": {"enabled": False},
+              "replay": {"backends": []}}
+    config.update(overrides)
+    return config
+
+
+def mtimes(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return copy_workflow(tmp_path / "wf")
+
+
+def test_a3_dry_run_plans_parse_and_database_jobs(workdir):
+    sources = write_sources(workdir, [("A3", "vllm_ascend", "vllm0.18.0_torch2.9.0_cann8.5", A3_SOURCE)])
+    plan = run_workflow(workdir, [f"{A3}/MatMulV2.csv"], dry_run=True, config=offline_config(sources))
+    rules = planned_rules(plan)
+    assert "parse_profiles" in rules and "database_kernel" in rules
+    assert set(rules) <= {"parse_profiles", "generate_shape_grid", "database_kernel"}
+    assert ("database_kernel", {"device": "A3", "stack": "vllm_ascend",
+                                "version_dir": "vllm0.18.0_torch2.9.0_cann8.5", "kernel": "MatMulV2"}) in plan
+    assert not (workdir / "data").exists(), "a dry run must not write anything"
+
+
+def test_build_then_nothing_then_only_what_changed(workdir):
+    v1, v2 = "vllm0.18.0_torch2.9.0_cann8.5", "vllm0.18.0_torch2.9.0_cann8.5_shape_generated"
+    second = workdir / "resources" / "second_profile.csv"
+    second.write_bytes((workdir / A3_SOURCE).read_bytes())
+    sources = write_sources(workdir, [("A3", "vllm_ascend", v1, A3_SOURCE),
+                                      ("A2", "vllm_ascend", v1, "resources/second_profile.csv")])
+    config = offline_config(sources)
+
+    run_workflow(workdir, config=config)
+    for device in ("A3", "A2"):
+        database = workdir / "data" / device / "vllm_ascend" / v1
+        assert sorted(p.stem for p in database.glob("*.csv")) == FIXTURE_TYPES
+        assert (database / "op_mapping.yaml").is_file()
+
+    # A second run does nothing.
+    assert run_workflow(workdir, dry_run=True, config=config) == []
+    before = mtimes(workdir / "data")
+    assert run_workflow(workdir, config=config) == []
+    assert mtimes(workdir / "data") == before
+
+    # Touching one registered raw profile re-runs that database's jobs only.
+    time.sleep(0.01)
+    os.utime(second)
+    plan = run_workflow(workdir, dry_run=True, config=config)
+    assert plan and {w["device"] for _, w in plan} == {"A2"}
+    assert "parse_profiles" in planned_rules(plan)
+    run_workflow(workdir, config=config)
+    after = mtimes(workdir / "data")
+    changed = {f for f in after if after[f] != before.get(f)}
+    assert changed and all(f.startswith(f"A2/vllm_ascend/{v1}/") for f in changed)
+
+    # A new version_dir builds beside the old one and leaves it untouched.
+    sources = write_sources(workdir, [("A3", "vllm_ascend", v1, A3_SOURCE),
+                                      ("A2", "vllm_ascend", v1, "resources/second_profile.csv"),
+                                      ("A3", "vllm_ascend", v2, A3_SOURCE)])
+    config = offline_config(sources)
+    plan = run_workflow(workdir, dry_run=True, config=config)
+    assert {w["version_dir"] for _, w in plan} == {v2}
+    run_workflow(workdir, config=config)
+    newest = mtimes(workdir / "data")
+    assert all(newest[f] == after[f] for f in after)
+    assert sorted(p.stem for p in (workdir / "data" / "A3" / "vllm_ascend" / v2).glob("*.csv")) == FIXTURE_TYPES
