@@ -1,0 +1,167 @@
+"""Replay one row: memory check, build, first call + verify, warm-up, timed calls, statistics.
+
+A row's outcome is a status and the columns it fills. Only a verified call's samples become
+numbers; every failure keeps the row with its status and error (write-back decides, never this).
+Rows with equal signature (and equal recorded scalars) are replayed once: they are the same call.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.log import get_logger
+from opperf.replay.definitions import KernelDefinition
+from opperf.replay.inputs import FormatCast, build_case, parse_row_slots, row_tensor_bytes
+from opperf.replay.npu.op_summary import duration_stats, format_number
+from opperf.replay.timing import Timer
+from opperf.replay.verify import verify_outputs
+
+log = get_logger("replay.engine")
+
+STATUS_OK = "ok"
+STATUS_EXECUTED = "executed"                  # ran and verified; durations come from a profiler session (npu)
+STATUS_FAILED_BUILD = "failed_build"
+STATUS_FAILED_RUN = "failed_run"
+STATUS_FAILED_VERIFY = "failed_verify"
+STATUS_FAILED_CRASH = "failed_crash"          # the replay process died on this row (abort, segfault, OOM kill)
+STATUS_FAILED_TIMEOUT = "failed_timeout"      # the row ran past the timeout; its process was killed
+STATUS_FAILED_NO_SAMPLES = "failed_no_samples"  # the profiler session reported no kernel with this signature
+STATUS_NOT_RUN = "not_run"                    # never reached: the replay process kept dying (see error)
+STATUS_SKIPPED_MEMORY = "skipped_memory"
+STATUS_NO_DEFINITION = "no_definition"
+STATUS_UNSUPPORTED_BACKEND = "unsupported_backend"
+
+FAILED_STATUSES = frozenset({STATUS_FAILED_BUILD, STATUS_FAILED_RUN, STATUS_FAILED_VERIFY, STATUS_FAILED_CRASH,
+                             STATUS_FAILED_TIMEOUT, STATUS_FAILED_NO_SAMPLES})
+UPDATE_MODES = ("all", "missing-only")
+DEFAULT_REPEAT_COUNT = 30
+DEFAULT_WARMUP_COUNT = 3
+
+
+@dataclass
+class RowOutcome:
+    """What replaying one row gave: a status, the result columns (only when ok), and what to trace."""
+
+    status: str
+    columns: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    call: str = ""                 # the call as built, e.g. torch.ops.aten.mm(Tensor(16, 256):float32, ...)
+    expected_outputs: str = ""
+    produced_outputs: str = ""
+    other_samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> RowOutcome:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One distinct call to replay: the first row (0-based index, 1-based file line) standing for its group."""
+
+    index: int
+    line: int
+    key: tuple[str, ...]
+
+
+def replay_key(row: Mapping[str, str], kernel_type: str) -> tuple[str, ...]:
+    """Rows that are the same call: the row signature plus the recorded scalars (aten ops' dim, alpha, ...)."""
+    return contract.row_signature(row, kernel_type) + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
+
+
+def has_valid_duration(value: str) -> bool:
+    """A duration cell that holds a usable measurement (a finite number > 0)."""
+    try:
+        number = float(contract.strip_profiler_quotes(value))
+    except ValueError:
+        return False
+    return math.isfinite(number) and number > 0
+
+
+def plan_work(rows: Sequence[Mapping[str, str]], kernel_type: str, update_mode: str) -> list[WorkItem]:
+    """The distinct calls to replay. `missing-only` leaves rows whose `Average Duration(us)` is filled."""
+    if update_mode not in UPDATE_MODES:
+        raise OpperfError(f"update mode {update_mode!r} is not one of {UPDATE_MODES}", field="--update-mode")
+    items: dict[tuple[str, ...], WorkItem] = {}
+    for index, row in enumerate(rows):
+        if update_mode == "missing-only" and has_valid_duration(row.get(contract.REPLAY_AVERAGE, "")):
+            continue
+        key = replay_key(row, kernel_type)
+        if key not in items:
+            items[key] = WorkItem(index=index, line=index + 2, key=key)
+    return list(items.values())
+
+
+def sample_columns(samples_us: Sequence[float], method: str, l2_policy: str) -> dict[str, str]:
+    """`Average Duration(us)` (the mean, as the name says) and our statistics beside it."""
+    stats = duration_stats(samples_us)
+    return {
+        contract.REPLAY_AVERAGE: format_number(stats.mean_us),
+        contract.REPLAY_MEDIAN: format_number(stats.median_us),
+        contract.REPLAY_P10: format_number(stats.p10_us),
+        contract.REPLAY_P90: format_number(stats.p90_us),
+        contract.REPLAY_CV: format_number(stats.cv),
+        contract.REPLAY_SAMPLE_COUNT: str(stats.sample_count),
+        contract.REPLAY_TIMING_METHOD: method,
+        contract.REPLAY_L2_POLICY: l2_policy,
+    }
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:500]
+
+
+def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: Timer,
+               repeat_count: int = DEFAULT_REPEAT_COUNT, warmup_count: int = DEFAULT_WARMUP_COUNT,
+               memory_budget_bytes: int | None = None, format_cast: FormatCast | None = None,
+               path=None, line: int | None = None, seed: int = 0) -> RowOutcome:
+    """Replay one row and say what happened (never raises for a row-level problem)."""
+    if not definition.supports(backend):
+        return RowOutcome(STATUS_UNSUPPORTED_BACKEND,
+                          error=f"{definition.path} lists back ends {list(definition.backends)}, not {backend}")
+    try:
+        slots = parse_row_slots(row, path=path, line=line)
+        needed = row_tensor_bytes(row)
+    except OpperfError as exc:
+        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc))
+    if memory_budget_bytes is not None and needed > memory_budget_bytes:
+        return RowOutcome(STATUS_SKIPPED_MEMORY,
+                          error=f"inputs+outputs need {needed / 2**30:.2f} GiB, over the device memory budget of "
+                                f"{memory_budget_bytes / 2**30:.2f} GiB (skipped before any allocation)")
+    try:
+        case = build_case(definition, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
+    except Exception as exc:            # a recipe that cannot be built for this row: record it, keep the row
+        log.debug("build failed for line %s: %s", line, traceback.format_exc())
+        return RowOutcome(STATUS_FAILED_BUILD, error=_error_text(exc))
+    try:
+        result = case.run()
+        timer.synchronize()
+    except Exception as exc:
+        log.debug("first call failed for line %s: %s", line, traceback.format_exc())
+        return RowOutcome(STATUS_FAILED_RUN, error=_error_text(exc), call=case.description)
+    verdict = verify_outputs(row, slots, result, definition.outputs)
+    del result
+    if not verdict.ok:
+        return RowOutcome(STATUS_FAILED_VERIFY, error=verdict.message, call=case.description,
+                          expected_outputs=verdict.expected, produced_outputs=verdict.produced)
+    try:
+        timing = timer.measure(case, max(warmup_count - 1, 0), repeat_count)
+    except Exception as exc:
+        return RowOutcome(STATUS_FAILED_RUN, error=_error_text(exc), call=case.description,
+                          expected_outputs=verdict.expected, produced_outputs=verdict.produced)
+    if not timing.samples_us:
+        return RowOutcome(STATUS_EXECUTED, columns={contract.REPLAY_TIMING_METHOD: timing.method},
+                          call=case.description, expected_outputs=verdict.expected, produced_outputs=verdict.produced)
+    return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy),
+                      call=case.description, expected_outputs=verdict.expected, produced_outputs=verdict.produced,
+                      other_samples=timing.other_samples_us)

@@ -1,0 +1,384 @@
+"""Build a kernel call from one database row: tensors from the row's shape/dtype/format strings.
+
+Strict: shapes go through `contract.parse_shapes`, scalars through `parse_scalar` (a literal
+grammar, never `eval`), dtypes through the contract's dtype table. FRACTAL_NZ storage shapes are
+built as their ND matrix and handed to the back end's format cast (NPU only). Index-like inputs
+hold values inside the bound their definition names, so a gather/scatter/cache-slot input never
+reads or writes out of bounds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition
+
+# Canonical profiler dtype name → torch dtype.
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "DT_BF16": torch.bfloat16, "DT_FLOAT16": torch.float16, "DT_FLOAT": torch.float32,
+    "DT_DOUBLE": torch.float64, "DT_INT8": torch.int8, "DT_UINT8": torch.uint8, "DT_INT16": torch.int16,
+    "DT_INT32": torch.int32, "DT_INT64": torch.int64, "DT_BOOL": torch.bool, "DT_COMPLEX64": torch.complex64,
+    "DT_FLOAT8_E4M3FN": torch.float8_e4m3fn, "DT_FLOAT8_E5M2": torch.float8_e5m2,
+}
+# The reverse, for describing what a call produced in the row's own spelling.
+PROFILER_DTYPES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
+
+# Format cast hook a back end supplies (NPU: torch_npu.npu_format_cast); CPU/CUDA keep ND.
+FormatCast = Callable[[torch.Tensor, str], torch.Tensor]
+
+
+@dataclass
+class ReplayCase:
+    """One ready-to-time call: `fn(*args, **kwargs)`; what hooks return from `build_case(row, ctx)`."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    description: str = ""                 # what was built, for traces and error messages
+
+    def run(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+
+# --- strict scalar literals -----------------------------------------------------------------------
+
+_INT_RE = re.compile(r"^[+-]?\d+$")
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$")
+_WORD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def parse_scalar(text: str, *, path=None, row=None, field=None) -> Any:
+    """One `Input Scalars` slot as a Python value: `-1`, `0.`, `1e-06`, `True`, `[256, 128]`, `tanh`.
+
+    '' means nothing was recorded (None). A literal grammar only (ints, floats, booleans, None,
+    bare words, flat lists of those): anything else is an OpperfError naming the field.
+    """
+    text = text.strip()
+    if text == "" or text == "None":
+        return None
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        if inner == "":
+            return []
+        items = [parse_scalar(part, path=path, row=row, field=field) for part in inner.split(",")]
+        if any(isinstance(item, list) for item in items):
+            raise OpperfError(f"nested list in scalar {text!r}", path=path, row=row, field=field)
+        return items
+    if text in ("True", "true"):
+        return True
+    if text in ("False", "false"):
+        return False
+    if _INT_RE.match(text):
+        return int(text)
+    if _FLOAT_RE.match(text):
+        return float(text)
+    if _WORD_RE.match(text):
+        return text
+    raise OpperfError(f"cannot read scalar {text!r} (expected a number, True/False, a word or [a, b, ...])",
+                      path=path, row=row, field=field)
+
+
+# --- the row, slot by slot --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RowSlots:
+    """A row's input and output slots, parsed: shapes (None = empty slot), dtypes, formats, scalars."""
+
+    input_shapes: list
+    input_dtypes: list[str]
+    input_formats: list[str]
+    input_scalars: list[Any]
+    output_shapes: list
+    output_dtypes: list[str]
+    output_formats: list[str]
+
+
+def _slot(values: Sequence[str], index: int) -> str:
+    return values[index] if index < len(values) else ""
+
+
+def parse_row_slots(row: Mapping[str, str], *, path=None, line=None) -> RowSlots:
+    """Parse the shape/dtype/format/scalar fields of one row (errors name the file, line and field)."""
+    input_shapes = contract.parse_shapes(row.get(contract.INPUT_SHAPES, ""), path=path, row=line,
+                                         field=contract.INPUT_SHAPES)
+    output_shapes = contract.parse_shapes(row.get(contract.OUTPUT_SHAPES, ""), path=path, row=line,
+                                          field=contract.OUTPUT_SHAPES)
+    scalars_text = contract.split_slots(row.get(contract.INPUT_SCALARS, ""))
+    scalars = [parse_scalar(s, path=path, row=line, field=contract.INPUT_SCALARS) for s in scalars_text]
+    return RowSlots(
+        input_shapes=input_shapes,
+        input_dtypes=contract.parse_names(row.get(contract.INPUT_DTYPES, "")),
+        input_formats=contract.parse_names(row.get(contract.INPUT_FORMATS, "")),
+        input_scalars=scalars,
+        output_shapes=output_shapes,
+        output_dtypes=contract.parse_names(row.get(contract.OUTPUT_DTYPES, "")),
+        output_formats=contract.parse_names(row.get(contract.OUTPUT_FORMATS, "")),
+    )
+
+
+def torch_dtype(name: str, *, path=None, row=None, field=None) -> torch.dtype:
+    canonical = contract.canonical_dtype(name, path=path, row=row, field=field)
+    if canonical not in TORCH_DTYPES:
+        raise OpperfError(f"data type {name!r} has no torch equivalent to build a tensor from", path=path,
+                          row=row, field=field)
+    return TORCH_DTYPES[canonical]
+
+
+def row_tensor_bytes(row: Mapping[str, str]) -> int:
+    """Bytes the row's input and output tensors occupy (logical ND shapes), for the memory budget check.
+
+    Slots with unknown dtypes count 4 bytes per element: the check must err on the side of skipping.
+    """
+    total = 0.0
+    for shapes_column, dtypes_column, formats_column in (
+            (contract.INPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS),
+            (contract.OUTPUT_SHAPES, contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS)):
+        shapes = contract.parse_shapes(row.get(shapes_column, ""), field=shapes_column)
+        dtypes = contract.parse_names(row.get(dtypes_column, ""))
+        formats = contract.parse_names(row.get(formats_column, ""))
+        for index, shape in enumerate(shapes):
+            if shape is None:
+                continue
+            shape = contract.logical_shape(shape, _slot(formats, index))
+            dtype = _slot(dtypes, index)
+            per_element = contract.dtype_bytes(dtype) if contract.is_known_dtype(dtype) else 4
+            total += math.prod(shape) * per_element
+    return int(math.ceil(total))
+
+
+# --- tensor construction ------------------------------------------------------------------------------
+
+class BuildContext:
+    """What a case builder (declarative or hook) needs: the row's slots, the device and tensor makers."""
+
+    def __init__(self, definition: KernelDefinition | None, row: Mapping[str, str], device: str | torch.device,
+                 *, format_cast: FormatCast | None = None, path=None, line: int | None = None, seed: int = 0):
+        self.definition = definition
+        self.row = row
+        self.device = torch.device(device)
+        self.format_cast = format_cast
+        self.path = path
+        self.line = line
+        self.slots = parse_row_slots(row, path=path, line=line)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+
+    # -- slot accessors
+    def input_dtype(self, index: int) -> torch.dtype:
+        override = self.definition.dtype_overrides.get(index) if self.definition else None
+        name = override or _slot(self.slots.input_dtypes, index)
+        if not name:
+            raise OpperfError(f"input slot {index} has no data type", path=self.path, row=self.line,
+                              field=contract.INPUT_DTYPES)
+        return torch_dtype(name, path=self.path, row=self.line, field=contract.INPUT_DTYPES)
+
+    def input_format(self, index: int) -> str:
+        return _slot(self.slots.input_formats, index).upper().removeprefix("FORMAT_")
+
+    def input_shape(self, index: int) -> tuple[int, ...] | None:
+        """The slot's logical (ND) shape; None for an empty slot."""
+        if index >= len(self.slots.input_shapes):
+            return None
+        return contract.logical_shape(self.slots.input_shapes[index], self.input_format(index))
+
+    def scalar(self, index: int) -> Any:
+        return self.slots.input_scalars[index] if index < len(self.slots.input_scalars) else None
+
+    def error(self, message: str, field_name: str = contract.INPUT_SHAPES) -> OpperfError:
+        return OpperfError(message, path=self.path, row=self.line, field=field_name)
+
+    # -- makers
+    def tensor(self, shape: Sequence[int], dtype: torch.dtype, values: str = "normal") -> torch.Tensor:
+        """A tensor of random (or constant) values, built on the CPU generator, then moved to the device."""
+        shape = tuple(int(d) for d in shape)
+        if values == "ones":
+            built = torch.ones(shape, dtype=dtype)
+        elif values == "zeros":
+            built = torch.zeros(shape, dtype=dtype)
+        elif dtype == torch.bool:
+            built = torch.randint(0, 2, shape, generator=self.generator).bool()
+        elif dtype.is_floating_point or dtype.is_complex:
+            base = torch.float32
+            if values == "uniform":
+                built = torch.rand(shape, generator=self.generator, dtype=base)
+            elif values == "positive":
+                built = torch.rand(shape, generator=self.generator, dtype=base) + 0.5
+            else:
+                built = torch.randn(shape, generator=self.generator, dtype=base)
+            built = built.to(dtype)
+        else:
+            low, high = (1, 8) if values == "positive" else (-8, 8)
+            if dtype == torch.uint8:
+                low = max(low, 0)
+            built = torch.randint(low, high, shape, generator=self.generator).to(dtype)
+        return built.to(self.device)
+
+    def index_tensor(self, shape: Sequence[int], dtype: torch.dtype, low: int, high: int, *, unique: bool = False,
+                     sorted_values: bool = False, field_name: str = contract.INPUT_SHAPES) -> torch.Tensor:
+        """Integers in [low, high): valid indices for gather/index/scatter/cache slots/expert ids."""
+        if high <= low:
+            raise self.error(f"index bound [{low}, {high}) is empty", field_name)
+        count = math.prod(shape)
+        if unique:
+            if count > high - low:
+                raise self.error(f"{count} distinct indices do not fit in [{low}, {high})", field_name)
+            values = torch.randperm(high - low, generator=self.generator)[:count] + low
+        else:
+            values = torch.randint(low, high, (count,), generator=self.generator)
+        if sorted_values:
+            values = values.sort().values
+        return values.reshape(tuple(shape)).to(dtype).to(self.device)
+
+    def cast_format(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
+        fmt = self.input_format(index)
+        if self.format_cast is not None and fmt not in ("", "ND", "NCHW", "NHWC"):
+            return self.format_cast(tensor, fmt)
+        return tensor
+
+
+# --- declarative builder ------------------------------------------------------------------------------
+
+def resolve_callable(dotted: str, import_modules: Sequence[str] = ()) -> Callable[..., Any]:
+    """`torch.ops.aten.mm` / `torch_npu.npu_rms_norm` → the callable (importing what it needs first)."""
+    for module in import_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise OpperfError(f"cannot import {module!r} (needed by {dotted}): {exc}") from exc
+    parts = dotted.split(".")
+    target = None
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            try:
+                target = getattr(target, attribute)
+            except (AttributeError, RuntimeError) as exc:
+                raise OpperfError(f"{dotted}: {'.'.join(parts[:cut])} has no attribute path "
+                                  f"{'.'.join(parts[cut:])!r} ({exc})") from exc
+        break
+    if target is None:
+        raise OpperfError(f"cannot import any module of {dotted!r}")
+    if not callable(target):
+        raise OpperfError(f"{dotted} is not callable")
+    return target
+
+
+def _index_high(bound: IndexBound, ctx: BuildContext, slot_index: int) -> int:
+    if bound.constant is not None:
+        return bound.constant
+    shape = ctx.input_shape(bound.slot)
+    if shape is None:
+        raise ctx.error(f"input slot {slot_index}'s index bound refers to slot {bound.slot}, which is empty")
+    if bound.dim_from_scalar_slot is not None:
+        dim = ctx.scalar(bound.dim_from_scalar_slot)
+        if isinstance(dim, list) and len(dim) == 1:
+            dim = dim[0]
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise ctx.error(f"input slot {slot_index}'s index bound needs an integer dim in Input Scalars slot "
+                            f"{bound.dim_from_scalar_slot}, found {dim!r}", contract.INPUT_SCALARS)
+    else:
+        dim = bound.dim
+    if not -len(shape) <= dim < len(shape):
+        raise ctx.error(f"input slot {slot_index}'s index bound uses dim {dim} of slot {bound.slot}, "
+                        f"which has shape {shape}")
+    return shape[dim]
+
+
+_NO_ARGUMENT = object()
+
+
+def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
+    """One slot as the value the call receives (or _NO_ARGUMENT when it is left out)."""
+    shape = ctx.input_shape(index)
+    if spec.role == "none":
+        return _NO_ARGUMENT if spec.omit else None
+    if spec.role == "scalar":
+        return ctx.scalar(index) if spec.scalar_from == "input_scalars" else spec.value
+    if spec.role == "index":
+        if shape is None:
+            raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
+        return ctx.index_tensor(shape, ctx.input_dtype(index), spec.low, _index_high(spec.high, ctx, index),
+                                unique=spec.unique, sorted_values=spec.sorted)
+    # tensor
+    if shape is None:
+        # A 0-d tensor (wrapped Python number) has no shape text: use the value the trace recorded,
+        # else a 0-d tensor of the slot's dtype, else None (an optional tensor that was absent).
+        recorded = ctx.scalar(index)
+        if recorded is not None:
+            return recorded
+        if _slot(ctx.slots.input_dtypes, index) and contract.is_known_dtype(_slot(ctx.slots.input_dtypes, index)):
+            return ctx.tensor((), ctx.input_dtype(index), spec.values)
+        return None
+    built = ctx.tensor(shape, ctx.input_dtype(index), spec.values)
+    if spec.transpose is not None:
+        if len(shape) < 2:
+            raise ctx.error(f"input slot {index} has shape {shape}; transpose {list(spec.transpose)} needs rank >= 2")
+        built = built.transpose(*spec.transpose)
+        if spec.contiguous:
+            built = built.contiguous()
+    return ctx.cast_format(built, index)
+
+
+def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
+    """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
+    slot_count = len(ctx.slots.input_shapes)
+    if slot_count != len(definition.inputs):
+        raise ctx.error(f"the row has {slot_count} input slots, the definition {definition.path} describes "
+                        f"{len(definition.inputs)}")
+    fn = resolve_callable(definition.api, definition.import_modules)
+    args, kwargs = [], dict(definition.kwargs)
+    for index, spec in enumerate(definition.inputs):
+        value = build_argument(spec, index, ctx)
+        if value is _NO_ARGUMENT:
+            continue
+        if spec.name:
+            kwargs[spec.name] = value
+        else:
+            args.append(value)
+    return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(definition.api, args, kwargs))
+
+
+def describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{tuple(value.shape)}:{str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(describe_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def describe_call(api: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    parts = [describe_value(a) for a in args] + [f"{k}={describe_value(v)}" for k, v in kwargs.items()]
+    return f"{api}({', '.join(parts)})"
+
+
+def build_case(definition: KernelDefinition, row: Mapping[str, str], device: str | torch.device, *,
+               format_cast: FormatCast | None = None, path=None, line: int | None = None, seed: int = 0) -> ReplayCase:
+    """The call that replays `row`: the definition's hook if it has one, else the declarative recipe."""
+    ctx = BuildContext(definition, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
+    if definition.hook:
+        try:
+            module = importlib.import_module(definition.hook)
+        except ImportError as exc:
+            raise OpperfError(f"cannot import hook module {definition.hook!r}: {exc}", path=definition.path,
+                              field="hook") from exc
+        builder = getattr(module, "build_case", None)
+        if builder is None:
+            raise OpperfError(f"hook module {definition.hook!r} has no build_case(row, ctx)", path=definition.path,
+                              field="hook")
+        case = builder(row, ctx)
+        if not isinstance(case, ReplayCase):
+            raise OpperfError(f"{definition.hook}.build_case returned {type(case).__name__}, not a ReplayCase",
+                              path=definition.path, field="hook")
+        return case
+    return build_declarative_case(definition, ctx)

@@ -1,0 +1,240 @@
+"""One replay job: a kernel type's rows in, the same rows with replay results out (+ traces, reproducer).
+
+    rows CSV ─ plan (distinct calls; missing-only skips filled rows)
+             ─ device slot ─ isolated child processes (engine: build, verify, time)
+             ─ [npu: the msprof session's per-signature durations]
+             ─ write-back by signature ─ output CSV (atomic) + traces + reproducer
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
+from opperf.log import get_logger, span
+from opperf.replay.definitions import KernelDefinition, definition_for, load_definitions
+from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
+                                  STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
+from opperf.replay.isolation import WorkerSettings, run_isolated
+from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
+from opperf.replay.writeback import WritebackReport, outcomes_by_key, write_back
+from opperf.trace import Trace
+from opperf.versions import check_stack_matches
+
+log = get_logger("replay.job")
+TRACE_STEP = 4                        # the replay stage's number (DESIGN.md stages)
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+REPRODUCER_TEMPLATE = "replay_reproducer.py.j2"
+
+
+@dataclass
+class ReplaySettings:
+    """How to replay (everything but which rows): the CLI's and the config's `replay:` options."""
+
+    backend: str = "cpu"
+    repeat_count: int = DEFAULT_REPEAT_COUNT
+    warmup_count: int = DEFAULT_WARMUP_COUNT
+    update_mode: str = "all"
+    timeout_s: float = 600.0
+    max_restarts: int = 3
+    prune_invalid_rows: bool = False
+    prune_empty_duration_rows: bool = False
+    fail_fast: bool = False
+    l2_policy: str = "flush"
+    cuda_timing: str = "kernel"
+    memory_budget_bytes: int | None = None
+    device_ids: Sequence[int] = ()
+    slots_dir: str | Path = DEFAULT_SLOTS_DIR
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.repeat_count < 1:
+            raise OpperfError(f"must be >= 1, got {self.repeat_count}", field="--repeat-count")
+        if self.warmup_count < 1:
+            raise OpperfError(f"must be >= 1 (the first call is verified), got {self.warmup_count}",
+                              field="--warmup-count")
+        if self.timeout_s <= 0:
+            raise OpperfError(f"must be > 0, got {self.timeout_s}", field="--timeout-s")
+
+
+@dataclass
+class KernelJobResult:
+    kernel_type: str
+    items: list[WorkItem]
+    outcomes: dict[tuple[str, ...], RowOutcome]       # by replay key
+    writeback: WritebackReport
+    trace_files: list[Path] = field(default_factory=list)
+
+    def status_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def memory_budget_for(device_memory_gb: float, backend: str, fraction: float = 0.8) -> int:
+    """Bytes a row's tensors may take: a fraction of device memory (cpu: also of this host's RAM)."""
+    budget = device_memory_gb * 2**30 * fraction
+    if backend == "cpu":
+        try:
+            host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            budget = min(budget, host * fraction)
+        except (ValueError, OSError):
+            pass
+    return int(budget)
+
+
+def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, rows_path: str | Path,
+                settings: ReplaySettings, *, session=None,
+                on_outcome: Callable[[int, RowOutcome], None] | None = None
+                ) -> tuple[list[WorkItem], dict[tuple[str, ...], RowOutcome]]:
+    """Replay the distinct calls of `frame` (read from `rows_path`) in isolated children; outcomes by replay key.
+
+    `session` (NPU): an `opperf.replay.npu.session.MsprofSession`; each child runs inside one msprof
+    session, whose op_summary then gives the `executed` calls their durations.
+    """
+    rows = frame.to_dict(orient="records")
+    items = plan_work(rows, kernel_type, settings.update_mode)
+    if not items:
+        return items, {}
+    if definition is None:
+        reason = (f"no kernel definition replays {kernel_type!r} on back end {settings.backend} "
+                  f"(add config/kernels/<family>/{kernel_type}.yaml)")
+        return items, {item.key: RowOutcome(STATUS_NO_DEFINITION, error=reason) for item in items}
+    worker = WorkerSettings(rows_path=str(rows_path), kernel_type=kernel_type, definition_path=str(definition.path),
+                            backend=settings.backend, repeat_count=settings.repeat_count,
+                            warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
+                            l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed)
+    with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
+        env = dict(os.environ)
+        env.update(visible_devices_env(settings.backend, device_id))
+        outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
+                                max_restarts=settings.max_restarts, env=env,
+                                wrap_command=session.wrap_command if session else None, on_outcome=on_outcome,
+                                stop_on_failure=settings.fail_fast)
+    by_key = outcomes_by_key(items, outcomes)
+    if session is not None:
+        from opperf.replay.npu.session import resolve_outcomes
+
+        by_key = resolve_outcomes(by_key, session.summaries(), kernel_types=definition.kernel_types,
+                                  kernel_type=kernel_type, repeat_count=settings.repeat_count)
+    return items, by_key
+
+
+def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: str | Path, output_path: str | Path,
+                      settings: ReplaySettings, *, version_dir: str | None, trace_dir: str | Path | None = None,
+                      session=None, task_id: str | None = None) -> KernelJobResult:
+    """The replay job of one (database, kernel type): read, replay, write back, trace. See module docstring."""
+    settings.validate()
+    contract.check_kernel_type(kernel_type, field="--kernel")
+    if version_dir is not None:
+        check_stack_matches(version_dir, settings.backend)
+    frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
+    definition = definition_for(load_definitions(definitions_dir, settings.backend), kernel_type, settings.backend)
+    collected_at = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
+        items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)
+        result.update(calls=len(items), ok=sum(o.status == STATUS_OK for o in outcomes.values()))
+    if settings.fail_fast:
+        failed = [(item, outcomes[item.key]) for item in items
+                  if item.key in outcomes and outcomes[item.key].status in FAILED_STATUSES | {STATUS_NO_DEFINITION}]
+        if failed:
+            item, outcome = failed[0]
+            raise OpperfError(f"--fail-fast: {outcome.status}: {outcome.error}", path=rows_path, row=item.line,
+                              field=contract.INPUT_SHAPES)
+    written, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
+                                 prune_invalid_rows=settings.prune_invalid_rows,
+                                 prune_empty_duration_rows=settings.prune_empty_duration_rows)
+    write_csv_atomic(output_path, written)
+    log.info("%s: %s; statuses %s", kernel_type, report.summary(),
+             json.dumps(KernelJobResult(kernel_type, items, outcomes, report).status_counts()))
+    job = KernelJobResult(kernel_type, items, outcomes, report)
+    if trace_dir is not None:
+        job.trace_files = write_traces(Trace(trace_dir, kernel_type, task_id), job, frame, definition, settings,
+                                       rows_path, output_path, definitions_dir)
+    return job
+
+
+# --- traces -------------------------------------------------------------------------------------
+
+def _row_text(row: Mapping[str, str]) -> str:
+    return " | ".join(contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS)
+
+
+def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDefinition | None,
+                 settings: ReplaySettings, rows_path, output_path, definitions_dir) -> list[Path]:
+    """REPLAY/VERIFY/BACKFILL trace files and the standalone reproducer of this job."""
+    rows = frame.to_dict(orient="records")
+    files = []
+    spec = [f"kernel type: {job.kernel_type}",
+            f"definition: {definition.path if definition else '(none)'}",
+            f"api: {definition.api if definition else ''}  hook: {definition.hook if definition else ''}",
+            f"rows: {rows_path} ({len(rows)} rows, {len(job.items)} distinct calls)",
+            f"back end: {settings.backend}; repeat count {settings.repeat_count}; warm-up {settings.warmup_count}; "
+            f"update mode {settings.update_mode}; timeout {settings.timeout_s:g} s per row; L2 policy "
+            f"{settings.l2_policy}",
+            f"output: {output_path}"]
+    files.append(trace.record(TRACE_STEP, "REPLAY", "spec", "\n".join(spec)))
+    result_lines = ["line\tstatus\tAverage Duration(us)\tsamples\tcall"]
+    error_lines, verify_lines, verify_errors = [], ["line\texpected outputs\tproduced outputs\tverdict"], []
+    for item in job.items:
+        outcome = job.outcomes.get(item.key)
+        if outcome is None:
+            continue
+        result_lines.append(f"{item.line}\t{outcome.status}\t{outcome.columns.get(contract.REPLAY_AVERAGE, '')}\t"
+                            f"{outcome.columns.get(contract.REPLAY_SAMPLE_COUNT, '')}\t{outcome.call}")
+        if outcome.status in FAILED_STATUSES or outcome.error:
+            error_lines.append(f"line {item.line}: {outcome.status}: {outcome.error}\n  row: {_row_text(rows[item.index])}")
+        if outcome.expected_outputs or outcome.produced_outputs:
+            verdict = "mismatch" if outcome.status == STATUS_FAILED_VERIFY else "match"
+            verify_lines.append(f"{item.line}\t{outcome.expected_outputs}\t{outcome.produced_outputs}\t{verdict}")
+        if outcome.status == STATUS_FAILED_VERIFY:
+            verify_errors.append(f"line {item.line}: {outcome.error}\n  profiled signature: {_row_text(rows[item.index])}"
+                                 f"\n  replayed call: {outcome.call}\n  replay produced: {outcome.produced_outputs}")
+    files.append(trace.record(TRACE_STEP, "REPLAY", "result", "\n".join(result_lines)))
+    if error_lines:
+        files.append(trace.record(TRACE_STEP, "REPLAY", "error_log", "\n".join(error_lines)))
+    files.append(trace.record(TRACE_STEP, "VERIFY", "result", "\n".join(verify_lines)))
+    if verify_errors:
+        files.append(trace.record(TRACE_STEP, "VERIFY", "error_log", "\n".join(verify_errors)))
+    backfill = [job.writeback.summary()] + [f"pruned line {line}: {reason} [{signature}]"
+                                            for line, reason, signature in job.writeback.pruned]
+    files.append(trace.record(TRACE_STEP, "BACKFILL", "result", "\n".join(backfill)))
+    files.append(render_reproducer(trace.verify_dir(TRACE_STEP) / f"replay_{job.kernel_type}.py", job, rows,
+                                   definition, settings, definitions_dir))
+    return files
+
+
+def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[str, str]],
+                      definition: KernelDefinition | None, settings: ReplaySettings, definitions_dir) -> Path:
+    """The standalone script that re-runs this job's rows by hand (templates/replay_reproducer.py.j2)."""
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    columns = (*contract.SIGNATURE_COLUMNS, contract.OUTPUT_FORMATS, contract.INPUT_SCALARS, contract.EP_SIZE)
+    cases = []
+    for item in job.items:
+        row = rows[item.index]
+        outcome = job.outcomes.get(item.key)
+        cases.append({"line": item.line, "status": outcome.status if outcome else "",
+                      "average_us": outcome.columns.get(contract.REPLAY_AVERAGE, "") if outcome else "",
+                      "row": {c: str(row[c]) for c in columns if c in row}})
+    text = environment.get_template(REPRODUCER_TEMPLATE).render(
+        kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
+        warmup_count=settings.warmup_count,
+        definition_path=str(Path(definition.path).resolve()) if definition else "",
+        repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
+        cases_json=json.dumps(cases, indent=1),
+        generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    write_text_atomic(path, text)
+    path.chmod(0o755)
+    return path

@@ -1,0 +1,97 @@
+#!/usr/bin/env python
+"""Stage 4: re-measure database rows on the device and write the results back by signature.
+
+Two forms:
+
+  workflow (one kernel type, what rules/replay.smk runs):
+    replay.py --rows IN.csv --kernel mm --backend cpu --version-dir torch2.13.0_cpu --output OUT.csv
+
+  database (the seed's start_microbench: every kernel CSV of a database directory, updated in place):
+    replay.py --database-path data/CPU/torch/torch2.13.0_cpu [--op mm add] [--update-mode missing-only]
+    replay.py --device A3 --vllm-version 0.18.0 --torch-version 2.9.0 --cann-version 8.5
+    replay.py --database-path DIR --prof-path PROF_000001_...   (NPU: write back an existing msprof profile)
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
+from opperf.replay.timing import L2_POLICIES  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_argument_group("which rows (workflow form)")
+    where.add_argument("--rows", help="a kernel type's CSV (the grid or parse stage's output)")
+    where.add_argument("--kernel", help="the kernel type of --rows (the profiler's Type)")
+    where.add_argument("--output", help="where the replayed CSV goes (written atomically)")
+    where.add_argument("--version-dir", help="the database's version_dir; replay refuses to measure on another stack")
+    where.add_argument("--trace-dir", help="traces/{device}/{stack}/{version_dir}: REPLAY/VERIFY/BACKFILL traces "
+                                           "and the reproducer go under <trace-dir>/<kernel>/")
+    db = parser.add_argument_group("which rows (database form, as the seed's start_microbench)")
+    db.add_argument("--database-path", help="database directory to update in place")
+    db.add_argument("--device", help="device key or full name (e.g. A3, ATLAS_800_A3_752T_128G_DIE, CPU), to derive "
+                                     "data/{device}/{stack}/{version_dir} without --database-path")
+    db.add_argument("--vllm-version", default="")
+    db.add_argument("--torch-version", default="")
+    db.add_argument("--cann-version", default="")
+    db.add_argument("--data-root", default="data", help="root of the databases (default: %(default)s)")
+    db.add_argument("--op", "--kernel-list", dest="ops", nargs="+", metavar="TYPE",
+                    help="kernel types to replay (default: every CSV of the database)")
+    db.add_argument("--prof-path", help="NPU: an existing PROF_* directory to write back instead of replaying")
+    db.add_argument("--reports-dir", help="where the database form writes its report "
+                                          "(default: <database>/reports)")
+    how = parser.add_argument_group("how")
+    how.add_argument("--backend", choices=["cpu", "cuda", "npu"],
+                     help="back end to replay on (default: the device's back end, else cpu)")
+    how.add_argument("--definitions", default="config/kernels", help="kernel definitions root (default: %(default)s)")
+    how.add_argument("--repeat-count", type=int, default=DEFAULT_REPEAT_COUNT,
+                     help="timed calls per row after the warm-up (default: %(default)s)")
+    how.add_argument("--warmup-count", type=int, default=DEFAULT_WARMUP_COUNT,
+                     help="untimed calls first, the first of them verified (default: %(default)s)")
+    how.add_argument("--update-mode", choices=UPDATE_MODES, default="all",
+                     help="all: replay every row; missing-only: only rows without an Average Duration(us)")
+    how.add_argument("--timeout-s", type=float, default=600.0,
+                     help="a row running longer is killed and recorded failed_timeout (default: %(default)s)")
+    how.add_argument("--max-restarts", type=int, default=3,
+                     help="fresh replay processes after crashes/timeouts before the rest is not_run "
+                          "(default: %(default)s)")
+    how.add_argument("--fail-fast", action="store_true", help="stop at the first failed row, exit 2, write nothing")
+    how.add_argument("--prune-invalid-rows", action="store_true",
+                     help="drop rows that could not be built, run or verified (listed in the BACKFILL trace)")
+    how.add_argument("--prune-empty-duration-rows", action="store_true",
+                     help="drop rows with neither a replay nor a profiling duration after write-back")
+    how.add_argument("--l2-policy", choices=L2_POLICIES, default="flush", help="cuda: L2 between calls")
+    how.add_argument("--cuda-timing", choices=["kernel", "event"], default="kernel",
+                     help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
+    how.add_argument("--memory-fraction", type=float, default=0.8,
+                     help="rows whose tensors exceed this fraction of device memory are skipped (default: 0.8)")
+    how.add_argument("--device-ids", help="devices concurrent jobs share, e.g. 0,1,2,3 (default: all visible)")
+    how.add_argument("--slots-dir", default=".snakemake/opperf-slots", help="device-slot lock files")
+    how.add_argument("--devices-catalog", default="config/devices.yaml")
+    how.add_argument("--task-id", help="trace task id (default: $OPPERF_TASK_ID or a timestamp)")
+    npu = parser.add_argument_group("npu (msprof; DispatchFFNCombine under torchrun)")
+    npu.add_argument("--msprof", default="msprof", help="msprof executable")
+    npu.add_argument("--aic-metrics", help="msprof --aic-metrics set (e.g. PipeUtilization)")
+    npu.add_argument("--dispatch-ffn-combine-ep-size", type=int, default=16)
+    npu.add_argument("--dispatch-ffn-combine-nproc-per-node", type=int)
+    npu.add_argument("--dispatch-ffn-combine-nnodes", type=int, default=1)
+    npu.add_argument("--dispatch-ffn-combine-node-rank", type=int, default=0)
+    npu.add_argument("--dispatch-ffn-combine-master-addr", default="127.0.0.1")
+    npu.add_argument("--dispatch-ffn-combine-master-port", type=int, default=29500)
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from opperf.replay.cli import run_replay_command
+
+    return run_replay_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
