@@ -12,10 +12,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from opperf.errors import OpperfError
+
+if TYPE_CHECKING:      # pandas is imported where it is used: text-only writers (traces) start faster without it
+    import pandas as pd
 
 
 @contextlib.contextmanager
@@ -42,17 +44,19 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         handle.write(text)
 
 
-def write_csv_atomic(path: str | Path, frame: pd.DataFrame) -> None:
+def write_csv_atomic(path: str | Path, frame: "pd.DataFrame") -> None:
     """Write a DataFrame as CSV (all values as text, no index), atomically."""
     with atomic_output(path) as handle:
         frame.to_csv(handle, index=False, lineterminator="\n")
 
 
-def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> pd.DataFrame:
+def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> "pd.DataFrame":
     """Read a database CSV as strings (no dtype guessing: shapes like `4096,512` must stay text).
 
     Missing files, empty files and missing required columns are errors naming the file and field.
     """
+    import pandas as pd
+
     path = Path(path)
     if not path.is_file():
         raise OpperfError("file not found", path=path)
