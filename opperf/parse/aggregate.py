@@ -1,0 +1,323 @@
+"""Row form → one table per kernel type: skip what cannot be a database row, group, take statistics, format.
+
+Groups are (normalised Type, Input Shapes, Output Shapes) — plus Input Scalars for rows from torch.profiler
+traces, where the same shapes with a different `dim` or `alpha` are a different computation — in the
+order they are first seen. Every other base field is taken from the group's first row. Durations give the
+mean, median and population standard deviation; each counter gives its mean over the rows where it is a
+number (all N/A → empty).
+
+Numbers are written as the value rounded to 6 decimals with trailing zeros removed (`187.64875`,
+`5295467`, `0`): `format_number`. Tests assert these exact strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
+                             OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_MEDIAN,
+                             PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE, SOURCE_PROFILED, canonical_dtype,
+                             is_known_dtype, kernel_type_problem, normalise_kernel_type, order_columns,
+                             parse_shapes, profiling_counter_column, strip_profiler_quotes)
+from opperf.errors import OpperfError
+from opperf.parse.kernel_details import BOOKKEEPING_COLUMNS, DURATION, TYPE, ProfileTable
+
+__all__ = ["BOOKKEEPING_COLUMNS", "ParsedDatabase", "SkippedRow", "aggregate", "canonical_names_field",
+           "format_number"]
+
+HCOM_PREFIX = "hcom_"
+
+# Skip reasons (the keys of the per-reason counts in the log).
+SKIP_EMPTY_TYPE = "empty kernel type"
+SKIP_UNSAFE_TYPE = "kernel type is not a safe file name"
+SKIP_COMMUNICATION = "communication row (hcom_*): collectives belong to the comm stage, not to compute CSVs"
+SKIP_NA_SHAPE = "shape is N/A (unknown)"
+SKIP_BAD_SHAPE = "malformed shape"
+SKIP_BAD_DURATION = "duration is not a number"
+SKIP_NEGATIVE_DURATION = "duration is negative or not finite"
+# Reasons tied to the kernel type itself: such rows have no kernel type CSV (or trace) to be listed under.
+TYPE_REASONS = (SKIP_EMPTY_TYPE, SKIP_UNSAFE_TYPE, SKIP_COMMUNICATION)
+REASONS = (*TYPE_REASONS, SKIP_NA_SHAPE, SKIP_BAD_SHAPE, SKIP_BAD_DURATION, SKIP_NEGATIVE_DURATION)
+
+EXAMPLES_PER_REASON = 20
+
+
+def format_number(value: float | None) -> str:
+    """A statistic as text: rounded to 6 decimals, trailing zeros dropped; None/NaN → empty."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def canonical_names_field(value: str, column: str) -> str:
+    """Dtype/format slots in one spelling (`FLOAT16` → `DT_FLOAT16`, `FORMAT_ND` → `ND`), slots kept as they are."""
+    text = strip_profiler_quotes(value)
+    if not text or text.upper() == "N/A":
+        return text
+    slots = [s.strip() for s in text.split(";")]
+    if column in (INPUT_DTYPES, OUTPUT_DTYPES):
+        return ";".join(canonical_dtype(s) if s and is_known_dtype(s) else s for s in slots)
+    if column in (INPUT_FORMATS, OUTPUT_FORMATS):
+        return ";".join(s.upper().removeprefix("FORMAT_") for s in slots)
+    return text
+
+
+@dataclass
+class SkippedRow:
+    path: str
+    line: int
+    field: str
+    reason: str
+    value: str
+    kernel_type: str
+    unit: str = "line"
+
+    def describe(self) -> str:
+        return f"{self.path}, {self.unit} {self.line}, field {self.field!r}: {self.reason} (value {self.value!r})"
+
+
+@dataclass
+class ParsedDatabase:
+    """Per kernel type: the rows to write (column → text) and the column order, plus what was skipped."""
+
+    rows: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    source_rows: dict[str, dict[str, int]] = field(default_factory=dict)   # type → file → rows used
+    skip_counts: Counter = field(default_factory=Counter)
+    skipped_examples: list[SkippedRow] = field(default_factory=list)       # first EXAMPLES_PER_REASON per reason
+    skipped_by_type: dict[str, list[SkippedRow]] = field(default_factory=dict)
+    rows_read: int = 0
+
+    @property
+    def kernel_types(self) -> list[str]:
+        return sorted(self.rows)
+
+
+def _shape_problem(text: str) -> str | None:
+    try:
+        parse_shapes(text)
+    except OpperfError as exc:
+        return exc.reason
+    return None
+
+
+def _kernel_type_skip(kernel_type: str) -> str | None:
+    if kernel_type == "":
+        return SKIP_EMPTY_TYPE
+    if kernel_type_problem(kernel_type):
+        return SKIP_UNSAFE_TYPE
+    if kernel_type.startswith(HCOM_PREFIX):
+        return SKIP_COMMUNICATION
+    return None
+
+
+def _shape_skip(shape: str) -> str | None:
+    if shape.upper() == "N/A":
+        return SKIP_NA_SHAPE
+    return SKIP_BAD_SHAPE if _shape_problem(shape) else None
+
+
+@dataclass
+class _Column:
+    """A categorical column as per-row integer codes into its distinct values (canonicalised)."""
+
+    codes: np.ndarray          # per row: index into `values`
+    values: list[str]          # canonical text per code (distinct raw spellings may share one)
+
+    @classmethod
+    def of(cls, series: pl.Series, canonical) -> "_Column":
+        series = series.cast(pl.Categorical) if series.dtype != pl.Categorical else series
+        distinct = series.drop_nulls().unique()
+        distinct_codes = distinct.to_physical().cast(pl.Int64).to_numpy()
+        null_code = int(distinct_codes.max(initial=-1)) + 1
+        physical = series.to_physical().cast(pl.Int64).fill_null(null_code).to_numpy()
+        canonical_values = [canonical(v) for v in distinct.cast(pl.String).to_list()] + [canonical(None)]
+        values = list(dict.fromkeys(canonical_values))
+        index = {v: i for i, v in enumerate(values)}
+        lookup = np.zeros(null_code + 1, dtype=np.int64)
+        lookup[np.append(distinct_codes, null_code)] = [index[v] for v in canonical_values]
+        return cls(codes=lookup[physical], values=values)
+
+    def per_row(self, function, dtype=object) -> np.ndarray:
+        """`function` of each distinct value, spread over the rows (computed once per value)."""
+        return np.array([function(v) for v in self.values], dtype=dtype)[self.codes]
+
+
+def _strip_or_empty(value: str | None) -> str:
+    return strip_profiler_quotes(value) if value is not None else ""
+
+
+def _kernel_or_empty(value: str | None) -> str:
+    return normalise_kernel_type(value) if value is not None else ""
+
+
+def _scalars_or_none(value: str | None) -> str | None:
+    return value
+
+
+def _group_ids(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row its group id (groups numbered in first-seen order) and each group's first row."""
+    keys = pl.DataFrame({f"k{i}": codes for i, codes in enumerate(columns)})
+    names = keys.columns
+    groups = (keys.with_row_index("row").group_by(names, maintain_order=True)
+              .agg(pl.col("row").first()).with_row_index("group"))
+    group_ids = keys.join(groups.select(*names, "group"), on=names, how="left", maintain_order="left")
+    return group_ids.get_column("group").to_numpy(), groups.get_column("row").to_numpy()
+
+
+def _duration_statistics(group_ids: np.ndarray, durations: np.ndarray):
+    """Per group (in group id order): sample count, mean, median and population standard deviation."""
+    stats = (pl.DataFrame({"group": group_ids, "duration": durations}).group_by("group")
+             .agg(pl.len().alias("count"), pl.col("duration").mean().alias("mean"),
+                  pl.col("duration").median().alias("median"), pl.col("duration").std(ddof=0).alias("std"))
+             .sort("group"))
+    return [stats.get_column(c).to_numpy() for c in ("count", "mean", "median", "std")]
+
+
+def _counter_means(group_ids: np.ndarray, values: np.ndarray, group_count: int) -> np.ndarray:
+    """Mean over the rows where the counter is a number; NaN where a group has none."""
+    valid = ~np.isnan(values)
+    sums = np.bincount(group_ids, weights=np.where(valid, values, 0.0), minlength=group_count)
+    numbers = np.bincount(group_ids, weights=valid, minlength=group_count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(numbers > 0, sums / np.maximum(numbers, 1), np.nan)
+
+
+def _durations(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """Durations as float (NaN where not a number) and, when the column was text, the raw text."""
+    column = frame.get_column(DURATION)
+    if column.dtype == pl.Float64:
+        return column.fill_null(np.nan).to_numpy(), None
+    text = column.str.strip_chars()
+    return text.cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy(), text.to_numpy()
+
+
+def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
+    """Skip, group and summarise the rows of every table (see module docstring)."""
+    result = ParsedDatabase()
+    if not tables:
+        return result
+    frames = [t.frame for t in tables]
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed", rechunk=False)
+    file_of_row = np.repeat(np.arange(len(tables)), [t.frame.height for t in tables])
+    row_in_file = np.concatenate([np.arange(t.frame.height) for t in tables])
+    result.rows_read = frame.height
+    kernel = _Column.of(frame.get_column(TYPE), _kernel_or_empty)
+    in_shapes = _Column.of(frame.get_column(INPUT_SHAPES), _strip_or_empty)
+    out_shapes = _Column.of(frame.get_column(OUTPUT_SHAPES), _strip_or_empty)
+    scalars = (_Column.of(frame.get_column(INPUT_SCALARS), _scalars_or_none) if INPUT_SCALARS in frame.columns
+               else _Column(codes=np.zeros(frame.height, dtype=np.int64), values=[None]))
+    durations, duration_text = _durations(frame)
+
+    # The first matching check names the row's skip reason and field (0 = keep the row).
+    reason_names = [None, *REASONS]
+    code_of = {name: i for i, name in enumerate(reason_names)}
+    field_names = [None, TYPE, INPUT_SHAPES, OUTPUT_SHAPES, DURATION]
+    reasons = np.zeros(frame.height, dtype=np.int8)
+    fields = np.zeros(frame.height, dtype=np.int8)
+    with np.errstate(invalid="ignore"):
+        checks = [
+            (TYPE, kernel.per_row(lambda v: code_of[_kernel_type_skip(v)], np.int8)),
+            (INPUT_SHAPES, in_shapes.per_row(lambda v: code_of[_shape_skip(v)], np.int8)),
+            (OUTPUT_SHAPES, out_shapes.per_row(lambda v: code_of[_shape_skip(v)], np.int8)),
+            (DURATION, np.where(np.isnan(durations), code_of[SKIP_BAD_DURATION], 0).astype(np.int8)),
+            (DURATION, np.where(np.isinf(durations) | (durations < 0), code_of[SKIP_NEGATIVE_DURATION], 0)
+             .astype(np.int8)),
+        ]
+    for column, reason in checks:
+        unset = (reasons == 0) & (reason != 0)
+        reasons[unset] = reason[unset]
+        fields[unset] = field_names.index(column)
+    skipped = np.flatnonzero(reasons)
+    _collect_skips(skipped, tables, file_of_row, row_in_file, [reason_names[r] for r in reasons[skipped]],
+                   [field_names[f] for f in fields[skipped]], kernel, frame, duration_text, result)
+
+    kept = np.flatnonzero(reasons == 0)
+    if len(kept) == 0:
+        return result
+    group_ids, first_rows = _group_ids([kernel.codes[kept], in_shapes.codes[kept], out_shapes.codes[kept],
+                                              scalars.codes[kept]])
+    group_count = len(first_rows)
+    counts, means, medians, stds = _duration_statistics(group_ids, durations[kept])
+    counters = list(dict.fromkeys(c for t in tables for c in t.counters))
+    counter_means = {}
+    for counter in counters:
+        if counter in frame.columns:
+            values = frame.get_column(counter).cast(pl.Float64).fill_null(np.nan).to_numpy()[kept]
+            counter_means[counter] = _counter_means(group_ids, values, group_count)
+    first_in_frame = kept[first_rows]
+    firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
+    first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
+
+    files_of: dict[str, set[int]] = {}
+    per_file = np.bincount(kernel.codes[kept] * len(tables) + file_of_row[kept],
+                           minlength=len(kernel.values) * len(tables)).reshape(len(kernel.values), len(tables))
+    for code, file_index in zip(*np.nonzero(per_file)):
+        name = kernel.values[code]
+        files_of.setdefault(name, set()).add(int(file_index))
+        result.source_rows.setdefault(name, {})[str(tables[file_index].path)] = int(per_file[code, file_index])
+    type_counters = {name: [c for c in counters if any(c in tables[i].counters for i in sorted(files))]
+                     for name, files in files_of.items()}
+    has_scalars: set[str] = set()
+    for group, row_index in enumerate(first_in_frame):
+        name = kernel.values[kernel.codes[row_index]]
+        row = {c: _strip_or_empty(first_values[c][group]) for c in firsts}
+        for column in (INPUT_DTYPES, OUTPUT_DTYPES, INPUT_FORMATS, OUTPUT_FORMATS):
+            row[column] = canonical_names_field(row[column], column)
+        row[INPUT_SHAPES] = in_shapes.values[in_shapes.codes[row_index]]
+        row[OUTPUT_SHAPES] = out_shapes.values[out_shapes.codes[row_index]]
+        row[PROFILING_AVERAGE] = format_number(float(means[group]))
+        row[PROFILING_MEDIAN] = format_number(float(medians[group]))
+        row[PROFILING_STD] = format_number(float(stds[group]))
+        for counter in type_counters[name]:
+            value = counter_means[counter][group] if counter in counter_means else np.nan
+            row[profiling_counter_column(counter)] = format_number(float(value))
+        row[SOURCE] = SOURCE_PROFILED
+        row[PROFILING_SAMPLE_COUNT] = str(int(counts[group]))
+        scalar_text = scalars.values[scalars.codes[row_index]]
+        if scalar_text is not None:
+            row[INPUT_SCALARS] = scalar_text
+            has_scalars.add(name)
+        result.rows.setdefault(name, []).append(row)
+    for name in result.rows:
+        extra = [INPUT_SCALARS] if name in has_scalars else []
+        result.columns[name] = order_columns([*BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD,
+                                              *map(profiling_counter_column, type_counters[name]), SOURCE, *extra,
+                                              PROFILING_SAMPLE_COUNT])
+    return result
+
+
+def _collect_skips(skipped: np.ndarray, tables: list[ProfileTable], file_of_row: np.ndarray,
+                   row_in_file: np.ndarray, reasons: list[str], fields: list[str], kernel: _Column,
+                   frame: pl.DataFrame, duration_text: np.ndarray | None, result: ParsedDatabase) -> None:
+    if len(skipped) == 0:
+        return
+    shown: Counter = Counter()
+    raw = frame.select(TYPE, INPUT_SHAPES, OUTPUT_SHAPES)[skipped.tolist()].to_dict(as_series=False)
+    for position, row in enumerate(skipped):
+        reason, column = reasons[position], fields[position]
+        result.skip_counts[reason] += 1
+        table = tables[file_of_row[row]]
+        if column == DURATION:
+            value = str(duration_text[row]) if duration_text is not None else "N/A"
+        else:
+            value = str(raw[column][position] or "")
+        name = kernel.values[kernel.codes[row]]
+        item = SkippedRow(path=str(table.path), line=table.locate(int(row_in_file[row])), field=column,
+                          reason=reason, value=value, kernel_type=name, unit=table.row_unit)
+        if shown[reason] < EXAMPLES_PER_REASON:
+            result.skipped_examples.append(item)
+            shown[reason] += 1
+        if reason not in TYPE_REASONS:
+            result.skipped_by_type.setdefault(name, []).append(item)
+
+
+def add_columns(database: ParsedDatabase, kernel_type: str, columns: list[str]) -> None:
+    """Extend one type's column list (e.g. FIA `Runtime …` columns) keeping contract order."""
+    database.columns[kernel_type] = order_columns([*database.columns[kernel_type], *columns])

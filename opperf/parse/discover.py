@@ -1,0 +1,127 @@
+"""Which raw profiler files a set of `--profiling-path` arguments stands for.
+
+A file is taken as given (a CSV is a profiler table, a `.json` a torch.profiler trace). A directory is
+scanned recursively for `kernel_details*.csv` (torch_npu), `op_summary_*.csv` (msprof) and
+`*.pt.trace.json` (torch.profiler); `operator_details.csv` and `trace_view.json` beside a kernel_details
+file are kept as that bundle's FusedInferAttentionScore metadata. A torch_npu bundle holds both its
+`ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was made from:
+the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opperf.errors import OpperfError
+from opperf.log import get_logger
+
+log = get_logger("parse.discover")
+
+OPERATOR_DETAILS = "operator_details.csv"
+TRACE_VIEW = "trace_view.json"
+
+
+@dataclass
+class Bundle:
+    """The files of one torch_npu profiling bundle that carry FIA runtime metadata."""
+
+    root: Path
+    operator_details: list[Path] = field(default_factory=list)
+    trace_views: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class ProfileInputs:
+    tables: list[Path] = field(default_factory=list)         # kernel_details / op_summary CSVs
+    torch_traces: list[Path] = field(default_factory=list)   # torch.profiler Chrome traces
+    bundles: dict[Path, Bundle] = field(default_factory=dict)  # kernel_details file → its bundle
+    ignored: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _is_kernel_details(path: Path) -> bool:
+    return path.suffix.lower() == ".csv" and "kernel_details" in path.stem.lower()
+
+
+def _is_op_summary(path: Path) -> bool:
+    return path.suffix.lower() == ".csv" and path.stem.lower().startswith("op_summary")
+
+
+def _is_torch_trace(path: Path) -> bool:
+    return path.name.lower().endswith(".pt.trace.json")
+
+
+def _bundle_root(path: Path) -> Path:
+    """The profiling bundle a file belongs to: the directory holding ASCEND_PROFILER_OUTPUT / PROF_*."""
+    for parent in path.parents:
+        if parent.name == "ASCEND_PROFILER_OUTPUT" or parent.name.startswith("PROF_"):
+            return parent.parent
+    return path.parent
+
+
+def _prof_dir(path: Path) -> Path | None:
+    return next((p for p in path.parents if p.name.startswith("PROF_")), None)
+
+
+def _op_summaries_to_use(candidates: list[Path], kernel_detail_roots: set[Path],
+                         inputs: ProfileInputs) -> list[Path]:
+    chosen = []
+    by_prof: dict[Path | None, list[Path]] = {}
+    for path in candidates:
+        if _bundle_root(path) in kernel_detail_roots:
+            inputs.ignored.append((path, "same launches as the bundle's kernel_details.csv"))
+            continue
+        by_prof.setdefault(_prof_dir(path), []).append(path)
+    for prof, paths in by_prof.items():
+        # msprof writes mindstudio_profiler_output/ (new) and device_*/summary/ (old) in one PROF_*: use one.
+        newer = [p for p in paths if p.parent.name == "mindstudio_profiler_output"]
+        if prof is not None and newer and len(newer) < len(paths):
+            for p in paths:
+                if p not in newer:
+                    inputs.ignored.append((p, "older export of the same PROF_* (mindstudio_profiler_output used)"))
+            paths = newer
+        chosen += paths
+    return chosen
+
+
+def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
+    """Expand `--profiling-path` arguments into the profiler files to parse (see module docstring)."""
+    inputs = ProfileInputs()
+    if not paths:
+        raise OpperfError("no --profiling-path given")
+    for given in map(Path, paths):
+        if not given.exists():
+            raise OpperfError("profiling path does not exist", path=given)
+        if given.is_file():
+            if given.name == TRACE_VIEW:
+                raise OpperfError("trace_view.json is a torch_npu bundle's timeline, not a kernel table: give "
+                                  "the bundle directory or its kernel_details.csv", path=given)
+            if given.suffix.lower() == ".json":
+                inputs.torch_traces.append(given)
+            elif given.suffix.lower() == ".csv":
+                inputs.tables.append(given)
+            else:
+                raise OpperfError("not a profiler file (expected a .csv kernel table or a .json torch.profiler "
+                                  "trace)", path=given)
+            continue
+        files = sorted(p for p in given.rglob("*") if p.is_file())
+        kernel_details = [p for p in files if _is_kernel_details(p)]
+        roots = {_bundle_root(p) for p in kernel_details}
+        op_summaries = _op_summaries_to_use([p for p in files if _is_op_summary(p)], roots, inputs)
+        traces = [p for p in files if _is_torch_trace(p)]
+        if not (kernel_details or op_summaries or traces):
+            raise OpperfError("no kernel_details*.csv, op_summary_*.csv or *.pt.trace.json found under this "
+                              "directory", path=given)
+        for path in kernel_details:
+            bundle = Bundle(root=_bundle_root(path))
+            for sibling in files:
+                if _bundle_root(sibling) == bundle.root and sibling.name == OPERATOR_DETAILS:
+                    bundle.operator_details.append(sibling)
+                elif _bundle_root(sibling) == bundle.root and sibling.name == TRACE_VIEW:
+                    bundle.trace_views.append(sibling)
+            inputs.bundles[path] = bundle
+        inputs.tables += kernel_details + op_summaries
+        inputs.torch_traces += traces
+    for path, why in inputs.ignored:
+        log.info("not parsing %s: %s", path, why)
+    return inputs

@@ -1,0 +1,3 @@
+"""placeholder"""
+def add_fia_profile_metadata(database, inputs):
+    return None

@@ -1,0 +1,89 @@
+"""Writing a parsed database directory: complete or not at all, and the PARSE traces beside it."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from opperf.contract import kernel_type_problem
+from opperf.parse.aggregate import ParsedDatabase
+from opperf.trace import Trace
+
+MANIFEST = "kernel_types.txt"
+PARSE_STEP = 1
+
+
+def _write_table(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n", extrasaction="raise")
+        writer.writeheader()
+        writer.writerows({c: row.get(c, "") for c in columns} for row in rows)
+
+
+def _old_manifest(directory: Path) -> list[str]:
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        return []
+    return [line.strip() for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_parsed_directory(directory: str | Path, database: ParsedDatabase) -> list[Path]:
+    """`{Type}.csv` per kernel type + `kernel_types.txt`, built in a temporary sibling and moved into place.
+
+    A new directory appears by one rename. An existing one has each file replaced atomically (the manifest
+    last), and the CSVs of kernel types its old manifest listed but this parse no longer has are removed.
+    """
+    directory = Path(directory)
+    for kernel_type in database.kernel_types:      # belt and braces: hostile names never reach a path
+        problem = kernel_type_problem(kernel_type)
+        if problem:
+            raise ValueError(problem)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        for kernel_type in database.kernel_types:
+            _write_table(staging / f"{kernel_type}.csv", database.columns[kernel_type], database.rows[kernel_type])
+        (staging / MANIFEST).write_text("".join(f"{t}\n" for t in database.kernel_types), encoding="utf-8")
+        for path in staging.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        if not directory.exists():
+            os.rename(staging, directory)
+        else:
+            stale = set(_old_manifest(directory)) - set(database.kernel_types)
+            for kernel_type in database.kernel_types:
+                os.replace(staging / f"{kernel_type}.csv", directory / f"{kernel_type}.csv")
+            os.replace(staging / MANIFEST, directory / MANIFEST)
+            for kernel_type in stale:
+                if kernel_type_problem(kernel_type) is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        (directory / f"{kernel_type}.csv").unlink()
+            staging.rmdir()
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return [directory / f"{t}.csv" for t in database.kernel_types] + [directory / MANIFEST]
+
+
+def write_parse_traces(trace_dir: str | Path, database: ParsedDatabase, task_id: str | None = None) -> None:
+    """Per kernel type: what was read (spec), what was written (result), what was skipped (error_log)."""
+    for kernel_type in database.kernel_types:
+        trace = Trace(trace_dir, kernel_type, task_id)
+        sources = database.source_rows.get(kernel_type, {})
+        spec = [f"PARSE {kernel_type}: rows read per source file"]
+        spec += [f"{path}\t{count} rows" for path, count in sources.items()]
+        trace.record(PARSE_STEP, "PARSE", "spec", "\n".join(spec))
+        rows = database.rows[kernel_type]
+        samples = sum(int(r.get("Profiling Sample Count") or 0) for r in rows)
+        result = [f"PARSE {kernel_type}: {len(rows)} groups from {samples} rows",
+                  "\t".join(["Input Shapes", "Output Shapes", "Profiling Sample Count", "Profiling Average Duration(us)"])]
+        result += ["\t".join([r["Input Shapes"], r["Output Shapes"], r.get("Profiling Sample Count", ""),
+                              r.get("Profiling Average Duration(us)", "")]) for r in rows]
+        trace.record(PARSE_STEP, "PARSE", "result", "\n".join(result))
+        skipped = database.skipped_by_type.get(kernel_type, [])
+        error_log = [f"PARSE {kernel_type}: {len(skipped)} rows skipped"] + [s.describe() for s in skipped]
+        trace.record(PARSE_STEP, "PARSE", "error_log", "\n".join(error_log))

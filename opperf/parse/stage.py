@@ -1,0 +1,79 @@
+"""The parse stage: raw profiles of one database → one CSV per kernel type + the kernel_types.txt manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opperf.errors import OpperfError
+from opperf.log import get_logger, span
+from opperf.parse.aggregate import EXAMPLES_PER_REASON, ParsedDatabase, aggregate
+from opperf.parse.discover import discover_inputs
+from opperf.parse.fia_metadata import add_fia_profile_metadata
+from opperf.parse.kernel_details import ProfileTable, read_profile_table
+from opperf.parse.output import write_parse_traces, write_parsed_directory
+
+log = get_logger("parse")
+
+
+def _read_tables(profiling_paths: list[str | Path]):
+    inputs = discover_inputs(profiling_paths)
+    tables: list[ProfileTable] = []
+    for path in inputs.tables:
+        with span("parse.read", log, file=path) as fields:
+            table = read_profile_table(path)
+            if table.frame.is_empty():
+                raise OpperfError("file has a header but no data rows", path=path, row=2)
+            fields["rows"] = table.frame.height
+            if table.ignored_columns:
+                log.info("%s: text columns %s are not counters, not averaged", path, table.ignored_columns)
+        tables.append(table)
+    if inputs.torch_traces:
+        from opperf.parse.torch_trace import read_torch_trace   # imports torch: only when there is a trace
+
+        for path in inputs.torch_traces:
+            with span("parse.read_trace", log, file=path) as fields:
+                table = read_torch_trace(path)
+                fields["rows"] = table.frame.height
+            tables.append(table)
+    return inputs, tables
+
+
+def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path, trace_dir: str | Path | None = None,
+                   task_id: str | None = None) -> ParsedDatabase:
+    """Parse every given profile, then write `database_path` (all input validated before anything is written)."""
+    with span("parse", log, database=database_path) as fields:
+        inputs, tables = _read_tables(profiling_paths)
+        with span("parse.aggregate", log):
+            database = aggregate(tables)
+        add_fia_profile_metadata(database, inputs)
+        _log_skips(database)
+        if not database.rows:
+            log.warning("no row could be used: writing an empty manifest")
+        write_parsed_directory(database_path, database)
+        if trace_dir:
+            write_parse_traces(trace_dir, database, task_id)
+        fields.update(rows=database.rows_read, kernel_types=len(database.rows),
+                      groups=sum(len(r) for r in database.rows.values()),
+                      skipped=sum(database.skip_counts.values()))
+    return database
+
+
+def _log_skips(database: ParsedDatabase) -> None:
+    for reason, count in sorted(database.skip_counts.items(), key=lambda item: -item[1]):
+        log.info("skipped %d rows: %s", count, reason)
+    for example in database.skipped_examples:
+        log.info("skipped %s", example.describe())
+    shown = min(EXAMPLES_PER_REASON, max(database.skip_counts.values(), default=0))
+    if any(count > EXAMPLES_PER_REASON for count in database.skip_counts.values()):
+        log.info("(at most %d examples per reason shown; the PARSE error_log traces list every skipped row "
+                 "of each kernel type)", shown)
+
+
+def database_path_for(device: str, vllm_version: str | None, torch_version: str | None, cann_version: str | None,
+                      data_root: str | Path = "data") -> Path:
+    """The seed's derived output: `{data_root}/{device key}/vllm_ascend/vllm{v}_torch{t}_cann{c}`."""
+    from opperf.devices import resolve_device
+    from opperf.versions import npu_version_dir
+
+    version_dir = npu_version_dir(vllm_version or "", torch_version or "", cann_version or "")
+    return Path(data_root) / resolve_device(device).name / "vllm_ascend" / version_dir
