@@ -1,0 +1,258 @@
+"""Loading and validating `config/grid.yaml`: value grids, patterns and the kernel-type router.
+
+Every problem is an OpperfError naming the file and the field (`patterns.gemm.inputs[1]`), raised when
+the config is loaded, before any row is generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from opperf.errors import OpperfError
+from opperf.grid.evaluator import (Expression, ExpressionError, ShapeExpression, compile_expression,
+                                   compile_shape)
+
+DEFAULT_GRID_CONFIG = Path(__file__).resolve().parents[2] / "config" / "grid.yaml"
+MATCH_TENSORS = "tensors"    # candidate tensors go into the template's tensor slots; ranks must agree
+MATCH_SLOTS = "slots"        # candidate gives the full slot layout; only slot counts must agree
+MATCH_MODES = (MATCH_TENSORS, MATCH_SLOTS)
+# Names every pattern can read besides its own iterators and constants.
+BUILTIN_NAMES = ("max_tokens",)
+_PATTERN_KEYS = {"iterators", "constants", "constraints", "inputs", "outputs", "columns", "match",
+                 "generator", "params", "description"}
+# Largest cartesian product one pattern may enumerate (a guard against a typo exploding the grid).
+MAX_COMBINATIONS = 2_000_000
+
+
+@dataclass(frozen=True)
+class IteratorSpec:
+    """One iterator: the name(s) it binds and where its values come from (a source name or inline values)."""
+
+    names: tuple[str, ...]
+    source: str | None
+    inline: tuple | None
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A declarative pattern (iterators → shapes) or a function generator with its params."""
+
+    name: str
+    match: str = MATCH_TENSORS
+    iterators: tuple[IteratorSpec, ...] = ()
+    constants: dict[str, int] = field(default_factory=dict)
+    constraints: tuple[Expression, ...] = ()
+    inputs: tuple[ShapeExpression, ...] = ()
+    outputs: tuple[ShapeExpression, ...] = ()
+    columns: tuple[tuple[str, Expression], ...] = ()
+    generator: str | None = None
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Workspace margin of the memory estimator: bytes = tensors * (1 + fraction) + fixed MiB."""
+
+    workspace_fraction: float = 0.1
+    workspace_mib: float = 64.0
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    path: str
+    dense_tokens_up_to: int
+    max_tokens: dict[str, int]              # back end (or "default") → token cap
+    memory: MemorySettings
+    grids: dict[str, list]
+    generic: dict[str, list]
+    patterns: dict[str, Pattern]
+    router: dict[str, tuple[str, ...]]
+
+    def max_tokens_for(self, backend: str) -> int:
+        return self.max_tokens.get(backend, self.max_tokens["default"])
+
+    def patterns_for(self, kernel_type: str) -> list[Pattern]:
+        return [self.patterns[name] for name in self.router.get(kernel_type, ())]
+
+
+def _fail(path, where: str, message: str):
+    raise OpperfError(message, path=path, field=where)
+
+
+def _positive_int(value, path, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(path, where, f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _value_list(values, path, where: str) -> list:
+    """A grid: a non-empty list of positive integers or of equal-length lists of them (tuples)."""
+    if not isinstance(values, list) or not values:
+        _fail(path, where, f"expected a non-empty list, got {values!r}")
+    out = []
+    for index, value in enumerate(values):
+        if isinstance(value, list):
+            out.append(tuple(_positive_int(v, path, f"{where}[{index}]") for v in value))
+        else:
+            out.append(_positive_int(value, path, f"{where}[{index}]"))
+    return out
+
+
+def _compile(function, text, path, where: str):
+    try:
+        return function(text)
+    except ExpressionError as exc:
+        _fail(path, where, str(exc))
+
+
+def _iterator(key, value, path, where: str, known_sources: set[str]) -> IteratorSpec:
+    names = tuple(n.strip() for n in str(key).split(","))
+    if not all(n.isidentifier() for n in names):
+        _fail(path, where, f"iterator name {key!r} must be a name or comma-separated names")
+    if isinstance(value, str):
+        if value not in known_sources and not value.startswith("model."):
+            _fail(path, where, f"unknown value grid {value!r} (known: {', '.join(sorted(known_sources))}, "
+                               "model.<name>)")
+        return IteratorSpec(names, value, None)
+    inline = tuple(_value_list(value, path, where))
+    if len(names) > 1 and any(not isinstance(v, tuple) or len(v) != len(names) for v in inline):
+        _fail(path, where, f"iterator {key!r} binds {len(names)} names: every value must be a list of "
+                           f"{len(names)} integers")
+    return IteratorSpec(names, None, inline)
+
+
+def _pattern(name: str, raw, path, known_sources: set[str]) -> Pattern:
+    where = f"patterns.{name}"
+    if not isinstance(raw, dict):
+        _fail(path, where, f"pattern {name!r} must be a mapping")
+    unknown = sorted(set(raw) - _PATTERN_KEYS)
+    if unknown:
+        _fail(path, f"{where}.{unknown[0]}", f"pattern {name!r}: unknown key {unknown[0]!r} "
+                                             f"(allowed: {', '.join(sorted(_PATTERN_KEYS))})")
+    match = raw.get("match", MATCH_SLOTS if "generator" in raw else MATCH_TENSORS)
+    if match not in MATCH_MODES:
+        _fail(path, f"{where}.match", f"pattern {name!r}: match must be one of {MATCH_MODES}, got {match!r}")
+    if "generator" in raw:
+        from opperf.grid.generators import GENERATORS
+
+        extra = sorted(set(raw) & {"iterators", "constants", "constraints", "inputs", "outputs", "columns"})
+        if extra:
+            _fail(path, f"{where}.{extra[0]}", f"pattern {name!r}: a generator pattern takes params, not {extra[0]}")
+        generator = raw["generator"]
+        if generator not in GENERATORS:
+            _fail(path, f"{where}.generator", f"pattern {name!r}: unknown generator {generator!r} "
+                                              f"(known: {', '.join(sorted(GENERATORS))})")
+        params = raw.get("params", {}) or {}
+        if not isinstance(params, dict):
+            _fail(path, f"{where}.params", f"pattern {name!r}: params must be a mapping")
+        GENERATORS[generator].check_params(params, path=path, where=f"{where}.params")
+        return Pattern(name=name, match=match, generator=generator, params=params)
+
+    for required in ("iterators", "inputs", "outputs"):
+        if required not in raw:
+            _fail(path, f"{where}.{required}", f"pattern {name!r} needs {required!r} (or a generator)")
+    iterators_raw = raw["iterators"]
+    if not isinstance(iterators_raw, dict) or not iterators_raw:
+        _fail(path, f"{where}.iterators", f"pattern {name!r}: iterators must be a non-empty mapping")
+    iterators = tuple(_iterator(k, v, path, f"{where}.iterators.{k}", known_sources)
+                      for k, v in iterators_raw.items())
+    constants_raw = raw.get("constants", {}) or {}
+    if not isinstance(constants_raw, dict):
+        _fail(path, f"{where}.constants", f"pattern {name!r}: constants must be a mapping")
+    constants = {}
+    for key, value in constants_raw.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(path, f"{where}.constants.{key}", f"pattern {name!r}: constant {key!r} must be an integer")
+        constants[str(key)] = value
+    bound = [n for it in iterators for n in it.names] + list(constants)
+    duplicates = sorted({n for n in bound if bound.count(n) > 1})
+    if duplicates:
+        _fail(path, f"{where}.iterators", f"pattern {name!r}: name {duplicates[0]!r} is bound twice")
+    known_names = set(bound) | set(BUILTIN_NAMES)
+
+    def checked(expression, field_where: str):
+        unknown_names = sorted(expression.names - known_names)
+        if unknown_names:
+            _fail(path, field_where, f"pattern {name!r}: unknown name {unknown_names[0]!r} in {expression.text!r} "
+                                     f"(bound: {', '.join(sorted(known_names))})")
+        return expression
+
+    constraints_raw = raw.get("constraints", []) or []
+    if not isinstance(constraints_raw, list):
+        _fail(path, f"{where}.constraints", f"pattern {name!r}: constraints must be a list of expressions")
+    constraints = tuple(checked(_compile(compile_expression, c, path, f"{where}.constraints[{i}]"),
+                                f"{where}.constraints[{i}]") for i, c in enumerate(constraints_raw))
+    shapes = {}
+    for side in ("inputs", "outputs"):
+        slots = raw[side]
+        if not isinstance(slots, list):
+            _fail(path, f"{where}.{side}", f"pattern {name!r}: {side} must be a list of shape expressions")
+        compiled = []
+        for index, slot in enumerate(slots):
+            slot_where = f"{where}.{side}[{index}]"
+            shape = _compile(compile_shape, slot, path, slot_where)
+            for dim in shape.dims or ():
+                checked(dim, slot_where)
+            compiled.append(shape)
+        shapes[side] = tuple(compiled)
+    if not any(s.dims for s in shapes["inputs"]):
+        _fail(path, f"{where}.inputs", f"pattern {name!r}: inputs need at least one tensor slot")
+    columns_raw = raw.get("columns", {}) or {}
+    if not isinstance(columns_raw, dict):
+        _fail(path, f"{where}.columns", f"pattern {name!r}: columns must map column name → expression")
+    columns = tuple((str(column), checked(_compile(compile_expression, text, path, f"{where}.columns.{column}"),
+                                          f"{where}.columns.{column}"))
+                    for column, text in columns_raw.items())
+    return Pattern(name=name, match=match, iterators=iterators, constants=constants, constraints=constraints,
+                   inputs=shapes["inputs"], outputs=shapes["outputs"], columns=columns)
+
+
+def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
+    """Read and validate grid.yaml; a malformed pattern is an error naming the pattern and field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read the grid config: {exc}", path=path) from exc
+    except yaml.YAMLError as exc:
+        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
+    if not isinstance(raw, dict):
+        raise OpperfError("the grid config must be a mapping", path=path)
+    for required in ("patterns", "router"):
+        if not isinstance(raw.get(required), dict):
+            _fail(path, required, f"missing or not a mapping: {required!r}")
+
+    tokens = raw.get("token_counts", {}) or {}
+    dense = _positive_int(tokens.get("dense_up_to", 16), path, "token_counts.dense_up_to")
+    max_tokens_raw = tokens.get("max_tokens", {"default": 16384})
+    if not isinstance(max_tokens_raw, dict) or "default" not in max_tokens_raw:
+        _fail(path, "token_counts.max_tokens", "expected a mapping of back end → token cap with a 'default'")
+    max_tokens = {str(k): _positive_int(v, path, f"token_counts.max_tokens.{k}") for k, v in max_tokens_raw.items()}
+
+    memory_raw = raw.get("memory", {}) or {}
+    fraction = memory_raw.get("workspace_fraction", 0.1)
+    mib = memory_raw.get("workspace_mib", 64)
+    for key, value in (("workspace_fraction", fraction), ("workspace_mib", mib)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            _fail(path, f"memory.{key}", f"expected a number >= 0, got {value!r}")
+
+    grids = {str(k): _value_list(v, path, f"grids.{k}") for k, v in (raw.get("grids") or {}).items()}
+    generic = {str(k): _value_list(v, path, f"generic.{k}") for k, v in (raw.get("generic") or {}).items()}
+    known_sources = set(grids) | {"tokens"}
+    patterns = {str(name): _pattern(str(name), body, path, known_sources) for name, body in raw["patterns"].items()}
+
+    router: dict[str, tuple[str, ...]] = {}
+    for kernel_type, target in raw["router"].items():
+        names = target if isinstance(target, list) else [target]
+        for name in names:
+            if name not in patterns:
+                _fail(path, f"router.{kernel_type}", f"kernel type {kernel_type!r} routes to unknown pattern "
+                                                     f"{name!r} (known: {', '.join(sorted(patterns))})")
+        router[str(kernel_type)] = tuple(names)
+    return GridConfig(path=str(path), dense_tokens_up_to=dense, max_tokens=max_tokens,
+                      memory=MemorySettings(float(fraction), float(mib)), grids=grids, generic=generic,
+                      patterns=patterns, router=router)
+

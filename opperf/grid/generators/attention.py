@@ -1,0 +1,141 @@
+"""FusedInferAttentionScore (FIA): prefill and paged decode rows in the kernel's full input-slot layout.
+
+The profiler reports FIA's inputs in the op prototype's order, optional inputs as empty slots:
+
+  0 query  1 key  2 value  3 pse_shift  4 atten_mask  5 actual_seq_lengths  6 actual_seq_lengths_kv
+  7 dequant_scale1 ... 13 antiquant_offset  14 block_table  15 query_padding_size ... 23 actual_shared_prefix_len
+  24 query_rope  25 key_rope  26 key_rope_antiquant_scale ... (31 slots in CANN 8.x)
+
+Dense models (per TP rank: query heads N, KV heads Nkv, head_dim D):
+- prefill, layout TND, causal (sparse_mode 3, compressed mask): query (T,N,D), key/value (T,Nkv,D),
+  atten_mask (mask,mask), actual_seq_lengths = cumulative query lengths, actual_seq_lengths_kv = per-sequence
+  lengths; output (T,N,D), T = batch * seq_len (<= max_tokens).
+- decode over a paged KV cache, layout TND with block_table: query (B,N,D), key/value caches
+  (blocks,Nkv,block_size,D), block_table (B, ceil(context/block_size)); output (B,N,D).
+MLA models (DeepSeek; per rank N heads, kv_lora_rank L, rope dim R), decode only (vLLM-Ascend runs MLA
+prefill through a different kernel), layout BNSD: query (B,N,1,L), key/value cache (blocks,1,block_size,L),
+query_rope (B,N,1,R), key_rope (blocks,1,block_size,R); output (B,N,1,L).
+
+The actual sequence lengths (and heads, layout, sparse mode) ride along in `Runtime …` columns, the names
+the peer's runtime metadata uses, since they are values, not shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from opperf.grid.candidates import Candidate
+from opperf.grid.generators.base import INT, INT_LIST, Generator, ParamSpec
+from opperf.grid.values import ValueGrids
+
+QUERY, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV = 0, 1, 2, 4, 5, 6
+BLOCK_TABLE, QUERY_ROPE, KEY_ROPE = 14, 24, 25
+
+RUNTIME_SOURCE = "Runtime source_profile"
+RUNTIME_ACTUAL_SEQ_LENGTHS = "Runtime actual_seq_lengths_values"
+RUNTIME_ACTUAL_SEQ_LENGTHS_KV = "Runtime actual_seq_lengths_kv_values"
+RUNTIME_NUM_HEADS = "Runtime num_heads"
+RUNTIME_NUM_KV_HEADS = "Runtime num_key_value_heads"
+RUNTIME_INPUT_LAYOUT = "Runtime input_layout"
+RUNTIME_SPARSE_MODE = "Runtime sparse_mode"
+RUNTIME_BLOCK_SIZE = "Runtime block_size"
+
+
+def _slots(count: int, filled: dict[int, tuple[int, ...]]) -> tuple[tuple[int, ...] | None, ...]:
+    return tuple(filled.get(index) for index in range(count))
+
+
+def _int_list(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _cumulative(lengths: list[int]) -> list[int]:
+    total, out = 0, []
+    for length in lengths:
+        total += length
+        out.append(total)
+    return out
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _runtime(scene: str, *, q_lengths, kv_lengths, heads, kv_heads, layout, sparse_mode, block_size=""):
+    return ((RUNTIME_SOURCE, f"shape_grid:{scene}"), (RUNTIME_ACTUAL_SEQ_LENGTHS, _int_list(q_lengths)),
+            (RUNTIME_ACTUAL_SEQ_LENGTHS_KV, _int_list(kv_lengths)), (RUNTIME_NUM_HEADS, str(heads)),
+            (RUNTIME_NUM_KV_HEADS, str(kv_heads)), (RUNTIME_INPUT_LAYOUT, layout),
+            (RUNTIME_SPARSE_MODE, str(sparse_mode)), (RUNTIME_BLOCK_SIZE, str(block_size)))
+
+
+def dense_prefill(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, *, slots: int,
+                  mask_size: int) -> Candidate:
+    tokens = batch * seq_len
+    inputs = _slots(slots, {QUERY: (tokens, heads, head_dim), KEY: (tokens, kv_heads, head_dim),
+                            VALUE: (tokens, kv_heads, head_dim), ATTEN_MASK: (mask_size, mask_size),
+                            ACTUAL_SEQ_LENGTHS: (batch,), ACTUAL_SEQ_LENGTHS_KV: (batch,)})
+    columns = _runtime("dense_prefill", q_lengths=_cumulative([seq_len] * batch), kv_lengths=[seq_len] * batch,
+                       heads=heads, kv_heads=kv_heads, layout="TND", sparse_mode=3)
+    return Candidate(inputs, ((tokens, heads, head_dim), None), columns)
+
+
+def dense_decode(batch: int, context: int, heads: int, kv_heads: int, head_dim: int, *, slots: int,
+                 block_size: int) -> Candidate:
+    blocks_per_sequence = _ceil_div(context, block_size)
+    cache = (batch * blocks_per_sequence, kv_heads, block_size, head_dim)
+    inputs = _slots(slots, {QUERY: (batch, heads, head_dim), KEY: cache, VALUE: cache,
+                            ACTUAL_SEQ_LENGTHS: (batch,), ACTUAL_SEQ_LENGTHS_KV: (batch,),
+                            BLOCK_TABLE: (batch, blocks_per_sequence)})
+    columns = _runtime("dense_decode", q_lengths=_cumulative([1] * batch), kv_lengths=[context] * batch,
+                       heads=heads, kv_heads=kv_heads, layout="TND", sparse_mode=0, block_size=block_size)
+    return Candidate(inputs, ((batch, heads, head_dim), None), columns)
+
+
+def mla_decode(batch: int, context: int, heads: int, kv_lora_rank: int, rope_dim: int, *, slots: int,
+               block_size: int) -> Candidate:
+    blocks = batch * _ceil_div(context, block_size)
+    inputs = _slots(slots, {QUERY: (batch, heads, 1, kv_lora_rank), KEY: (blocks, 1, block_size, kv_lora_rank),
+                            VALUE: (blocks, 1, block_size, kv_lora_rank), ACTUAL_SEQ_LENGTHS: (batch,),
+                            ACTUAL_SEQ_LENGTHS_KV: (batch,),
+                            BLOCK_TABLE: (batch, _ceil_div(context, block_size)),
+                            QUERY_ROPE: (batch, heads, 1, rope_dim), KEY_ROPE: (blocks, 1, block_size, rope_dim)})
+    columns = _runtime("mla_decode", q_lengths=[1] * batch, kv_lengths=[context] * batch, heads=heads, kv_heads=1,
+                       layout="BNSD", sparse_mode=0, block_size=block_size)
+    return Candidate(inputs, ((batch, heads, 1, kv_lora_rank), None), columns)
+
+
+def fused_infer_attention(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
+    slots, block_size = params["input_slots"], params["block_size"]
+    for heads, kv_heads, head_dim in grids.values("model.attention", field="generator fused_infer_attention"):
+        for batch in params["prefill_batches"]:
+            for seq_len in params["prefill_seq_lens"]:
+                if batch * seq_len <= grids.max_tokens:
+                    yield dense_prefill(batch, seq_len, heads, kv_heads, head_dim, slots=slots,
+                                        mask_size=params["mask_size"])
+        for batch in params["decode_batches"]:
+            for context in params["decode_context_lens"]:
+                yield dense_decode(batch, context, heads, kv_heads, head_dim, slots=slots, block_size=block_size)
+    for heads, kv_lora_rank, _nope, rope_dim, _v in _mla_layouts(grids):
+        for batch in params["decode_batches"]:
+            for context in params["decode_context_lens"]:
+                yield mla_decode(batch, context, heads, kv_lora_rank, rope_dim, slots=slots, block_size=block_size)
+
+
+def _mla_layouts(grids: ValueGrids):
+    """MLA layouts of the target models; with no target model, the generic list if grid.yaml has one."""
+    if not grids.models and "mla" not in grids.generic:
+        return []
+    return grids.values("model.mla", field="generator fused_infer_attention")
+
+
+GENERATORS = [
+    Generator("fused_infer_attention", {
+        "prefill_batches": ParamSpec(INT_LIST, [1, 2, 4, 8]),
+        "prefill_seq_lens": ParamSpec(INT_LIST, [128, 512, 1024, 2048, 4096, 8192]),
+        "decode_batches": ParamSpec(INT_LIST, [1, 2, 4, 8, 16, 32, 64]),
+        "decode_context_lens": ParamSpec(INT_LIST, [512, 1024, 2048, 4096, 8192, 16384, 32768]),
+        "block_size": ParamSpec(INT, 128),
+        "mask_size": ParamSpec(INT, 2048),
+        "input_slots": ParamSpec(INT, 31),
+    }, fused_infer_attention),
+]

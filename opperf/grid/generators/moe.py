@@ -1,0 +1,79 @@
+"""MoE kernels: grouped matmul, token permute/unpermute, gating top-k and DispatchFFNCombine.
+
+Expert layouts come from `model.experts`: (EP size, experts per rank E, top-k K, hidden H, expert
+intermediate I) per target model and EP size; gating from `model.gating`: (routed experts, K). Token
+counts T come from the `tokens` grid. Experts run with expert parallelism, unsharded by TP.
+
+- grouped_matmul (torch_npu.npu_grouped_matmul, split by group_list; 9 input slots
+  x, weight, bias, scale, offset, antiquant_scale, antiquant_offset, group_list, per_token_scale):
+  gate/up  x (T,H), weight (E,H,2I), group_list (E,) → (T,2I);  down  x (T,I), weight (E,I,H) → (T,H).
+- token_permute:   tokens (T,H), indices (T,K) → permuted (T*K,H), sorted indices (T*K,).
+- token_unpermute: permuted (T*K,H), sorted indices (T*K,), probs (T,K) → (T,H).
+- gating_top_k:    logits (T,experts), bias (experts,) → weights (T,K), expert ids (T,K), scores (T,experts).
+- gating_top_k_softmax: logits (T,experts) → weights (T,K), expert ids (T,K), row ids (T,K).
+- dispatch_ffn_combine (one rank of the fused dispatch → FFN → combine, W8A8; N = 2I):
+  x (T,H), weight1 (E,H,N), weight2 (E,N/2,H), expert ids (T,K), scale1 (E*N,), scale2 (E*H,), probs (T,K)
+  → (T,H), (E,); the `EP Size` column carries the EP size (part of the row signature).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from opperf.contract import EP_SIZE
+from opperf.grid.candidates import Candidate
+from opperf.grid.generators.base import INT, Generator, ParamSpec
+from opperf.grid.values import ValueGrids
+
+KERNELS = ("grouped_matmul", "token_permute", "token_unpermute", "gating_top_k", "gating_top_k_softmax",
+           "dispatch_ffn_combine")
+_GROUPED_MATMUL_SLOTS = 9
+_GROUP_LIST_SLOT = 7
+
+
+def _experts(grids: ValueGrids, kernel: str):
+    return grids.values("model.experts", field=f"generator moe ({kernel})")
+
+
+def _grouped_matmul(tokens, hidden, width, experts, weight_in, weight_out):
+    inputs = [None] * _GROUPED_MATMUL_SLOTS
+    inputs[0], inputs[1], inputs[_GROUP_LIST_SLOT] = (tokens, weight_in), (experts, weight_in, weight_out), (experts,)
+    return Candidate(tuple(inputs), ((tokens, weight_out),))
+
+
+def moe(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
+    kernel = params["kernel"]
+    tokens_grid = grids.tokens
+    if kernel in ("gating_top_k", "gating_top_k_softmax"):
+        for routed, top_k in grids.values("model.gating", field=f"generator moe ({kernel})"):
+            for t in tokens_grid:
+                if kernel == "gating_top_k":
+                    yield Candidate(((t, routed), (routed,)), ((t, top_k), (t, top_k), (t, routed)))
+                else:
+                    yield Candidate(((t, routed),), ((t, top_k), (t, top_k), (t, top_k)))
+        return
+    for ep, experts, top_k, hidden, width in _experts(grids, kernel):
+        for t in tokens_grid:
+            if kernel == "grouped_matmul":
+                yield _grouped_matmul(t, hidden, width, experts, hidden, 2 * width)
+                yield _grouped_matmul(t, hidden, width, experts, width, hidden)
+            elif kernel == "token_permute":
+                yield Candidate(((t, hidden), (t, top_k)), ((t * top_k, hidden), (t * top_k,)))
+            elif kernel == "token_unpermute":
+                yield Candidate(((t * top_k, hidden), (t * top_k,), (t, top_k)), ((t, hidden),))
+            elif kernel == "dispatch_ffn_combine":
+                if experts > params["max_experts_per_rank"]:
+                    continue
+                n = 2 * width
+                yield Candidate(((t, hidden), (experts, hidden, n), (experts, width, hidden), (t, top_k),
+                                 (experts * n,), (experts * hidden,), (t, top_k)),
+                                ((t, hidden), (experts,)), ((EP_SIZE, str(ep)),))
+
+
+GENERATORS = [
+    Generator("moe", {
+        "kernel": ParamSpec(KERNELS, "grouped_matmul"),
+        # DispatchFFNCombine's documented limit on experts per rank; layouts above it are skipped.
+        "max_experts_per_rank": ParamSpec(INT, 16),
+    }, moe),
+]

@@ -1,0 +1,277 @@
+"""The grid stage: per kernel type, parsed rows + generated theory rows, written as one CSV each.
+
+For every type in the manifest (`kernel_types.txt`): route it to its patterns, enumerate candidates,
+lay each onto the templates (profiled rows' stable metadata), drop signatures already present, drop rows
+over the HBM budget, cap at `rows` with a seeded sample, and write parsed rows (unchanged) followed by
+the generated ones. Types without a pattern are copied through and listed in the log. Nothing is written
+until every type has been computed, so bad input leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from opperf.contract import (INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
+                             OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
+                             order_columns, parse_names, row_signature)
+from opperf.errors import OpperfError
+from opperf.grid.candidates import CandidateStats, pattern_candidates
+from opperf.grid.config import GridConfig
+from opperf.grid.memory import MemoryEstimator
+from opperf.grid.models import ModelConfig, select_models
+from opperf.grid.templates import Template, templates_from_rows
+from opperf.grid.values import ValueGrids
+from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
+from opperf.log import get_logger, span
+from opperf.trace import Trace
+
+MANIFEST = "kernel_types.txt"
+SUMMARY = "grid_summary.tsv"
+TRACE_STEP = 2          # S01 is the parse, S02 the grid
+STATUS_GENERATED = "generated"
+STATUS_NO_PATTERN = "no_pattern"
+STATUS_NO_TEMPLATE = "no_fitting_profiled_row"
+STATUS_NOTHING_NEW = "nothing_new"
+
+log = get_logger("grid")
+
+
+@dataclass
+class KernelGridResult:
+    """What the grid did for one kernel type (one line of grid_summary.tsv)."""
+
+    kernel_type: str
+    patterns: str = ""
+    status: str = STATUS_NO_PATTERN
+    existing_rows: int = 0
+    templates: int = 0
+    combinations: int = 0
+    rejected_by_constraints: int = 0
+    invalid_dimensions: int = 0
+    no_fitting_template: int = 0
+    duplicates: int = 0
+    over_hbm_budget: int = 0
+    dropped_by_row_cap: int = 0
+    generated: int = 0
+
+
+@dataclass(frozen=True)
+class GridSettings:
+    """One run's knobs: what to generate for, how many rows, which seed, which memory budget."""
+
+    grid_config: GridConfig
+    grids: ValueGrids
+    estimator: MemoryEstimator
+    rows: int                   # cap on generated rows per CSV; 0 = no cap
+    seed: int
+    settings_text: dict = field(default_factory=dict)
+
+
+def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig], target_models: Sequence[str],
+                     rows: int, seed: int, max_hbm_gb: float, max_tokens: int, models_path=None) -> GridSettings:
+    """Resolve the target models and build the value grids and memory estimator of one run."""
+    if rows < 0:
+        raise OpperfError(f"--rows must be >= 0 (0 = no cap), got {rows}", field="--rows")
+    if max_hbm_gb <= 0:
+        raise OpperfError(f"--max-hbm-gb must be > 0, got {max_hbm_gb}", field="--max-hbm-gb")
+    if max_tokens < 1:
+        raise OpperfError(f"--max-tokens must be >= 1, got {max_tokens}", field="--max-tokens")
+    chosen = select_models(models, list(target_models), path=models_path)
+    grids = ValueGrids(grids=grid_config.grids, generic=grid_config.generic, models=chosen, max_tokens=max_tokens,
+                       dense_tokens_up_to=grid_config.dense_tokens_up_to, config_path=grid_config.path)
+    estimator = MemoryEstimator.for_budget_gb(max_hbm_gb, grid_config.memory.workspace_fraction,
+                                              grid_config.memory.workspace_mib)
+    described = {"target_models": [m.name for m in chosen], "rows": rows, "seed": seed, "max_hbm_gb": max_hbm_gb,
+                 "max_tokens": max_tokens}
+    return GridSettings(grid_config, grids, estimator, rows, seed, described)
+
+
+def _sample(count: int, cap: int, seed: int, kernel_type: str) -> list[int]:
+    """Indices to keep (in enumeration order): all, or a reproducible sample of `cap` of them."""
+    if cap <= 0 or count <= cap:
+        return list(range(count))
+    # A str seed is hashed with SHA-512 by `random`, so the sample does not depend on PYTHONHASHSEED.
+    return sorted(random.Random(f"{seed}:{kernel_type}").sample(range(count), cap))
+
+
+def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridSettings, *, path=None
+                         ) -> tuple[list[dict], KernelGridResult]:
+    """The generated rows of one kernel type (not including its existing rows) and what happened."""
+    result = KernelGridResult(kernel_type, existing_rows=len(rows))
+    patterns = settings.grid_config.patterns_for(kernel_type)
+    if not patterns:
+        return [], result
+    result.patterns = ",".join(p.name for p in patterns)
+    profiled = [r for r in rows if r.get(SOURCE, "") != SOURCE_GENERATED] or list(rows)
+    templates, _unusable = templates_from_rows(profiled, path=path)
+    result.templates = len(templates)
+    seen = {row_signature(r, kernel_type) for r in rows}
+    stats = CandidateStats()
+    generated: list[dict] = []
+    candidates = 0
+    for pattern in patterns:
+        for candidate in pattern_candidates(pattern, settings.grids, stats, settings.grid_config.path):
+            candidates += 1
+            fitted_any = False
+            for template in templates:
+                fitted = template.fit(candidate, pattern.match)
+                if fitted is None:
+                    continue
+                fitted_any = True
+                row = _generated_row(template, fitted, candidate.columns)
+                signature = row_signature(row, kernel_type)
+                if signature in seen:
+                    result.duplicates += 1
+                    continue
+                seen.add(signature)
+                if not _fits_budget(row, fitted, settings.estimator):
+                    result.over_hbm_budget += 1
+                    continue
+                generated.append(row)
+            if not fitted_any:
+                result.no_fitting_template += 1
+    result.combinations = stats.combinations
+    result.rejected_by_constraints = stats.rejected_by_constraints
+    result.invalid_dimensions = stats.invalid_dimensions
+    keep = _sample(len(generated), settings.rows, settings.seed, kernel_type)
+    result.dropped_by_row_cap = len(generated) - len(keep)
+    generated = [generated[i] for i in keep]
+    result.generated = len(generated)
+    if generated:
+        result.status = STATUS_GENERATED
+    elif result.no_fitting_template == candidates:
+        result.status = STATUS_NO_TEMPLATE
+    else:
+        result.status = STATUS_NOTHING_NEW
+    return generated, result
+
+
+def _generated_row(template: Template, fitted: tuple[tuple, tuple], columns) -> dict:
+    inputs, outputs = fitted
+    row = dict(template.metadata)
+    row[INPUT_SHAPES] = format_shapes(inputs)
+    row[OUTPUT_SHAPES] = format_shapes(outputs)
+    row[SOURCE] = SOURCE_GENERATED
+    row.update(columns)
+    return row
+
+
+def _fits_budget(row: dict, fitted: tuple[tuple, tuple], estimator: MemoryEstimator) -> bool:
+    inputs, outputs = fitted
+    return estimator.fits(inputs, parse_names(row.get(INPUT_DTYPES, "")), parse_names(row.get(INPUT_FORMATS, "")),
+                          outputs, parse_names(row.get(OUTPUT_DTYPES, "")),
+                          parse_names(row.get(OUTPUT_FORMATS, "")))
+
+
+def read_manifest(directory: Path) -> list[str]:
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        raise OpperfError(f"no {MANIFEST} here: is this a parse stage output directory?", path=directory)
+    types = []
+    for line_number, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            types.append(check_kernel_type(line.strip(), path=manifest, row=line_number, field="kernel type"))
+    return types
+
+
+def _merged_frame(frame: pd.DataFrame, generated: list[dict]) -> pd.DataFrame:
+    extra = [c for row in generated for c in row if c not in frame.columns]
+    columns = order_columns(list(frame.columns) + ([SOURCE] if SOURCE not in frame.columns else []) + extra)
+    existing = frame.reindex(columns=columns, fill_value="")
+    if not generated:
+        return existing
+    new = pd.DataFrame(generated).reindex(columns=columns, fill_value="").fillna("").astype(str)
+    return pd.concat([existing, new], ignore_index=True)
+
+
+def summary_table(results: Sequence[KernelGridResult]) -> str:
+    names = list(asdict(results[0]).keys()) if results else list(KernelGridResult.__dataclass_fields__)
+    lines = ["\t".join(names)]
+    lines += ["\t".join(str(v) for v in asdict(r).values()) for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettings,
+             trace_dir: str | Path | None = None) -> list[KernelGridResult]:
+    """The grid stage for one database directory (input_dir == output_dir appends in place)."""
+    input_dir, output_dir = Path(input_dir), Path(output_dir)
+    kernel_types = read_manifest(input_dir)
+    frames: dict[str, pd.DataFrame] = {}
+    results: list[KernelGridResult] = []
+    with span("grid.generate", log, kernel_types=len(kernel_types)) as totals:
+        for kernel_type in kernel_types:
+            path = input_dir / f"{kernel_type}.csv"
+            frame = read_database_csv(path, required=(INPUT_SHAPES, OUTPUT_SHAPES))
+            rows = frame.to_dict("records")
+            generated, result = generate_kernel_rows(kernel_type, rows, settings, path=path)
+            frames[kernel_type] = _merged_frame(frame, generated)
+            results.append(result)
+            log.info("%s: %s (%d existing rows, %d generated; %d duplicate, %d over the HBM budget, %d over the "
+                     "row cap, %d rejected by constraints)", kernel_type, result.status, result.existing_rows,
+                     result.generated, result.duplicates, result.over_hbm_budget, result.dropped_by_row_cap,
+                     result.rejected_by_constraints)
+        totals["generated"] = sum(r.generated for r in results)
+    _log_coverage(results)
+    manifest_text = (input_dir / MANIFEST).read_text(encoding="utf-8")
+    _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results))
+    if trace_dir:
+        _write_traces(Path(trace_dir), results, settings)
+    return results
+
+
+def _log_coverage(results: Sequence[KernelGridResult]) -> None:
+    without_pattern = [r.kernel_type for r in results if r.status == STATUS_NO_PATTERN]
+    without_template = [r.kernel_type for r in results if r.status == STATUS_NO_TEMPLATE]
+    if without_pattern:
+        log.info("kernel types with no grid pattern (copied through unchanged): %s", ", ".join(without_pattern))
+    if without_template:
+        log.info("kernel types whose patterns fit none of their profiled rows (copied through unchanged): %s",
+                 ", ".join(without_template))
+
+
+def _write_outputs(input_dir: Path, output_dir: Path, frames: dict[str, pd.DataFrame], manifest_text: str,
+                   summary_text: str) -> None:
+    """Write every CSV, the manifest and the summary; a new output directory appears complete or not at all."""
+    if output_dir.resolve() == input_dir.resolve():
+        for kernel_type, frame in frames.items():
+            write_csv_atomic(output_dir / f"{kernel_type}.csv", frame)
+        write_text_atomic(output_dir / SUMMARY, summary_text)
+        return
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        for kernel_type, frame in frames.items():
+            write_csv_atomic(staging / f"{kernel_type}.csv", frame)
+        write_text_atomic(staging / MANIFEST, manifest_text)
+        write_text_atomic(staging / SUMMARY, summary_text)
+        os.chmod(staging, 0o755)
+        if output_dir.exists():
+            previous = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
+            os.replace(output_dir, previous / output_dir.name)
+            os.replace(staging, output_dir)
+            shutil.rmtree(previous)
+        else:
+            os.replace(staging, output_dir)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+        raise
+
+
+def _write_traces(trace_dir: Path, results: Sequence[KernelGridResult], settings: GridSettings) -> None:
+    for result in results:
+        trace = Trace(trace_dir, result.kernel_type)
+        trace.record(TRACE_STEP, "GRID", "spec", json.dumps(
+            {"kernel_type": result.kernel_type, "patterns": result.patterns.split(",") if result.patterns else [],
+             **settings.settings_text}, indent=2, sort_keys=True))
+        trace.record(TRACE_STEP, "GRID", "result", json.dumps(asdict(result), indent=2, sort_keys=True))

@@ -1,0 +1,142 @@
+"""Templates: the profiled rows whose stable metadata generated rows inherit, and how a candidate fits one.
+
+A generated row copies OP State, Accelerator Core, dtypes, formats and Input Scalars from a profiled row
+of its kernel type (its template) and takes only shapes from the pattern. A candidate fits a template:
+
+- `tensors` mode (declarative patterns): the candidate's tensor slots go, in order, into the template's
+  non-empty slots, and each must have the template slot's (logical) rank. The template's empty slots
+  (optional inputs, scalars) stay empty, so Input Scalars and dtypes stay aligned slot by slot.
+- `slots` mode (generators with a full slot layout, e.g. FIA): the candidate's layout is kept as is;
+  only the slot counts must agree (trailing empty slots are trimmed or padded to the template's count).
+
+Outputs: a template with no output slots (torch.profiler traces record none) gives generated rows none.
+A template slot stored as FRACTAL_NZ turns the candidate's ND shape into its NZ storage shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from opperf.contract import (ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
+                             OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, dtype_bytes, is_known_dtype,
+                             parse_names, parse_shapes)
+from opperf.errors import OpperfError
+from opperf.grid.candidates import Candidate
+from opperf.grid.config import MATCH_SLOTS
+
+# Columns a generated row inherits from its template ("stable metadata").
+INHERITED_COLUMNS = (OP_STATE, ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, OUTPUT_DTYPES, OUTPUT_FORMATS,
+                     INPUT_SCALARS)
+FRACTAL_NZ = "FRACTAL_NZ"
+NZ_BLOCK_ROWS = 16
+NZ_BLOCK_BYTES = 32
+
+Shape = tuple[int, ...]
+
+
+def nd_to_fractal_nz(shape: Shape, dtype: str) -> Shape:
+    """ND (..., rows, cols) → FRACTAL_NZ storage (..., ceil(cols/c0), ceil(rows/16), 16, c0), c0 = 32 bytes of dtype.
+
+    The inverse of `contract.fractal_nz_to_nd` for aligned shapes (storage (a,b,c,d) is ND (b*c, a*d)).
+    """
+    *batch, rows, cols = shape
+    element_bytes = dtype_bytes(dtype) if is_known_dtype(dtype) else 2
+    c0 = max(1, int(NZ_BLOCK_BYTES // element_bytes))
+    return (*batch, -(-cols // c0), -(-rows // NZ_BLOCK_ROWS), NZ_BLOCK_ROWS, c0)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One slot of a template: its storage rank (0 = empty), format and dtype."""
+
+    rank: int
+    fmt: str
+    dtype: str
+
+    @property
+    def is_nz(self) -> bool:
+        return self.fmt.upper() == FRACTAL_NZ and self.rank >= 4
+
+    @property
+    def logical_rank(self) -> int:
+        return self.rank - 2 if self.is_nz else self.rank
+
+
+@dataclass(frozen=True)
+class Template:
+    """The stable metadata of a group of profiled rows with one slot structure."""
+
+    metadata: tuple[tuple[str, str], ...]
+    inputs: tuple[Slot, ...]
+    outputs: tuple[Slot, ...]
+
+    def fit(self, candidate: Candidate, match: str) -> tuple[tuple, tuple] | None:
+        """The candidate's (input slots, output slots) laid out on this template, or None if it does not fit."""
+        inputs = self._fit_side(candidate.inputs, self.inputs, match)
+        if inputs is None:
+            return None
+        if not self.outputs:
+            return inputs, ()
+        outputs = self._fit_side(candidate.outputs, self.outputs, match)
+        return None if outputs is None else (inputs, outputs)
+
+    @staticmethod
+    def _fit_side(shapes: Sequence[Shape | None], slots: tuple[Slot, ...], match: str) -> tuple | None:
+        if match == MATCH_SLOTS:
+            shapes = list(shapes)
+            while len(shapes) > len(slots) and shapes[-1] is None:
+                shapes.pop()
+            if len(shapes) > len(slots):
+                return None
+            shapes += [None] * (len(slots) - len(shapes))
+            return tuple(_stored(shape, slot) for shape, slot in zip(shapes, slots))
+        tensors = [shape for shape in shapes if shape is not None]
+        positions = [index for index, slot in enumerate(slots) if slot.rank]
+        if len(tensors) != len(positions):
+            return None
+        laid_out: list[Shape | None] = [None] * len(slots)
+        for shape, index in zip(tensors, positions):
+            if len(shape) != slots[index].logical_rank:
+                return None
+            laid_out[index] = _stored(shape, slots[index])
+        return tuple(laid_out)
+
+
+def _stored(shape: Shape | None, slot: Slot) -> Shape | None:
+    if shape is not None and slot.is_nz and len(shape) == slot.logical_rank and len(shape) >= 2:
+        return nd_to_fractal_nz(shape, slot.dtype)
+    return shape
+
+
+def _slots(shapes, formats: list[str], dtypes: list[str]) -> tuple[Slot, ...]:
+    def at(names, index):
+        return names[index] if index < len(names) else ""
+    return tuple(Slot(len(shape) if shape else 0, at(formats, i), at(dtypes, i)) for i, shape in enumerate(shapes))
+
+
+def templates_from_rows(rows: Sequence[Mapping[str, str]], *, path=None, first_line: int = 2
+                        ) -> tuple[list[Template], int]:
+    """Distinct templates of a kernel type's profiled rows (first-seen order), and how many rows could not be one.
+
+    A row whose shapes cannot be parsed (N/A, malformed) cannot be a template; it is counted, not fatal:
+    the row itself is carried through unchanged.
+    """
+    templates: dict[Template, None] = {}
+    unusable = 0
+    for offset, row in enumerate(rows):
+        try:
+            inputs = parse_shapes(row.get(INPUT_SHAPES, ""), path=path, row=first_line + offset, field=INPUT_SHAPES)
+            outputs = parse_shapes(row.get(OUTPUT_SHAPES, ""), path=path, row=first_line + offset,
+                                   field=OUTPUT_SHAPES)
+        except OpperfError:
+            unusable += 1
+            continue
+        metadata = tuple((column, row[column]) for column in INHERITED_COLUMNS if column in row)
+        template = Template(metadata,
+                            _slots(inputs, parse_names(row.get(INPUT_FORMATS, "")),
+                                   parse_names(row.get(INPUT_DTYPES, ""))),
+                            _slots(outputs, parse_names(row.get(OUTPUT_FORMATS, "")),
+                                   parse_names(row.get(OUTPUT_DTYPES, ""))))
+        templates.setdefault(template, None)
+    return list(templates), unusable

@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""Add model-derived theory rows to every kernel type's CSV of a database (stage 3, the shape grid)."""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.devices import DEFAULT_CATALOG, load_catalog, resolve_device  # noqa: E402
+from opperf.errors import OpperfError  # noqa: E402
+from opperf.grid import load_grid_config, load_models, prepare_settings, run_grid  # noqa: E402
+from opperf.grid.config import DEFAULT_GRID_CONFIG  # noqa: E402
+from opperf.versions import npu_version_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED_DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Append theory shape rows (source=generated, no performance values) to each kernel type's "
+                    "CSV, from the patterns of --grid-config and the models of --target-models. Rows inherit "
+                    "their kernel type's profiled metadata (OP State, Accelerator Core, dtypes, formats), never "
+                    "duplicate an existing row signature, and are dropped when they would not fit --max-hbm-gb. "
+                    "The same inputs and --seed give byte-identical CSVs.",
+        epilog="Where: --data-dir DIR (in place), or --input-dir PARSED --output-dir GRID (the workflow's form), "
+               "or --device/--vllm-version/--torch-version/--cann-version (→ data/<device>/vllm_ascend/"
+               "vllm<v>_torch<t>_cann<c>, in place). Example: %(prog)s --data-dir data/A3/vllm_ascend/"
+               "vllm0.18.0_torch2.9.0_cann8.5 --target-models qwen3-32b,dsv3 --max-hbm-gb 64")
+    where = parser.add_argument_group("database")
+    where.add_argument("--data-dir", help="database directory to extend in place (holds kernel_types.txt)")
+    where.add_argument("--input-dir", help="parse stage output directory (read only)")
+    where.add_argument("--output-dir", help="directory to write (created complete, or replaced)")
+    where.add_argument("--device", help=f"device key or full name from --devices (default: from the path, else "
+                                        f"{SEED_DEFAULT_DEVICE}); sets the default --max-hbm-gb and token cap")
+    where.add_argument("--vllm-version", help="with --torch-version/--cann-version: locate the database")
+    where.add_argument("--torch-version")
+    where.add_argument("--cann-version")
+    where.add_argument("--database-root", default="data", help="root of data/<device>/... (default: %(default)s)")
+    grid = parser.add_argument_group("grid")
+    grid.add_argument("--target-models", default="",
+                      help="comma-separated model names or aliases from --models (e.g. qwen3-32b,dsv3); GEMM (N, K) "
+                           "pairs, attention and MoE layouts come from them over their tp_sizes/ep_sizes. Empty: "
+                           "the generic grids of --grid-config")
+    grid.add_argument("--rows", type=int, default=1000,
+                      help="most generated rows per CSV (0 = no cap; default: %(default)s)")
+    grid.add_argument("--seed", type=int, default=0, help="seed of the row sampling (default: %(default)s)")
+    grid.add_argument("--max-hbm-gb", type=float, default=None,
+                      help="device memory budget in GB (GiB) per row (default: the device's memory_gb)")
+    grid.add_argument("--max-tokens", type=int, default=None,
+                      help="largest token count of the `tokens` grid (default: grid config's cap for the device's "
+                           "back end)")
+    grid.add_argument("--grid-config", default=str(DEFAULT_GRID_CONFIG), help="patterns (default: config/grid.yaml)")
+    grid.add_argument("--models", default=str(ROOT / "config" / "models.yaml"),
+                      help="model configs (default: config/models.yaml)")
+    grid.add_argument("--devices", default=str(DEFAULT_CATALOG), help="device catalog (default: config/devices.yaml)")
+    grid.add_argument("--trace-dir", help="write GRID spec/result trace files per kernel type under this directory")
+    add_logging_args(parser)
+    return parser
+
+
+def _directories(args: argparse.Namespace) -> tuple[Path, Path]:
+    if args.data_dir:
+        if args.input_dir or args.output_dir:
+            raise OpperfError("give --data-dir, or --input-dir with --output-dir, not both", field="--data-dir")
+        return Path(args.data_dir), Path(args.data_dir)
+    if args.input_dir or args.output_dir:
+        if not (args.input_dir and args.output_dir):
+            raise OpperfError("--input-dir and --output-dir go together", field="--input-dir")
+        return Path(args.input_dir), Path(args.output_dir)
+    if not (args.vllm_version or args.torch_version or args.cann_version):
+        raise OpperfError("say which database: --data-dir, --input-dir/--output-dir, or --device with "
+                          "--vllm-version/--torch-version/--cann-version", field="--data-dir")
+    version_dir = npu_version_dir(args.vllm_version, args.torch_version, args.cann_version)
+    device = resolve_device(args.device or SEED_DEFAULT_DEVICE, load_catalog(args.devices))
+    directory = Path(args.database_root) / device.name / "vllm_ascend" / version_dir
+    return directory, directory
+
+
+def _device(args: argparse.Namespace, input_dir: Path):
+    catalog = load_catalog(args.devices)
+    if args.device:
+        return resolve_device(args.device, catalog)
+    for candidate in (input_dir.parent.parent.parent.name, input_dir.parent.parent.name):
+        if candidate in catalog:      # results/{device}/{stack}/{version}/parsed or data/{device}/{stack}/{version}
+            return catalog[candidate]
+    return resolve_device(SEED_DEFAULT_DEVICE, catalog)
+
+
+def main(args: argparse.Namespace) -> int:
+    input_dir, output_dir = _directories(args)
+    device = _device(args, input_dir)
+    grid_config = load_grid_config(args.grid_config)
+    settings = prepare_settings(
+        grid_config=grid_config, models=load_models(args.models),
+        target_models=[m.strip() for m in args.target_models.split(",") if m.strip()],
+        rows=args.rows, seed=args.seed,
+        max_hbm_gb=args.max_hbm_gb if args.max_hbm_gb is not None else device.memory_gb,
+        max_tokens=args.max_tokens if args.max_tokens is not None else grid_config.max_tokens_for(device.backend),
+        models_path=args.models)
+    settings.settings_text["device"] = device.name
+    run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
