@@ -21,7 +21,9 @@ Schema (see docs/replay.md, "Kernel definition reference"):
       - {role: index, high: {slot: 0, dim: 0}}     # integers in [low, high)
       - {role: scalar, from: input_scalars}        # the row's `Input Scalars` slot
       - {role: scalar, value: 1.0e-6, name: eps}   # a fixed value, passed as keyword `eps`
+      - {role: device, name: device}  # the replay device (factory ops: empty, empty_strided, ...)
       - {role: none}                  # empty/optional slot: passed as None (omit: true leaves it out)
+      - {role: tensor, name: out, optional: true}  # trailing slot a row may lack (`optional` on any role)
     kwargs: {epsilon: 1.0e-6}         # fixed keyword arguments
     dtype_overrides: {1: DT_INT8}     # slot index -> dtype forced regardless of the row
     outputs: {verify: true}           # verify produced outputs against Output Shapes / Output Data Types
@@ -46,16 +48,18 @@ DEFAULT_DEFINITIONS_DIR = Path(__file__).resolve().parents[2] / "config" / "kern
 BACKENDS = ("cpu", "cuda", "npu")
 CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activation", "elementwise",
               "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
-ROLES = ("tensor", "index", "scalar", "none")
+ROLES = ("tensor", "index", "scalar", "device", "none")
 VALUE_KINDS = ("normal", "uniform", "positive", "ones", "zeros")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
              "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description"}
+_COMMON_KEYS = {"role", "name", "optional"}
 _ROLE_KEYS = {
-    "tensor": {"role", "transpose", "values", "name", "contiguous"},
-    "index": {"role", "low", "high", "unique", "sorted", "name"},
-    "scalar": {"role", "from", "value", "name"},
-    "none": {"role", "omit", "name"},
+    "tensor": _COMMON_KEYS | {"transpose", "values", "contiguous"},
+    "index": _COMMON_KEYS | {"low", "high", "unique", "sorted"},
+    "scalar": _COMMON_KEYS | {"from", "value"},
+    "device": _COMMON_KEYS,
+    "none": _COMMON_KEYS | {"omit"},
 }
 _OUTPUT_KEYS = {"verify", "extra"}
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -79,7 +83,7 @@ class IndexBound:
 class InputSpec:
     """How one slot of a row's `Input Shapes` becomes an argument of the call."""
 
-    role: str                                  # tensor | index | scalar | none
+    role: str                                  # tensor | index | scalar | device | none
     name: str | None = None                    # pass as keyword `name` instead of positionally
     transpose: tuple[int, int] | None = None   # tensor: build the slot's shape, then .transpose(a, b) (a view)
     contiguous: bool = False                   # tensor: make the transformed view contiguous
@@ -91,6 +95,7 @@ class InputSpec:
     scalar_from: str | None = None             # scalar: "input_scalars"
     value: Any = None                          # scalar: fixed value
     omit: bool = False                         # none: leave the argument out entirely
+    optional: bool = False                     # trailing slot a row may lack (e.g. an `out=` variant's out)
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
     if role not in ROLES:
         raise _fail(f"role {role!r} is not one of {ROLES}", path, f"{field_name}.role")
     _check_keys(raw, _ROLE_KEYS[role], path, field_name)
+    optional = _boolean(raw.get("optional"), path, f"{field_name}.optional")
     name = raw.get("name")
     if name is not None and not (isinstance(name, str) and _IDENTIFIER_RE.match(name)):
         raise _fail(f"keyword name {name!r} is not an identifier", path, f"{field_name}.name")
@@ -213,7 +219,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
         values = raw.get("values", "normal")
         if values not in VALUE_KINDS:
             raise _fail(f"{values!r} is not one of {VALUE_KINDS}", path, f"{field_name}.values")
-        return InputSpec(role=role, name=name, transpose=transpose, values=values,
+        return InputSpec(role=role, name=name, optional=optional, transpose=transpose, values=values,
                          contiguous=_boolean(raw.get("contiguous"), path, f"{field_name}.contiguous"))
     if role == "index":
         low = _integer(raw.get("low", 0), path, f"{field_name}.low")
@@ -222,7 +228,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
         if "high" not in raw:
             raise _fail("an index input needs `high` (a constant or {slot: i, dim: d}) so its values stay in "
                         "bounds", path, f"{field_name}.high")
-        return InputSpec(role=role, name=name, low=low,
+        return InputSpec(role=role, name=name, optional=optional, low=low,
                          high=_index_bound(raw["high"], path, f"{field_name}.high", slot_count),
                          unique=_boolean(raw.get("unique"), path, f"{field_name}.unique"),
                          sorted=_boolean(raw.get("sorted"), path, f"{field_name}.sorted"))
@@ -236,8 +242,10 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
         if has_value and not _is_plain_literal(value):
             raise _fail(f"must be a number, boolean, string, null or a list of those, got {value!r}", path,
                         f"{field_name}.value")
-        return InputSpec(role=role, name=name, scalar_from=raw.get("from"), value=value)
-    return InputSpec(role=role, name=name, omit=_boolean(raw.get("omit"), path, f"{field_name}.omit"))
+        return InputSpec(role=role, name=name, optional=optional, scalar_from=raw.get("from"), value=value)
+    if role == "device":
+        return InputSpec(role=role, name=name, optional=optional)
+    return InputSpec(role=role, name=name, optional=optional, omit=_boolean(raw.get("omit"), path, f"{field_name}.omit"))
 
 
 def _is_plain_literal(value: Any) -> bool:
@@ -292,6 +300,10 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
     if not raw_inputs and hook is None:
         raise _fail("a declarative definition needs one entry per Input Shapes slot", path, "inputs")
     inputs = tuple(_input_spec(entry, i, len(raw_inputs), path) for i, entry in enumerate(raw_inputs))
+    for index in range(1, len(inputs)):
+        if inputs[index - 1].optional and not inputs[index].optional:
+            raise _fail("optional entries must come last (a row may only lack trailing slots)", path,
+                        f"inputs[{index}]")
     keyword_names = [spec.name for spec in inputs if spec.name]
     if len(set(keyword_names)) != len(keyword_names):
         raise _fail(f"keyword names repeat: {keyword_names}", path, "inputs")

@@ -304,7 +304,13 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     if spec.role == "none":
         return _NO_ARGUMENT if spec.omit else None
     if spec.role == "scalar":
-        return ctx.scalar(index) if spec.scalar_from == "input_scalars" else spec.value
+        if spec.scalar_from != "input_scalars":
+            return spec.value
+        value = ctx.scalar(index)
+        # A keyword whose value the trace did not record (strings, for one) keeps the op's default.
+        return _NO_ARGUMENT if value is None and spec.name else value
+    if spec.role == "device":
+        return ctx.device
     if spec.role == "index":
         if shape is None:
             raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
@@ -333,12 +339,14 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
 def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
     """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
     slot_count = len(ctx.slots.input_shapes)
-    if slot_count != len(definition.inputs):
+    required = sum(not spec.optional for spec in definition.inputs)
+    if not required <= slot_count <= len(definition.inputs):
+        expected = f"{required}" if required == len(definition.inputs) else f"{required} to {len(definition.inputs)}"
         raise ctx.error(f"the row has {slot_count} input slots, the definition {definition.path} describes "
-                        f"{len(definition.inputs)}")
+                        f"{expected}")
     fn = resolve_callable(definition.api, definition.import_modules)
     args, kwargs = [], dict(definition.kwargs)
-    for index, spec in enumerate(definition.inputs):
+    for index, spec in enumerate(definition.inputs[:slot_count]):
         value = build_argument(spec, index, ctx)
         if value is _NO_ARGUMENT:
             continue

@@ -83,7 +83,8 @@ def verify_outputs(row: Mapping[str, str], slots: RowSlots, result: Any, spec: O
             if contract.canonical_dtype(want_dtype) != _dtype_name(got):
                 problems.append(f"output slot {index}: dtype {_dtype_name(got)} != expected "
                                 f"{contract.canonical_dtype(want_dtype)}")
-    extra = [i for i in range(len(slots.output_shapes), len(outputs)) if outputs[i] is not None]
+    # A 0-d output has no shape text (the contract cannot write one), so it is never an extra slot.
+    extra = [i for i in range(len(slots.output_shapes), len(outputs)) if outputs[i] is not None and outputs[i].dim() > 0]
     if extra and spec.extra == "error":
         problems.append(f"the call produced {len(outputs)} outputs, the row has {len(slots.output_shapes)} "
                         "output slots (set outputs.extra: ignore in the definition if that is expected)")

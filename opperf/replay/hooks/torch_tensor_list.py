@@ -1,0 +1,33 @@
+"""Ops whose first argument is a list of tensors (aten::cat, aten::stack): the row flattens the list.
+
+torch.profiler records `cat(TensorList tensors, int dim)`; the database row keeps one slot per list
+element followed by the scalar slots, e.g. Input Shapes `1,4,65,32;1,4,1,32;` with Input Scalars
+`;;2`. Every leading non-empty slot is a list element; the slots after them are the remaining
+arguments, taken from Input Scalars.
+"""
+
+from __future__ import annotations
+
+from opperf import contract
+from opperf.replay.inputs import BuildContext, ReplayCase, describe_call, resolve_callable
+
+
+def build_case(row, ctx: BuildContext) -> ReplayCase:
+    shapes = ctx.slots.input_shapes
+    count = 0
+    while count < len(shapes) and shapes[count] is not None:
+        count += 1
+    if count == 0:
+        raise ctx.error("a tensor-list op needs at least one tensor slot before its scalar slots")
+    tensors = [ctx.tensor(ctx.input_shape(i), ctx.input_dtype(i)) for i in range(count)]
+    rest = []
+    for index in range(count, len(shapes)):
+        value = ctx.scalar(index)
+        if value is None:
+            break
+        rest.append(value)
+    if any(shapes[i] is not None for i in range(count, len(shapes))):
+        raise ctx.error("tensor slots after the list's scalar slots are not supported", contract.INPUT_SHAPES)
+    api = ctx.definition.api
+    fn = resolve_callable(api, ctx.definition.import_modules)
+    return ReplayCase(fn=fn, args=(tensors, *rest), description=describe_call(api, [tensors, *rest], {}))
