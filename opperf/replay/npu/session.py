@@ -1,0 +1,202 @@
+"""An NPU replay job's msprof session: wrap the replay child, then turn op_summary rows into row outcomes.
+
+The replay child (`opperf.replay.worker`, started by `opperf.replay.isolation`) builds each row's
+call, runs it once and verifies its outputs, then runs the warm-up and `repeat_count` measured calls;
+on the NPU its outcome is `executed` (verified, no numbers yet). This module wraps that child in
+one msprof session per attempt (`wrap_command`), and afterwards (`resolve_outcomes`) reads the
+session's op_summary, keeps the last `repeat_count` samples of each (OP Type, signature) group, and
+turns every `executed` outcome into `ok` with the durations and `MicroBench <counter>` columns, or
+into `failed_no_samples` when the profiler saw no kernel of the row's Type(s) with its signature.
+
+`backfill_database` is the seed's `start_microbench --prof-path`: an existing PROF_* directory is
+written back into every `{OP Type}.csv` of a database directory, by signature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.io import read_database_csv, write_csv_atomic
+from opperf.log import get_logger
+from opperf.replay.engine import (STATUS_EXECUTED, STATUS_FAILED_NO_SAMPLES, STATUS_OK, UPDATE_MODES, RowOutcome,
+                                  has_valid_duration)
+from opperf.replay.npu import msprof, op_summary
+from opperf.replay.writeback import WritebackReport, write_back
+
+log = get_logger("replay.npu.session")
+WORKER_MODULE = "opperf.replay.worker"
+NO_L2_POLICY = "none (msprof: device as the replay left it)"
+
+
+@dataclass
+class MsprofSession:
+    """The msprof side of one NPU replay job: where sessions write, and how the child is wrapped."""
+
+    output_root: Path
+    msprof_executable: str = "msprof"
+    aic_metrics: str | None = None
+    execution_mode: str = "inprocess"
+    torchrun: msprof.TorchrunOptions | None = None     # DispatchFFNCombine: one process per EP rank
+    attempts: list[Path] = field(default_factory=list)
+
+    def wrap_command(self, command: list[str], attempt: int) -> list[str]:
+        """`isolation.run_isolated`'s hook: `python -m opperf.replay.worker ARGS` → msprof around the entry.
+
+        Each attempt (a restart after a crash) is its own session under `output_root/attempt_<n>`.
+        """
+        try:
+            position = command.index(WORKER_MODULE)
+        except ValueError:
+            raise OpperfError(f"cannot wrap {command[:3]}...: expected `python -m {WORKER_MODULE} ...`") from None
+        if position < 2 or command[position - 1] != "-m":
+            raise OpperfError(f"cannot wrap {command[:3]}...: expected `python -m {WORKER_MODULE} ...`")
+        python, worker_args = command[0], command[position + 1:]
+        output_dir = Path(self.output_root) / f"attempt_{attempt}"
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self.attempts.append(output_dir)
+        program = msprof.entry_command(worker_args, execution_mode=self.execution_mode, torchrun=self.torchrun,
+                                       python=python)
+        return msprof.msprof_command(output_dir, program, msprof=self.msprof_executable,
+                                     aic_metrics=self.aic_metrics)
+
+    def summaries(self) -> list[Path]:
+        """The op_summary files of every session this job ran (exported where msprof left none)."""
+        return msprof.collect_op_summaries(self.output_root, msprof=self.msprof_executable)
+
+
+def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_files: Sequence[Path], *,
+                     kernel_types: Sequence[str], kernel_type: str, repeat_count: int,
+                     ep_size: int | None = None,
+                     samples_per_call: int = 1) -> dict[tuple[str, ...], RowOutcome]:
+    """`executed` outcomes (keyed by `engine.replay_key`) with the session's durations filled in.
+
+    `kernel_types`: the Types the row's call may be reported as (the definition's own first, then its
+    alternates: MatMulV2 rows replay as torch.mm and may come back as MatMulV3). `samples_per_call`:
+    devices that each report the call (DispatchFFNCombine: one per local EP rank).
+    Other outcomes (failures, skips) pass through unchanged.
+    """
+    tables = [op_summary.read_profiler_table(path) for path in summary_files]
+    timings = op_summary.aggregate_tables(tables, keep_last=repeat_count * samples_per_call,
+                                          kernel_types=kernel_types, ep_size=ep_size)
+    resolved: dict[tuple[str, ...], RowOutcome] = {}
+    for key, outcome in outcomes.items():
+        if outcome.status != STATUS_EXECUTED:
+            resolved[key] = outcome
+            continue
+        signature = contract.row_signature(_signature_row(key, kernel_type), kernel_type)
+        found = [(reported, timings[(reported, signature)]) for reported in kernel_types
+                 if (reported, signature) in timings]
+        if not found:
+            seen = sorted({t for t, _ in timings})
+            resolved[key] = RowOutcome(
+                STATUS_FAILED_NO_SAMPLES, call=outcome.call, expected_outputs=outcome.expected_outputs,
+                produced_outputs=outcome.produced_outputs,
+                error=(f"the call ran and verified, but the msprof session holds no {' / '.join(kernel_types)} "
+                       f"task with signature {' | '.join(signature)} (Types seen: {', '.join(seen) or 'none'}); "
+                       "the call launched other kernels than the profiled row"))
+            continue
+        reported, timing = found[0]
+        columns = timing.result_columns()
+        columns[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
+        if reported != kernel_type:
+            columns[contract.REPLAY_TIMING_METHOD] += f" (reported as {reported})"
+        resolved[key] = RowOutcome(STATUS_OK, columns=columns, call=outcome.call,
+                                   expected_outputs=outcome.expected_outputs,
+                                   produced_outputs=outcome.produced_outputs)
+    return resolved
+
+
+def _signature_row(key: tuple[str, ...], kernel_type: str) -> dict[str, str]:
+    """A replay key (signature + Input Scalars) back as the row fields the signature is built from."""
+    row = dict(zip(contract.SIGNATURE_COLUMNS, key))
+    if kernel_type in contract.EP_SIGNATURE_KERNELS:
+        row[contract.EP_SIZE] = key[len(contract.SIGNATURE_COLUMNS)]
+    return row
+
+
+# --- --prof-path: an existing PROF_* directory written back into a database directory -----------
+
+@dataclass
+class BackfillResult:
+    """What `backfill_database` did per CSV, for the report and the BACKFILL trace."""
+
+    files: dict[str, WritebackReport] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)         # CSVs that did not exist (update mode all)
+    unmatched: dict[str, int] = field(default_factory=dict)  # Type -> profiled groups matching no row
+    summary_files: list[Path] = field(default_factory=list)
+
+
+def _timing_row(timing: op_summary.SignatureTiming, collected_at: str) -> dict[str, str]:
+    row = {column: timing.fields.get(column, "") for column in contract.BASE_COLUMNS}
+    if contract.EP_SIZE in timing.fields:
+        row[contract.EP_SIZE] = timing.fields[contract.EP_SIZE]
+    row.update(timing.result_columns())
+    row[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
+    row[contract.REPLAY_STATUS] = STATUS_OK
+    row[contract.COLLECTED_AT] = collected_at
+    return row
+
+
+def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel_types: Iterable[str] | None = None,
+                      update_mode: str = "all", prune_empty_duration_rows: bool = False,
+                      ep_size: int | None = None, msprof_executable: str | None = None,
+                      collected_at: str | None = None) -> BackfillResult:
+    """Write an existing profile's durations into `{OP Type}.csv` of `database_dir`, by signature.
+
+    Every profiled group lands in the CSV of the Type the profiler reports. `all`: matching rows are
+    updated and unmatched groups appended (a CSV is created for a Type without one); `missing-only`:
+    only rows without a valid `Average Duration(us)` are filled and unmatched groups are reported, not
+    appended. No row is dropped unless `prune_empty_duration_rows` is set.
+    """
+    if update_mode not in UPDATE_MODES:
+        raise OpperfError(f"update mode {update_mode!r} is not one of {UPDATE_MODES}", field="--update-mode")
+    database_dir = Path(database_dir)
+    if not database_dir.is_dir():
+        raise OpperfError("database directory not found", path=database_dir)
+    collected_at = collected_at or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    result = BackfillResult(summary_files=msprof.collect_op_summaries(prof_path, msprof=msprof_executable))
+    tables = [op_summary.read_profiler_table(path) for path in result.summary_files]
+    timings = op_summary.aggregate_tables(tables, kernel_types=kernel_types, ep_size=ep_size)
+    for kernel_type, by_signature in op_summary.timings_by_kernel_type(timings).items():
+        contract.check_kernel_type(kernel_type, path=result.summary_files[0], field="OP Type")
+        path = database_dir / f"{kernel_type}.csv"
+        if path.is_file():
+            frame = read_database_csv(path, required=contract.SIGNATURE_COLUMNS)
+        elif update_mode == "all":
+            frame = None
+        else:
+            result.unmatched[kernel_type] = len(by_signature)
+            continue
+        outcomes: dict[tuple[str, ...], RowOutcome] = {}
+        matched: set[contract.Signature] = set()
+        for row in (frame.to_dict(orient="records") if frame is not None else []):
+            signature = contract.row_signature(row, kernel_type)
+            if signature not in by_signature:
+                continue
+            matched.add(signature)
+            if update_mode == "missing-only" and has_valid_duration(row.get(contract.REPLAY_AVERAGE, "")):
+                continue
+            timing = by_signature[signature]
+            columns = timing.result_columns()
+            columns[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
+            key = signature + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
+            outcomes[key] = RowOutcome(STATUS_OK, columns=columns)
+        unmatched = [t for s, t in by_signature.items() if s not in matched]
+        if unmatched:
+            result.unmatched[kernel_type] = len(unmatched)
+        appended = [_timing_row(t, collected_at) for t in unmatched] if update_mode == "all" else []
+        if frame is None:
+            import pandas as pd
+            frame = pd.DataFrame(columns=list(contract.BASE_COLUMNS))
+            result.created.append(kernel_type)
+        updated, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
+                                     prune_empty_duration_rows=prune_empty_duration_rows, appended_rows=appended)
+        write_csv_atomic(path, updated)
+        result.files[kernel_type] = report
+        log.info("%s: %s", path, report.summary())
+    return result
