@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/workload.smk"
 include: "rules/parse.smk"
 include: "rules/database.smk"
+include: "rules/grid.smk"
 
 
 rule all:

@@ -197,3 +197,99 @@ def all_targets(wildcards):
         if optional in globals():
             targets += globals()[optional]()
     return targets
+
+
+# --- grid ---
+
+
+def grid_target_models(wildcards):
+    """The grid's --target-models: config grid.target_models, comma-separated ('' = generic grids)."""
+    return ",".join(config["grid"]["target_models"])
+
+
+def grid_max_hbm_gb(wildcards):
+    """The grid's HBM budget in GB: config grid.max_hbm_gb, else the catalog's memory_gb of {device}."""
+    configured = config["grid"].get("max_hbm_gb")
+    return configured if configured is not None else DEVICES[wildcards.device].memory_gb
+
+
+def grid_max_tokens_option(wildcards):
+    """`--max-tokens N` when config grid.max_tokens is set; empty to use grid.yaml's cap for the back end."""
+    configured = config["grid"].get("max_tokens")
+    return f"--max-tokens {configured}" if configured is not None else ""
+
+
+# --- replay ---
+
+
+def _definition_index(family):
+    """Reported Type → definition file of a family (config/kernels/<family>), loaded once per run."""
+    from opperf.replay.definitions import definition_index
+
+    cache = _definition_index.__dict__.setdefault("cache", {})
+    if family not in cache:
+        backend = "npu" if family == "npu" else None
+        cache[family] = {k: str(Path(v).relative_to(Path(workflow.basedir).resolve()))
+                         if Path(v).is_absolute() else str(v)
+                         for k, v in definition_index(Path(workflow.basedir) / "config" / "kernels" / family,
+                                                      backend).items()}
+    return cache[family]
+
+
+def kernel_definition(wildcards):
+    """The one definition file replaying {kernel} on the database's back end ([] when none exists)."""
+    family = Path(kernel_definitions_dir(wildcards)).name
+    path = _definition_index(family).get(wildcards.kernel)
+    return [path] if path else []
+
+
+def kernel_definition_option(wildcards):
+    """The file kernel_definition gives, as scripts/replay.py's --definition value ('' = none: no_definition)."""
+    found = kernel_definition(wildcards)
+    return found[0] if found else "''"
+
+
+def replay_rows_input(wildcards):
+    """The rows a replay job measures: the grid stage's directory, else the parse checkpoint's."""
+    if grid_enabled():
+        return f"{_stage_root(wildcards)}/grid"
+    checkpoints.parse_profiles.get(**wildcards)
+    return f"{_stage_root(wildcards)}/parsed"
+
+
+def replay_device_slots(kind):
+    """resources: gpu=1 for cuda databases, npu=1 for npu databases, 0 otherwise (cpu)."""
+    def slots(wildcards):
+        return 1 if database_backend(wildcards.device) == {"gpu": "cuda", "npu": "npu"}[kind] else 0
+    return slots
+
+
+def replay_device_ids_option(wildcards):
+    ids = config["replay"].get("device_ids")
+    return f"--device-ids {','.join(str(i) for i in ids)}" if ids else ""
+
+
+def report_targets():
+    """The report of every database that this host replays."""
+    targets = []
+    for device, stack, version_dir in databases():
+        if replay_enabled(device):
+            root = f"reports/{device}/{stack}/{version_dir}"
+            targets += [f"{root}/replay_report.md", f"{root}/summary.json", f"{root}/duration_gap.csv"]
+    return targets
+
+
+def report_replayed_csvs(wildcards):
+    """Every replayed CSV of one database (the kernel list comes from the parse checkpoint)."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    return ["results/{}/{}/{}/replayed/{}.csv".format(*key, kernel) for kernel in kernel_types(*key)]
+
+
+def replay_prune_options(wildcards):
+    """--prune-invalid-rows / --prune-empty-duration-rows as config replay.* asks (off by default)."""
+    options = []
+    if config["replay"].get("prune_invalid_rows"):
+        options.append("--prune-invalid-rows")
+    if config["replay"].get("prune_empty_duration_rows"):
+        options.append("--prune-empty-duration-rows")
+    return " ".join(options)

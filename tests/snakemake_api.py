@@ -11,7 +11,7 @@ from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSetting
 
 REPO = Path(__file__).resolve().parent.parent
 # What a workflow copy needs: the code and the default configuration (not data/, results/, .venv/).
-WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources")
+WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources", "envs")
 
 
 def copy_workflow(destination: Path) -> Path:
@@ -43,7 +43,8 @@ def run_workflow(workdir: Path, targets=(), *, dry_run: bool = False, config: di
         if dry_run:
             dag_api.execute_workflow(executor="local", pseudo_executor="dryrun")
             jobs = workflow_api._workflow.dag.needrun_jobs(exclude_finished=False)
-            return sorted((job.rule.name, dict(job.wildcards_dict)) for job in jobs)
+            return sorted(((job.rule.name, dict(job.wildcards_dict)) for job in jobs),
+                          key=lambda planned: (planned[0], sorted(planned[1].items())))
         updated: list[str] = []
         dag_api.execute_workflow(executor="local", updated_files=updated)
         return sorted(updated)
