@@ -158,7 +158,8 @@ def _kernel_or_empty(value: str | None) -> str:
 
 
 def _scalars_or_none(value: str | None) -> str | None:
-    return value
+    """Input Scalars text; None (no column) where a row has none, e.g. all kernel_details rows."""
+    return value or None
 
 
 def _group_ids(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -45,7 +45,7 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         inputs, tables = _read_tables(profiling_paths)
         with span("parse.aggregate", log):
             database = aggregate(tables)
-        add_fia_profile_metadata(database, inputs)
+        add_fia_profile_metadata(database, inputs, tables)
         _log_skips(database)
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")

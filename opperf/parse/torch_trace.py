@@ -1,0 +1,401 @@
+"""torch.profiler Chrome traces (CPU or CUDA, `record_shapes=True`) → the same per-kernel row form as kernel_details.
+
+Which op a row stands for:
+- CUDA trace (it has device `kernel`/`gpu_memcpy`/`gpu_memset` events): the innermost `cpu_op` around the
+  runtime call (`cudaLaunchKernel`, …) whose correlation id the device activity carries; its Duration(us)
+  is the sum of its device activities' durations. Ops that launched nothing have no device time: skipped.
+- CPU trace: there is no launch to follow, so a row is an innermost *compute* op: a `cpu_op` that is not a
+  pure view/allocation/metadata op (VIEW_AND_ALLOCATION_OPS), has at least one tensor operand of rank ≥ 1,
+  and has no such op inside it. Its Duration(us) is its wall time. Composite ops (aten::linear → addmm)
+  are represented by their innermost parts, never twice.
+
+Type is the op name without `aten::` (`aten::mm` → `mm`; other namespaces `ns::op` → `ns.op`). Input
+slots follow the recorded arguments: a tensor gives its dims, a tensor list one slot per tensor, anything
+else an empty slot whose `Concrete Inputs` value goes into the `Input Scalars` column (slot-aligned).
+Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
+tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
+failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
+                             INPUT_SHAPES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+                             PROFILER_TYPE_TO_TORCH, TORCH_TO_PROFILER_DTYPE)
+from opperf.errors import OpperfError
+from opperf.io import atomic_output
+from opperf.log import get_logger
+from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
+
+log = get_logger("parse.torch_trace")
+
+# Ops that move no data of their own (views, allocation, metadata, conversions of bookkeeping scalars):
+# never a row of their own, and never make an op around them composite.
+VIEW_AND_ALLOCATION_OPS = frozenset({
+    "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "as_strided", "view",
+    "_reshape_alias", "reshape", "t", "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze",
+    "slice", "select", "narrow", "detach", "detach_", "alias", "_unsafe_view", "lift_fresh", "resolve_conj",
+    "resolve_neg", "view_as", "unflatten", "flatten", "split", "split_with_sizes", "chunk", "unbind",
+    "contiguous", "result_type", "size", "stride", "numel", "dim", "is_nonzero", "item", "_local_scalar_dense",
+    "set_", "resize_", "to", "type_as", "zero_", "fill_", "zeros", "ones", "full", "zeros_like", "ones_like",
+    "full_like", "scalar_tensor", "_to_copy", "lift",
+})
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+TRACE_COLUMNS = ["Name", TYPE, OP_STATE, ACCELERATOR_CORE, "Start Time(us)", DURATION, INPUT_SHAPES, INPUT_DTYPES,
+                 INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, INPUT_SCALARS]
+
+_SCALAR_TYPES: dict[int, object] = {}
+
+# Conversion outcomes counted in the log (not database rows).
+NOT_A_ROW_VIEW = "view/allocation/metadata op"
+NOT_A_ROW_SCALARS_ONLY = "no tensor operand of rank >= 1"
+NOT_A_ROW_COMPOSITE = "composite op (represented by the ops inside it)"
+NOT_A_ROW_NO_DEVICE_TIME = "launched no device activity"
+OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
+
+
+@dataclass
+class _Op:
+    index: int              # position in traceEvents (how a row is located)
+    name: str
+    ts: float
+    dur: float
+    thread: tuple
+    args: dict
+    parent: int | None = None
+    device_us: float = 0.0
+    device_activities: int = 0
+
+
+@dataclass
+class TraceConversion:
+    rows: list[dict[str, str]] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)        # traceEvents index of each row
+    outcomes: Counter = field(default_factory=Counter)
+    accelerator_core: str = "CPU"
+
+
+def kernel_type_of(op_name: str) -> str:
+    """`aten::mm` → `mm`; `ns::op` → `ns.op`."""
+    namespace, _, name = op_name.partition("::")
+    if not name:
+        return op_name
+    return name if namespace == "aten" else f"{namespace}.{name}"
+
+
+def _load_events(path: Path) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except UnicodeDecodeError as exc:
+        raise OpperfError(f"not UTF-8 text ({exc.reason})", path=path) from exc
+    except json.JSONDecodeError as exc:
+        raise OpperfError(f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, row=exc.lineno) from exc
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise OpperfError("no traceEvents list: not a torch.profiler Chrome trace", path=path, field="traceEvents")
+    return events
+
+
+def _is_tensor_arg(dims, type_name: str) -> bool:
+    return type_name in PROFILER_TYPE_TO_TORCH or (isinstance(dims, list) and len(dims) > 0
+                                                   and type_name not in ("TensorList", "ScalarList", "GenericList"))
+
+
+def _profiler_dtype(type_name: str) -> str:
+    torch_name = PROFILER_TYPE_TO_TORCH.get(type_name)
+    return TORCH_TO_PROFILER_DTYPE.get(torch_name, type_name) if torch_name else type_name
+
+
+@dataclass
+class _Slots:
+    shapes: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
+    scalars: list[str] = field(default_factory=list)
+    has_tensor: bool = False
+
+
+def _input_slots(args: dict) -> _Slots:
+    dims_list = args.get("Input Dims") or []
+    types = args.get("Input type") or []
+    concrete = args.get("Concrete Inputs") or []
+    slots = _Slots()
+    for i, dims in enumerate(dims_list):
+        type_name = types[i] if i < len(types) else ""
+        value = concrete[i] if i < len(concrete) else ""
+        if type_name == "TensorList" and isinstance(dims, list) and all(isinstance(d, list) for d in dims):
+            for member in dims:       # one slot per tensor of the list (the trace records no member dtypes)
+                slots.shapes.append(",".join(str(int(d)) for d in member))
+                slots.dtypes.append("")
+                slots.formats.append("ND")
+                slots.scalars.append("")
+                slots.has_tensor |= len(member) > 0
+        elif _is_tensor_arg(dims, type_name):
+            slots.shapes.append(",".join(str(int(d)) for d in dims))
+            slots.dtypes.append(_profiler_dtype(type_name))
+            slots.formats.append("ND")
+            slots.scalars.append("")
+            slots.has_tensor |= len(dims) > 0
+        else:
+            slots.shapes.append("")
+            slots.dtypes.append("")
+            slots.formats.append("")
+            slots.scalars.append(str(value).replace(";", ","))
+    return slots
+
+
+def _parse_scalar(text: str, type_name: str):
+    if text == "" and type_name == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+class _MetaShapes:
+    """Output shapes/dtypes of an aten op from its recorded inputs, by running it on meta tensors."""
+
+    def __init__(self):
+        import torch   # only traces need torch; kernel_details parsing never imports it
+
+        self.torch = torch
+        self.cache: dict = {}
+        global _SCALAR_TYPES
+        _SCALAR_TYPES = _SCALAR_TYPES or _scalar_types()
+
+    def outputs(self, op_name: str, args: dict) -> tuple[str, str, str] | None:
+        key = (op_name, json.dumps([args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")]))
+        if key not in self.cache:
+            self.cache[key] = self._infer(op_name, args)
+        return self.cache[key]
+
+    def _infer(self, op_name: str, args: dict):
+        torch = self.torch
+        namespace, _, name = op_name.partition("::")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError):
+            return None
+        values, dtype_known = self._arguments(args)
+        if values is None:
+            return None
+        result = self._call_matching_overload(packet, values)
+        if result is None:
+            return None
+        outputs = result if isinstance(result, (tuple, list)) else (result,)
+        shapes, dtypes, formats = [], [], []
+        for output in outputs:
+            if isinstance(output, torch.Tensor):
+                shapes.append(",".join(str(d) for d in output.shape))
+                dtype = str(output.dtype).removeprefix("torch.")
+                dtypes.append(TORCH_TO_PROFILER_DTYPE.get(dtype, dtype) if dtype_known else "")
+                formats.append("ND")
+            else:
+                shapes.append("")
+                dtypes.append("")
+                formats.append("")
+        return ";".join(shapes), ";".join(dtypes), ";".join(formats)
+
+    def _arguments(self, args: dict):
+        """The recorded arguments as Python values with meta tensors; (None, _) if a tensor cannot be built."""
+        torch = self.torch
+        values, dtype_known = [], True
+        dims_list = args.get("Input Dims") or []
+        types = args.get("Input type") or []
+        concrete = args.get("Concrete Inputs") or []
+        for i, dims in enumerate(dims_list):
+            type_name = types[i] if i < len(types) else ""
+            text = concrete[i] if i < len(concrete) else ""
+            if type_name in PROFILER_TYPE_TO_TORCH:
+                dtype = getattr(torch, PROFILER_TYPE_TO_TORCH[type_name])
+                values.append(torch.empty([int(d) for d in dims], dtype=dtype, device="meta"))
+            elif type_name == "TensorList" and all(isinstance(d, list) for d in dims):
+                # Member dtypes are not recorded: shapes can still be inferred, dtypes are then left empty.
+                dtype_known = False
+                values.append([torch.empty([int(d) for d in member], device="meta") for member in dims])
+            elif _is_tensor_arg(dims, type_name):
+                return None, False
+            else:
+                values.append(_parse_scalar(str(text), type_name))
+        return values, dtype_known
+
+    def _call_matching_overload(self, packet, values: list):
+        """Bind the positionally recorded values (the profiler records keyword-only ones too) to each overload
+        with that many arguments; the first that runs gives the outputs."""
+        torch = self.torch
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            arguments = op._schema.arguments
+            if len(arguments) != len(values):
+                continue
+            bound = []
+            for argument, value in zip(arguments, values):
+                type_text = str(argument.type)
+                if "ScalarType" in type_text and isinstance(value, int) and not isinstance(value, bool):
+                    value = _SCALAR_TYPES.get(value)
+                elif any(t in type_text for t in ("Layout", "Device", "MemoryFormat", "Generator")):
+                    value = None
+                bound.append(value)
+            positional = [v for a, v in zip(arguments, bound) if not a.kwarg_only]
+            keywords = {a.name: v for a, v in zip(arguments, bound) if a.kwarg_only}
+            try:
+                with torch.no_grad():
+                    return op(*positional, **keywords)
+            except Exception:   # noqa: BLE001 — not this overload (or no meta kernel): try the next
+                continue
+        return None
+
+
+def _scalar_types() -> dict[int, object]:
+    import torch
+
+    # c10::ScalarType enum values as the profiler records them in `Concrete Inputs`.
+    names = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+             9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn"}
+    return {code: getattr(torch, name) for code, name in names.items() if hasattr(torch, name)}
+
+
+def _nest(ops: list[_Op], markers: list[tuple[int, float, tuple]]) -> dict[int, int]:
+    """Set each op's parent (innermost enclosing op on its thread); return marker → innermost enclosing op."""
+    by_thread: dict[tuple, list] = {}
+    for position, op in enumerate(ops):
+        by_thread.setdefault(op.thread, []).append((op.ts, 0, -op.dur, position))
+    for marker_id, ts, thread in markers:
+        by_thread.setdefault(thread, []).append((ts, 1, 0.0, marker_id))
+    enclosing: dict[int, int] = {}
+    for items in by_thread.values():
+        items.sort()
+        stack: list[int] = []
+        for ts, kind, _, ident in items:
+            while stack and ops[stack[-1]].ts + ops[stack[-1]].dur < ts:
+                stack.pop()
+            if kind == 0:
+                ops[ident].parent = stack[-1] if stack else None
+                stack.append(ident)
+            elif stack:
+                enclosing[ident] = stack[-1]
+    return enclosing
+
+
+def convert_trace(path: str | Path) -> TraceConversion:
+    """Convert a Chrome trace's events into kernel_details-like rows (see module docstring)."""
+    path = Path(path)
+    events = _load_events(path)
+    ops: list[_Op] = []
+    runtime_calls: list[tuple[int, float, tuple]] = []
+    device_time: dict[object, list[float]] = {}
+    for index, event in enumerate(events):
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        category = event.get("cat", "")
+        args = event.get("args") or {}
+        try:
+            ts, dur = float(event["ts"]), float(event.get("dur", 0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OpperfError(f"event {index} ({event.get('name')!r}) has no numeric ts/dur", path=path,
+                              field="ts") from exc
+        thread = (event.get("pid"), event.get("tid"))
+        if category == "cpu_op":
+            ops.append(_Op(index=index, name=str(event.get("name", "")), ts=ts, dur=dur, thread=thread, args=args))
+        elif category in RUNTIME_CATEGORIES and "correlation" in args:
+            runtime_calls.append((args["correlation"], ts, thread))
+        elif category in DEVICE_CATEGORIES and "correlation" in args:
+            device_time.setdefault(args["correlation"], []).append(dur)
+    launcher = _nest(ops, runtime_calls)
+    conversion = TraceConversion(accelerator_core="CUDA" if device_time else "CPU")
+    if device_time:
+        for correlation, op_position in launcher.items():
+            for duration in device_time.get(correlation, []):
+                ops[op_position].device_us += duration
+                ops[op_position].device_activities += 1
+        chosen = []
+        for op in ops:
+            if op.device_activities:
+                chosen.append((op, op.device_us))
+            else:
+                conversion.outcomes[NOT_A_ROW_NO_DEVICE_TIME] += 1
+    else:
+        chosen = _innermost_compute_ops(ops, conversion.outcomes)
+    meta = _MetaShapes() if chosen else None
+    for op, duration_us in chosen:
+        slots = _input_slots(op.args)
+        inferred = meta.outputs(op.name, op.args)
+        if inferred is None:
+            conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
+            inferred = ("", "", "")
+        conversion.rows.append({
+            "Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
+            ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts), DURATION: repr(duration_us),
+            INPUT_SHAPES: ";".join(slots.shapes), INPUT_DTYPES: ";".join(slots.dtypes),
+            INPUT_FORMATS: ";".join(slots.formats), OUTPUT_SHAPES: inferred[0], OUTPUT_DTYPES: inferred[1],
+            OUTPUT_FORMATS: inferred[2], INPUT_SCALARS: ";".join(slots.scalars),
+        })
+        conversion.events.append(op.index)
+    return conversion
+
+
+def _innermost_compute_ops(ops: list[_Op], outcomes: Counter) -> list[tuple[_Op, float]]:
+    compute = []
+    for position, op in enumerate(ops):
+        if kernel_type_of(op.name) in VIEW_AND_ALLOCATION_OPS:
+            outcomes[NOT_A_ROW_VIEW] += 1
+        elif not _input_slots(op.args).has_tensor:
+            outcomes[NOT_A_ROW_SCALARS_ONLY] += 1
+        else:
+            compute.append(position)
+    composite = set()
+    for position in compute:
+        parent = ops[position].parent
+        while parent is not None and parent not in composite:
+            composite.add(parent)
+            parent = ops[parent].parent
+    chosen = []
+    for position in compute:
+        if position in composite:
+            outcomes[NOT_A_ROW_COMPOSITE] += 1
+        else:
+            chosen.append((ops[position], ops[position].dur))
+    return chosen
+
+
+def read_torch_trace(path: str | Path) -> ProfileTable:
+    """A torch.profiler trace in the parser's row form (one row per chosen op call)."""
+    path = Path(path)
+    conversion = convert_trace(path)
+    for outcome, count in conversion.outcomes.most_common():
+        log.info("%s: %d op events: %s", path, count, outcome)
+    columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS]
+    data = {c: [row[c] for row in conversion.rows] for c in columns}
+    frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},
+                          DURATION: pl.Series(DURATION, [float(r[DURATION]) for r in conversion.rows],
+                                              dtype=pl.Float64)})
+    frame = frame.with_columns(pl.col(c).cast(pl.Categorical) for c in [TYPE, *BASE_COLUMNS])
+    return ProfileTable(path=path, frame=frame, counters=[], ignored_columns=[], row_numbers=conversion.events,
+                        row_unit="trace event")
+
+
+def trace_to_csv(trace_path: str | Path, output_path: str | Path) -> int:
+    """Write a trace's rows as a kernel_details-like CSV (one row per op call; parse it like any profile)."""
+    conversion = convert_trace(trace_path)
+    with atomic_output(output_path) as handle:
+        writer = csv.DictWriter(handle, fieldnames=TRACE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(conversion.rows)
+    return len(conversion.rows)
