@@ -56,20 +56,18 @@ def custom_opp_problems(kernel_types: Iterable[str], environ: Mapping[str, str] 
     problems: list[str] = []
     opp_entries = _path_entries(environ.get(CUSTOM_OPP_VARIABLE))
     library_entries = {os.path.normpath(e) for e in _path_entries(environ.get(LIBRARY_PATH_VARIABLE))}
+    existing = [Path(e) for e in opp_entries if Path(e).is_dir()]
     if not opp_entries:
         problems.append(f"{CUSTOM_OPP_VARIABLE} is not set")
-    existing = [Path(e) for e in opp_entries if Path(e).is_dir()]
-    for entry in opp_entries:
-        if not Path(entry).is_dir():
-            problems.append(f"{CUSTOM_OPP_VARIABLE} entry {entry} is not a directory")
-    if opp_entries and not existing:
-        problems.append(f"no {CUSTOM_OPP_VARIABLE} entry exists")
-    for entry in existing:
-        library = os.path.normpath(entry / _OP_API_LIB)
-        if library not in library_entries:
-            problems.append(f"{LIBRARY_PATH_VARIABLE} lacks {library} (the op_api library of {entry})")
-    if not opp_entries and not library_entries:
-        problems.append(f"{LIBRARY_PATH_VARIABLE} is not set")
+    elif not existing:
+        missing = ", ".join(f"{e} is not a directory" for e in opp_entries)
+        problems.append(f"no {CUSTOM_OPP_VARIABLE} entry exists ({missing})")
+    else:
+        # A vendor directory ships its op_api/lib; that library must be on LD_LIBRARY_PATH for CANN to load it.
+        vendors = [e for e in existing if (e / _OP_API_LIB).is_dir()] or existing
+        libraries = [os.path.normpath(e / _OP_API_LIB) for e in vendors]
+        if not any(library in library_entries for library in libraries):
+            problems.append(f"{LIBRARY_PATH_VARIABLE} lacks {libraries[0]} (the op_api library of {vendors[0]})")
     if not problems:
         return []
     vendor = vendor_dir or Path("<vllm_ascend package>") / _VENDOR_SUBDIR

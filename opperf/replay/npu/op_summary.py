@@ -62,6 +62,7 @@ class KernelSample:
     counters: Mapping[str, float]          # counter column -> value (N/A values left out)
     path: str = ""
     line: int = 0
+    device_id: str = ""                    # Device_id: each device of a collective reports the call once
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def read_profiler_table(path: str | Path) -> ProfilerTable:
                 accelerator_core=cell(resolved["task_type"]).strip() if "task_type" in resolved else "",
                 start_us=start, duration_us=duration,
                 fields={c: contract.strip_profiler_quotes(cell(c)) for c in _SIGNATURE_FIELDS if c in position},
-                counters=counter_values, path=str(path), line=line,
+                counters=counter_values, path=str(path), line=line, device_id=cell("Device_id").strip(),
             ))
     return ProfilerTable(path=path, timing_method=method, samples=tuple(samples), counter_columns=counters,
                          skipped=tuple(skipped))
@@ -252,13 +253,22 @@ def _sample_signature(sample: KernelSample, ep_size: int | None) -> contract.Sig
         raise OpperfError(exc.reason, path=sample.path, row=sample.line, field=exc.field) from exc
 
 
+def _last_per_device(members: list, keep_last: int) -> list:
+    """The last `keep_last` samples of every device (a collective's call is one sample per rank's device)."""
+    by_device: dict[str, list] = {}
+    for member in members:
+        by_device.setdefault(member[0].device_id, []).append(member)
+    kept_ids = {id(m) for group in by_device.values() for m in group[-keep_last:]}
+    return [m for m in members if id(m) in kept_ids]
+
+
 def aggregate_tables(tables: Iterable[ProfilerTable], *, keep_last: int | None = None,
                      kernel_types: Iterable[str] | None = None,
                      ep_size: int | None = None) -> dict[tuple[str, contract.Signature], SignatureTiming]:
     """Group samples by (reported OP Type, signature) and summarise each group.
 
-    `keep_last`: keep only the last N samples of each group in start-time order (the measured calls
-    after the warm-up); None keeps every sample (an existing profile, `--prof-path`).
+    `keep_last`: keep only the last N samples of each group and device in start-time order (the
+    measured calls after the warm-up); None keeps every sample (an existing profile, `--prof-path`).
     `kernel_types`: only these reported Types (None: all). `ep_size`: the EP Size DispatchFFNCombine
     rows were replayed with, which is part of their signature but not of the profiler's table.
     """
@@ -279,7 +289,7 @@ def aggregate_tables(tables: Iterable[ProfilerTable], *, keep_last: int | None =
     for key, members in groups.items():
         # Stable sort: samples without a start time keep file order.
         members.sort(key=lambda member: (member[0].start_us is None, member[0].start_us or 0.0))
-        kept = members[-keep_last:] if keep_last is not None else members
+        kept = _last_per_device(members, keep_last) if keep_last is not None else members
         first = kept[0][0]
         fields = dict(first.fields)
         fields[contract.ACCELERATOR_CORE] = first.accelerator_core

@@ -70,25 +70,26 @@ class MsprofSession:
 
 
 def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_files: Sequence[Path], *,
-                     kernel_types: Sequence[str], kernel_type: str, repeat_count: int,
-                     ep_size: int | None = None,
-                     samples_per_call: int = 1) -> dict[tuple[str, ...], RowOutcome]:
+                     kernel_types: Sequence[str], kernel_type: str,
+                     repeat_count: int) -> dict[tuple[str, ...], RowOutcome]:
     """`executed` outcomes (keyed by `engine.replay_key`) with the session's durations filled in.
 
     `kernel_types`: the Types the row's call may be reported as (the definition's own first, then its
-    alternates: MatMulV2 rows replay as torch.mm and may come back as MatMulV3). `samples_per_call`:
-    devices that each report the call (DispatchFFNCombine: one per local EP rank).
+    alternates: MatMulV2 rows replay as torch.mm and may come back as MatMulV3). The last
+    `repeat_count` samples per device are the measured calls (a collective such as
+    DispatchFFNCombine reports each call once per rank's device; all of them are kept).
     Other outcomes (failures, skips) pass through unchanged.
     """
     tables = [op_summary.read_profiler_table(path) for path in summary_files]
-    timings = op_summary.aggregate_tables(tables, keep_last=repeat_count * samples_per_call,
-                                          kernel_types=kernel_types, ep_size=ep_size)
+    # The profiler knows no EP Size: DispatchFFNCombine samples are matched on the five columns,
+    # the session having replayed exactly the key's EP Size.
+    timings = op_summary.aggregate_tables(tables, keep_last=repeat_count, kernel_types=kernel_types)
     resolved: dict[tuple[str, ...], RowOutcome] = {}
     for key, outcome in outcomes.items():
         if outcome.status != STATUS_EXECUTED:
             resolved[key] = outcome
             continue
-        signature = contract.row_signature(_signature_row(key, kernel_type), kernel_type)
+        signature = contract.row_signature(dict(zip(contract.SIGNATURE_COLUMNS, key)), kernel_type)
         found = [(reported, timings[(reported, signature)]) for reported in kernel_types
                  if (reported, signature) in timings]
         if not found:
@@ -109,14 +110,6 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
                                    expected_outputs=outcome.expected_outputs,
                                    produced_outputs=outcome.produced_outputs)
     return resolved
-
-
-def _signature_row(key: tuple[str, ...], kernel_type: str) -> dict[str, str]:
-    """A replay key (signature + Input Scalars) back as the row fields the signature is built from."""
-    row = dict(zip(contract.SIGNATURE_COLUMNS, key))
-    if kernel_type in contract.EP_SIGNATURE_KERNELS:
-        row[contract.EP_SIZE] = key[len(contract.SIGNATURE_COLUMNS)]
-    return row
 
 
 # --- --prof-path: an existing PROF_* directory written back into a database directory -----------
