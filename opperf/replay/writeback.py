@@ -67,6 +67,8 @@ def write_back(frame: pd.DataFrame, kernel_type: str, outcomes: Mapping[tuple[st
         key = replay_key(row, kernel_type)
         if key in outcomes:
             apply_outcome(row, outcomes[key], collected_at)
+            # Outcome columns the input lacked (MicroBench <counter> of an NPU session) join the header.
+            columns.extend(c for c in outcomes[key].columns if c not in columns)
             report.updated += 1
             report.measured += has_valid_duration(row[contract.REPLAY_AVERAGE])
         else:
