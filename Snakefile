@@ -13,6 +13,8 @@ include: "rules/workload.smk"
 include: "rules/parse.smk"
 include: "rules/database.smk"
 include: "rules/grid.smk"
+include: "rules/replay.smk"
+include: "rules/report.smk"
 
 
 rule all:

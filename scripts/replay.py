@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--backend", choices=["cpu", "cuda", "npu"],
                      help="back end to replay on (default: the device's back end, else cpu)")
     how.add_argument("--definitions", default="config/kernels", help="kernel definitions root (default: %(default)s)")
+    how.add_argument("--definition", help="workflow form: the one definition file of --kernel ('' = none exists: "
+                                          "every row is recorded no_definition); overrides --definitions")
     how.add_argument("--repeat-count", type=int, default=DEFAULT_REPEAT_COUNT,
                      help="timed calls per row after the warm-up (default: %(default)s)")
     how.add_argument("--warmup-count", type=int, default=DEFAULT_WARMUP_COUNT,

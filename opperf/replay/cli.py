@@ -10,8 +10,7 @@ from opperf import contract
 from opperf.devices import Device, load_catalog, resolve_device
 from opperf.errors import OpperfError
 from opperf.log import get_logger
-from opperf.replay.definitions import definition_for, load_definitions
-from opperf.replay.job import KernelJobResult, ReplaySettings, memory_budget_for, replay_kernel_csv
+from opperf.replay.job import KernelJobResult, ReplaySettings, find_definition, memory_budget_for, replay_kernel_csv
 from opperf.replay.slots import default_device_ids, parse_device_ids
 from opperf.versions import StackVersions, npu_version_dir
 
@@ -46,13 +45,13 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
     return settings
 
 
-def npu_session(args: argparse.Namespace, kernel_type: str, definitions_dir: str, scratch: Path):
+def npu_session(args: argparse.Namespace, kernel_type: str, scratch: Path):
     """The msprof session of an NPU job, after checking msprof, the device and the custom OPP it needs."""
     from opperf.replay.npu import environment, msprof
     from opperf.replay.npu.session import MsprofSession
 
     environment.check_msprof(args.msprof)
-    definition = definition_for(load_definitions(definitions_dir, "npu"), kernel_type, "npu")
+    definition = find_definition(kernel_type, "npu", args.definitions, getattr(args, "definition", None) or None)
     if definition is not None and definition.requires_custom_opp:
         environment.check_custom_opp([definition.type])
     torchrun = None
@@ -68,9 +67,11 @@ def npu_session(args: argparse.Namespace, kernel_type: str, definitions_dir: str
 
 def _replay_one(args, settings: ReplaySettings, rows: Path, kernel_type: str, output: Path, version_dir: str | None,
                 trace_dir: str | None, scratch: Path) -> KernelJobResult:
-    session = npu_session(args, kernel_type, args.definitions, scratch) if settings.backend == "npu" else None
-    return replay_kernel_csv(rows, kernel_type, args.definitions, output, settings, version_dir=version_dir,
-                             trace_dir=trace_dir, session=session, task_id=args.task_id)
+    session = npu_session(args, kernel_type, scratch) if settings.backend == "npu" else None
+    definitions_dir = None if getattr(args, "definition", None) is not None else args.definitions
+    return replay_kernel_csv(rows, kernel_type, definitions_dir, output, settings, version_dir=version_dir,
+                             trace_dir=trace_dir, session=session, task_id=args.task_id,
+                             definition_path=getattr(args, "definition", None) or None)
 
 
 def database_dir_from_args(args: argparse.Namespace, device: Device | None) -> Path:

@@ -22,7 +22,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span
-from opperf.replay.definitions import KernelDefinition, definition_for, load_definitions
+from opperf.replay.definitions import KernelDefinition, definition_for, load_definition, load_definitions
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
@@ -131,16 +131,39 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
     return items, by_key
 
 
-def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: str | Path, output_path: str | Path,
-                      settings: ReplaySettings, *, version_dir: str | None, trace_dir: str | Path | None = None,
-                      session=None, task_id: str | None = None) -> KernelJobResult:
-    """The replay job of one (database, kernel type): read, replay, write back, trace. See module docstring."""
+def find_definition(kernel_type: str, backend: str, definitions_dir: str | Path | None = None,
+                    definition_path: str | Path | None = None) -> KernelDefinition | None:
+    """The definition replaying `kernel_type` on `backend`: the given file (checked), or searched in a directory."""
+    if definition_path:
+        definition = load_definition(definition_path)
+        if kernel_type not in definition.kernel_types:
+            raise OpperfError(f"this definition replays {list(definition.kernel_types)}, not {kernel_type!r}",
+                              path=definition_path, field="type")
+        if not definition.supports(backend):
+            raise OpperfError(f"this definition replays on {list(definition.backends)}, not {backend}",
+                              path=definition_path, field="backends")
+        return definition
+    if definitions_dir is None:
+        return None
+    return definition_for(load_definitions(definitions_dir, backend), kernel_type, backend)
+
+
+def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: str | Path | None,
+                      output_path: str | Path, settings: ReplaySettings, *, version_dir: str | None,
+                      trace_dir: str | Path | None = None, session=None, task_id: str | None = None,
+                      definition_path: str | Path | None = None) -> KernelJobResult:
+    """The replay job of one (database, kernel type): read, replay, write back, trace. See module docstring.
+
+    The recipe is `definition_path` if given (the workflow passes the one file, so only its edits
+    re-run this job), else the definition under `definitions_dir` that replays `kernel_type`; with
+    neither (no definition exists) every row is recorded `no_definition` and kept.
+    """
     settings.validate()
     contract.check_kernel_type(kernel_type, field="--kernel")
     if version_dir is not None:
         check_stack_matches(version_dir, settings.backend)
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
-    definition = definition_for(load_definitions(definitions_dir, settings.backend), kernel_type, settings.backend)
+    definition = find_definition(kernel_type, settings.backend, definitions_dir, definition_path)
     collected_at = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
         items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)

@@ -4,12 +4,16 @@ torch.profiler records `cat(TensorList tensors, int dim)`; the database row keep
 element followed by the scalar slots, e.g. Input Shapes `1,4,65,32;1,4,1,32;` with Input Scalars
 `;;2`. Every leading non-empty slot is a list element; the slots after them are the remaining
 arguments, taken from Input Scalars.
+
+record_shapes gives a TensorList's element shapes but not their dtypes, so element slots may have no
+dtype: they take the first dtype the row does record (another input slot, else an output slot), else
+float32; the call's description says so, and output verification still checks shapes.
 """
 
 from __future__ import annotations
 
 from opperf import contract
-from opperf.replay.inputs import BuildContext, ReplayCase, describe_call, resolve_callable
+from opperf.replay.inputs import BuildContext, ReplayCase, describe_call, resolve_callable, torch_dtype
 
 
 def build_case(row, ctx: BuildContext) -> ReplayCase:
@@ -19,7 +23,16 @@ def build_case(row, ctx: BuildContext) -> ReplayCase:
         count += 1
     if count == 0:
         raise ctx.error("a tensor-list op needs at least one tensor slot before its scalar slots")
-    tensors = [ctx.tensor(ctx.input_shape(i), ctx.input_dtype(i)) for i in range(count)]
+    known = [d for d in (*ctx.slots.input_dtypes, *ctx.slots.output_dtypes) if d and contract.is_known_dtype(d)]
+    fallback = known[0] if known else "DT_FLOAT"
+    tensors, guessed = [], False
+    for index in range(count):
+        recorded = ctx.slots.input_dtypes[index] if index < len(ctx.slots.input_dtypes) else ""
+        if recorded:
+            dtype = ctx.input_dtype(index)
+        else:
+            dtype, guessed = torch_dtype(fallback), True
+        tensors.append(ctx.tensor(ctx.input_shape(index), dtype))
     rest = []
     for index in range(count, len(shapes)):
         value = ctx.scalar(index)
@@ -30,4 +43,5 @@ def build_case(row, ctx: BuildContext) -> ReplayCase:
         raise ctx.error("tensor slots after the list's scalar slots are not supported", contract.INPUT_SHAPES)
     api = ctx.definition.api
     fn = resolve_callable(api, ctx.definition.import_modules)
-    return ReplayCase(fn=fn, args=(tensors, *rest), description=describe_call(api, [tensors, *rest], {}))
+    note = f" [element dtype not recorded: built as {fallback}]" if guessed else ""
+    return ReplayCase(fn=fn, args=(tensors, *rest), description=describe_call(api, [tensors, *rest], {}) + note)

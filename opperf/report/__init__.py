@@ -1,0 +1,1 @@
+"""Stage 7: the replay report of a database (markdown, duration gaps, JSON summary, plots)."""

@@ -1,0 +1,41 @@
+rule replay_kernel:
+    """Re-measure one kernel type's rows of one database on its device; rows written back by signature (stage 4)."""
+    input:
+        rows=replay_rows_input,
+        definition=kernel_definition,
+        devices=config["devices"],
+        code=stage_code("replay"),
+    output:
+        replayed="results/{device}/{stack}/{version_dir}/replayed/{kernel}.csv",
+    conda:
+        "../envs/cpu.yaml"
+    log:
+        "logs/replay/{device}/{stack}/{version_dir}/{kernel}.log",
+    benchmark:
+        "benchmarks/runs/replay/{device}/{stack}/{version_dir}/{kernel}.tsv"
+    params:
+        rows=lambda wildcards, input: f"{input.rows}/{wildcards.kernel}.csv",
+        definition=kernel_definition_option,
+        trace_dir="traces/{device}/{stack}/{version_dir}",
+        repeat_count=config["replay"]["repeat_count"],
+        warmup_count=config["replay"]["warmup_count"],
+        update_mode=config["replay"]["update_mode"],
+        timeout_s=config["replay"]["timeout_s"],
+        max_restarts=config["replay"]["max_restarts"],
+        l2_policy=config["replay"]["l2_policy"],
+        memory_fraction=config["replay"]["memory_fraction"],
+        prune_options=replay_prune_options,
+        device_ids_option=replay_device_ids_option,
+        log_level=config["log_level"],
+    resources:
+        gpu=replay_device_slots("gpu"),
+        npu=replay_device_slots("npu"),
+        mem_mb=4000,
+    shell:
+        "python scripts/replay.py --rows {params.rows} --kernel {wildcards.kernel:q} "
+        "--definition {params.definition} --device {wildcards.device} --devices-catalog {input.devices} "
+        "--version-dir {wildcards.version_dir} --output {output.replayed} --trace-dir {params.trace_dir} "
+        "--repeat-count {params.repeat_count} --warmup-count {params.warmup_count} "
+        "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
+        "--l2-policy {params.l2_policy} --memory-fraction {params.memory_fraction} {params.prune_options} "
+        "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"

@@ -1,0 +1,28 @@
+rule replay_report:
+    """The replay report of one database: markdown, duration gaps, JSON summary, plots (stage 7)."""
+    input:
+        replayed=report_replayed_csvs,
+        code=stage_code("report"),
+    output:
+        report="reports/{device}/{stack}/{version_dir}/replay_report.md",
+        gaps="reports/{device}/{stack}/{version_dir}/duration_gap.csv",
+        summary="reports/{device}/{stack}/{version_dir}/summary.json",
+        scatter="reports/{device}/{stack}/{version_dir}/replay_vs_profile.png",
+        statuses="reports/{device}/{stack}/{version_dir}/status_by_kernel.png",
+    conda:
+        "../envs/cpu.yaml"
+    log:
+        "logs/report/{device}/{stack}/{version_dir}.log",
+    benchmark:
+        "benchmarks/runs/report/{device}/{stack}/{version_dir}.tsv"
+    params:
+        output_dir=subpath(output.report, parent=True),
+        backend=lambda wildcards: database_backend(wildcards.device),
+        band=config["report"]["duration_gap_band"],
+        trace_dir="traces/{device}/{stack}/{version_dir}",
+        log_level=config["log_level"],
+    shell:
+        "python scripts/report.py --csv {input.replayed:q} --output-dir {params.output_dir} "
+        "--database {wildcards.device}/{wildcards.stack}/{wildcards.version_dir} --backend {params.backend} "
+        "--band {params.band} --benchmarks-root benchmarks/runs --trace-dir {params.trace_dir} "
+        "--log-level {params.log_level} > {log} 2>&1"

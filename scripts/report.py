@@ -1,0 +1,53 @@
+#!/usr/bin/env python
+"""Stage 7: write the replay report of one database from its replayed per-kernel CSVs.
+
+    report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \
+        --database CPU/torch/torch2.13.0_cpu --benchmarks-root benchmarks/runs
+
+Writes replay_report.md, duration_gap.csv (rows whose replay/profile ratio is outside --band),
+summary.json (reproduce-scripts conventions) and two PNG plots.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.errors import OpperfError  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", nargs="+", required=True, help="per-kernel CSVs (replayed or final database)")
+    parser.add_argument("--output-dir", required=True, help="reports/{device}/{stack}/{version_dir}")
+    parser.add_argument("--database", required=True, help="{device}/{stack}/{version_dir}, the report's title")
+    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
+    parser.add_argument("--band", type=float, nargs=2, default=[0.8, 1.2], metavar=("LOW", "HIGH"),
+                        help="replay/profile ratio band; rows outside go into duration_gap.csv (default: 0.8 1.2)")
+    parser.add_argument("--benchmarks-root", default="benchmarks/runs",
+                        help="Snakemake benchmark files to take stage timings from (default: %(default)s)")
+    parser.add_argument("--trace-dir", default="", help="the database's trace directory (summary task_log_dir)")
+    parser.add_argument("--device-ids", default="", help="device ids the replay used, e.g. 0,1")
+    parser.add_argument("--max-concurrency", type=int, default=1, help="replay jobs that ran at once")
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from opperf.report.build import write_report
+    from opperf.replay.slots import parse_device_ids
+
+    key = args.database.strip("/").split("/")
+    if len(key) != 3:
+        raise OpperfError(f"expected device/stack/version_dir, got {args.database!r}", field="--database")
+    device_ids = parse_device_ids(args.device_ids) if args.device_ids else []
+    write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
+                 benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
+                 device_ids=device_ids, max_concurrency=args.max_concurrency)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
