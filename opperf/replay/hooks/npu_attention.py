@@ -21,13 +21,14 @@ written into the call description of the trace:
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
 from opperf import contract
-from opperf.replay.hooks.npu_common import NpuCall, Slots, cumulative, dispatch, split_evenly, to_case
-from opperf.replay.inputs import BuildContext, ReplayCase, parse_scalar
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, split_evenly
+from opperf.replay.inputs import BuildContext, parse_scalar
 
 # npu_fused_infer_attention_score's tensor arguments, in the order of the profiler's input slots.
 FIA_SLOT_NAMES = (
@@ -58,6 +59,13 @@ def _causal_mask(slots: Slots, index: int) -> torch.Tensor:
     rows, cols = shape[-2:]
     mask = torch.triu(torch.ones((rows, cols), dtype=torch.bool), diagonal=1).expand(shape)
     return slots.record(index, mask.to(slots.dtype(index)).contiguous().to(slots.ctx.device))
+
+
+def _sequence_lengths(shape: tuple[int, ...], batch: int, layout: str) -> list[int]:
+    """actual_seq_lengths(_kv) of a non-paged tensor: TND tokens split evenly (cumulative), else S per batch."""
+    if layout == "TND":
+        return list(itertools.accumulate(split_evenly(shape[0], batch)))
+    return [shape[2]] * batch
 
 
 def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
@@ -122,8 +130,7 @@ def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
     if slots.shape(_SLOT["actual_seq_lengths"]) is not None:
         lengths = _runtime(ctx, "actual_seq_lengths_values")
         if lengths is None:
-            lengths = cumulative(split_evenly(query_shape[0], batch)) if layout == "TND" \
-                else [query_shape[2]] * batch
+            lengths = _sequence_lengths(query_shape, batch, layout)
         kwargs["actual_seq_lengths"] = slots.record(_SLOT["actual_seq_lengths"], list(lengths))
     kv_lengths = _runtime(ctx, "actual_seq_lengths_kv_values")
     if paged:
@@ -144,7 +151,7 @@ def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
                                              .to(ctx.device))
         notes.append(f"kv blocks per sequence {per_sequence}")
     elif kv_lengths is None and slots.shape(_SLOT["actual_seq_lengths_kv"]) is not None:
-        kv_lengths = cumulative(split_evenly(key_shape[0], batch)) if layout == "TND" else [key_shape[2]] * batch
+        kv_lengths = _sequence_lengths(key_shape, batch, layout)
     if kv_lengths is not None and slots.shape(_SLOT["actual_seq_lengths_kv"]) is not None:
         kwargs["actual_seq_lengths_kv"] = slots.record(_SLOT["actual_seq_lengths_kv"], list(kv_lengths))
 
@@ -204,10 +211,4 @@ _BUILDERS = {
     "RINGMLAPrefillBF16Kernel": _ring_mla,
 }
 
-
-def build_call(row, ctx: BuildContext) -> NpuCall:
-    return dispatch(_BUILDERS, ctx)
-
-
-def build_case(row, ctx: BuildContext) -> ReplayCase:
-    return to_case(build_call(row, ctx))
+build_call, build_case = hook_entry_points(_BUILDERS)

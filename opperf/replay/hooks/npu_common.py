@@ -2,8 +2,8 @@
 
 A hook module exposes `build_call(row, ctx) -> NpuCall` (pure tensor building, runs on any device,
 so tests check it on the CPU) and `build_case(row, ctx) -> ReplayCase` (resolves the torch_npu /
-custom-op API, which exists only on an Ascend host). Each module serves a family of kernel types
-and dispatches on `ctx.definition.type`.
+custom-op API, which exists only on an Ascend host). Each module serves a family of kernel types:
+`build_call, build_case = hook_entry_points({Type: builder, ...})`.
 """
 
 from __future__ import annotations
@@ -56,13 +56,23 @@ def to_case(call: NpuCall) -> ReplayCase:
     return ReplayCase(fn=fn, args=tuple(call.args), kwargs=dict(call.kwargs), description=call.describe())
 
 
-def dispatch(builders: Mapping[str, Callable[[BuildContext], NpuCall]], ctx: BuildContext) -> NpuCall:
-    """The builder registered for the definition's Type (a hook module serves several Types)."""
-    kernel_type = ctx.definition.type if ctx.definition is not None else ""
-    if kernel_type not in builders:
-        raise ctx.error(f"hook has no builder for kernel type {kernel_type!r} (it builds {sorted(builders)})",
-                        "type")
-    return builders[kernel_type](ctx)
+Builder = Callable[[BuildContext], NpuCall]
+
+
+def hook_entry_points(builders: Mapping[str, Builder]) -> tuple[Callable[..., NpuCall], Callable[..., ReplayCase]]:
+    """A hook module's `build_call(row, ctx)` and `build_case(row, ctx)`, dispatching on the definition's Type."""
+
+    def build_call(row: Mapping[str, str], ctx: BuildContext) -> NpuCall:
+        kernel_type = ctx.definition.type if ctx.definition is not None else ""
+        if kernel_type not in builders:
+            raise ctx.error(f"hook has no builder for kernel type {kernel_type!r} (it builds {sorted(builders)})",
+                            "type")
+        return builders[kernel_type](ctx)
+
+    def build_case(row: Mapping[str, str], ctx: BuildContext) -> ReplayCase:
+        return to_case(build_call(row, ctx))
+
+    return build_call, build_case
 
 
 class Slots:
@@ -154,14 +164,6 @@ def split_evenly(total: int, parts: int, minimum: int = 1) -> list[int]:
         raise ValueError(f"cannot split {total} into {parts} parts of at least {minimum}")
     base, extra = divmod(total - parts * minimum, parts)
     return [minimum + base + (1 if i < extra else 0) for i in range(parts)]
-
-
-def cumulative(values: Sequence[int]) -> list[int]:
-    total, result = 0, []
-    for value in values:
-        total += value
-        result.append(total)
-    return result
 
 
 def numel(shape: Sequence[int]) -> int:

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from opperf.replay.hooks.npu_common import NpuCall, Slots, dispatch, numel, to_case
-from opperf.replay.inputs import BuildContext, ReplayCase
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel
+from opperf.replay.inputs import BuildContext
 
 CUSTOM_OP_IMPORTS = ("torch_npu", "vllm_ascend.vllm_ascend_C")
 RMS_NORM_EPSILON = 1e-6
@@ -98,7 +98,7 @@ def _cache_slots(slots: Slots, index: int, name: str, cache_shape: tuple[int, ..
 
 
 def _kv_rms_norm_rope_cache(ctx: BuildContext) -> NpuCall:
-    """torch_npu.npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, ..., cache_mode='PA_BNSD')."""
+    """torch_npu.npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, ..., cache_mode=PA_BNSD)."""
     slots = Slots(ctx)
     names = ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache")
     for index, name in enumerate(names):
@@ -140,10 +140,4 @@ _BUILDERS = {
     "ReshapeAndCacheNdKernel": _reshape_and_cache,
 }
 
-
-def build_call(row, ctx: BuildContext) -> NpuCall:
-    return dispatch(_BUILDERS, ctx)
-
-
-def build_case(row, ctx: BuildContext) -> ReplayCase:
-    return to_case(build_call(row, ctx))
+build_call, build_case = hook_entry_points(_BUILDERS)

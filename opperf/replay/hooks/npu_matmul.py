@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from opperf import contract
-from opperf.replay.hooks.npu_common import NpuCall, Slots, dispatch, numel, to_case
-from opperf.replay.inputs import BuildContext, ReplayCase
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel
+from opperf.replay.inputs import BuildContext
 
 
 def _operand(slots: Slots, index: int, name: str, rows: int, cols: int) -> torch.Tensor:
@@ -133,10 +133,4 @@ _BUILDERS = {
     "AscendQuantV2": _ascend_quant,
 }
 
-
-def build_call(row, ctx: BuildContext) -> NpuCall:
-    return dispatch(_BUILDERS, ctx)
-
-
-def build_case(row, ctx: BuildContext) -> ReplayCase:
-    return to_case(build_call(row, ctx))
+build_call, build_case = hook_entry_points(_BUILDERS)

@@ -18,8 +18,8 @@ import os
 import torch
 
 from opperf import contract
-from opperf.replay.hooks.npu_common import NpuCall, Slots, dispatch, numel, split_evenly, to_case
-from opperf.replay.inputs import BuildContext, ReplayCase
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel, split_evenly
+from opperf.replay.inputs import BuildContext
 
 _INTEGER_DTYPES = ("DT_INT64", "DT_INT32")
 UNKNOWN_EXPERT_COUNT = 64     # MoeTokenPermute rows do not record the expert count
@@ -56,14 +56,20 @@ def _place_grouped_slots(slots: Slots, tokens: int, experts: int, n: int, reserv
     return roles
 
 
+def _grouped_operands(slots: Slots) -> tuple[int, int, int, dict[str, int]]:
+    """(tokens, experts, N, optional slot roles) of a grouped matmul: x (tokens, K), weight (experts, K, N)."""
+    x_shape, w_shape = slots.require(0, "x"), slots.require(1, "weight")
+    if len(x_shape) != 2 or len(w_shape) != 3:
+        raise slots.ctx.error(f"grouped matmul replays x (tokens, K) with weight (experts, K, N); got {x_shape}, "
+                              f"{w_shape}")
+    tokens, experts, n = x_shape[0], w_shape[0], w_shape[2]
+    return tokens, experts, n, _place_grouped_slots(slots, tokens, experts, n, {0, 1})
+
+
 def _grouped_matmul(ctx: BuildContext) -> NpuCall:
     """torch_npu.npu_grouped_matmul([x], [weight], group_list=..., split_item=2, group_type=0, group_list_type=1)."""
     slots = Slots(ctx)
-    x_shape, w_shape = slots.require(0, "x"), slots.require(1, "weight")
-    if len(x_shape) != 2 or len(w_shape) != 3:
-        raise ctx.error(f"grouped matmul replays x (tokens, K) with weight (experts, K, N); got {x_shape}, {w_shape}")
-    tokens, experts, n = x_shape[0], w_shape[0], w_shape[2]
-    roles = _place_grouped_slots(slots, tokens, experts, n, {0, 1})
+    tokens, experts, n, roles = _grouped_operands(slots)
     if "group_list" not in roles:
         raise ctx.error(f"no group_list slot (a 1-D integer vector of length {experts})")
     kwargs = {"group_list": _group_list(slots, roles["group_list"], tokens, experts), "split_item": 2,
@@ -82,11 +88,7 @@ def _grouped_matmul(ctx: BuildContext) -> NpuCall:
 def _grouped_matmul_swiglu_quant(ctx: BuildContext) -> NpuCall:
     """torch_npu.npu_grouped_matmul_swiglu_quant(x, weight, group_list, weight_scale, x_scale)."""
     slots = Slots(ctx)
-    x_shape, w_shape = slots.require(0, "x"), slots.require(1, "weight")
-    if len(x_shape) != 2 or len(w_shape) != 3:
-        raise ctx.error(f"expects x (tokens, K) and weight (experts, K, N); got {x_shape}, {w_shape}")
-    tokens, experts, n = x_shape[0], w_shape[0], w_shape[2]
-    roles = _place_grouped_slots(slots, tokens, experts, n, {0, 1})
+    tokens, experts, n, roles = _grouped_operands(slots)
     missing = [r for r in ("group_list", "scale", "per_token_scale") if r not in roles]
     if missing:
         raise ctx.error(f"cannot place {missing} among the input slots (weight_scale ({experts}, {n}) FLOAT, "
@@ -183,10 +185,4 @@ _BUILDERS = {
     "DispatchFFNCombine": _dispatch_ffn_combine,
 }
 
-
-def build_call(row, ctx: BuildContext) -> NpuCall:
-    return dispatch(_BUILDERS, ctx)
-
-
-def build_case(row, ctx: BuildContext) -> ReplayCase:
-    return to_case(build_call(row, ctx))
+build_call, build_case = hook_entry_points(_BUILDERS)

@@ -13,8 +13,8 @@ import itertools
 
 import torch
 
-from opperf.replay.hooks.npu_common import NpuCall, Slots, dispatch, numel, to_case
-from opperf.replay.inputs import BuildContext, ReplayCase
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel
+from opperf.replay.inputs import BuildContext
 
 
 def _slice(ctx: BuildContext) -> NpuCall:
@@ -156,10 +156,4 @@ _BUILDERS = {
     "ScatterNdUpdate": _scatter_nd_update,
 }
 
-
-def build_call(row, ctx: BuildContext) -> NpuCall:
-    return dispatch(_BUILDERS, ctx)
-
-
-def build_case(row, ctx: BuildContext) -> ReplayCase:
-    return to_case(build_call(row, ctx))
+build_call, build_case = hook_entry_points(_BUILDERS)

@@ -47,6 +47,8 @@ _MISSING_VALUES = frozenset({"", "N/A", "NA", "n/a"})
 
 TIMING_METHOD_MSPROF = "msprof op_summary Task Duration(us)"
 TIMING_METHOD_TORCH_NPU = "torch_npu.profiler kernel_details Duration(us)"
+# The device profiler times each task as the replay left the caches; no flush is inserted.
+NO_L2_POLICY = "none (device profiler: caches as the replay left them)"
 
 
 @dataclass(frozen=True)
@@ -108,16 +110,10 @@ class SignatureTiming:
 
     def result_columns(self) -> dict[str, str]:
         """The database columns this group fills: `Average Duration(us)`, our statistics, `MicroBench <counter>`."""
-        stats = self.stats
-        columns = {
-            contract.REPLAY_AVERAGE: format_number(stats.mean_us),
-            contract.REPLAY_MEDIAN: format_number(stats.median_us),
-            contract.REPLAY_P10: format_number(stats.p10_us),
-            contract.REPLAY_P90: format_number(stats.p90_us),
-            contract.REPLAY_CV: format_number(stats.cv),
-            contract.REPLAY_SAMPLE_COUNT: str(stats.sample_count),
-            contract.REPLAY_TIMING_METHOD: self.timing_method,
-        }
+        # Imported here: the engine imports this module for its statistics.
+        from opperf.replay.engine import sample_columns
+
+        columns = sample_columns(self.durations_us, self.timing_method, NO_L2_POLICY)
         for counter in self.counter_columns:
             if counter in self.counters:
                 columns[contract.microbench_counter_column(counter)] = format_number(self.counters[counter])

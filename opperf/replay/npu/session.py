@@ -30,7 +30,6 @@ from opperf.replay.writeback import WritebackReport, write_back
 
 log = get_logger("replay.npu.session")
 WORKER_MODULE = "opperf.replay.worker"
-NO_L2_POLICY = "none (msprof: device as the replay left it)"
 
 
 @dataclass
@@ -103,7 +102,6 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
             continue
         reported, timing = found[0]
         columns = timing.result_columns()
-        columns[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
         if reported != kernel_type:
             columns[contract.REPLAY_TIMING_METHOD] += f" (reported as {reported})"
         resolved[key] = RowOutcome(STATUS_OK, columns=columns, call=outcome.call,
@@ -129,7 +127,6 @@ def _timing_row(timing: op_summary.SignatureTiming, collected_at: str) -> dict[s
     if contract.EP_SIZE in timing.fields:
         row[contract.EP_SIZE] = timing.fields[contract.EP_SIZE]
     row.update(timing.result_columns())
-    row[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
     row[contract.REPLAY_STATUS] = STATUS_OK
     row[contract.COLLECTED_AT] = collected_at
     return row
@@ -176,7 +173,6 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
                 continue
             timing = by_signature[signature]
             columns = timing.result_columns()
-            columns[contract.REPLAY_L2_POLICY] = NO_L2_POLICY
             key = signature + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
             outcomes[key] = RowOutcome(STATUS_OK, columns=columns)
         unmatched = [t for s, t in by_signature.items() if s not in matched]
