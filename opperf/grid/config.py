@@ -125,6 +125,17 @@ def _iterator(key, value, path, where: str, known_sources: set[str]) -> Iterator
 
 
 def _pattern(name: str, raw, path, known_sources: set[str]) -> Pattern:
+    """One pattern, validated; every error message starts with the pattern's name."""
+    try:
+        return _pattern_body(name, raw, path, known_sources)
+    except OpperfError as exc:
+        prefix = f"pattern {name!r}: "
+        if exc.reason.startswith(prefix) or exc.reason.startswith(f"pattern {name!r} "):
+            raise
+        raise OpperfError(prefix + exc.reason, path=exc.path, row=exc.row, field=exc.field) from None
+
+
+def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
     where = f"patterns.{name}"
     if not isinstance(raw, dict):
         _fail(path, where, f"pattern {name!r} must be a mapping")

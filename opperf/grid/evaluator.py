@@ -78,7 +78,8 @@ def compile_expression(text: object) -> Expression:
     except SyntaxError as exc:
         raise ExpressionError(f"cannot parse {source!r}: {exc.msg}") from None
     names: set[str] = set()
-    return Expression(source, frozenset(names), _compile(tree.body, source, names))
+    function = _compile(tree.body, source, names)
+    return Expression(source, frozenset(names), function)
 
 
 def compile_shape(text: object) -> ShapeExpression:
@@ -96,8 +97,8 @@ def compile_shape(text: object) -> ShapeExpression:
     dims = []
     for element in elements:
         names: set[str] = set()
-        segment = ast.get_source_segment(source, element) or source
-        dims.append(Expression(segment, frozenset(names), _compile(element, source, names)))
+        function = _compile(element, source, names)
+        dims.append(Expression(ast.get_source_segment(source, element) or source, frozenset(names), function))
     return ShapeExpression(source, tuple(dims))
 
 

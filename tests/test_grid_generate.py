@@ -1,0 +1,201 @@
+"""Generated rows, exactly: matmul from Qwen3-32B's GEMMs, elementwise, FIA, MoE; the HBM filter; constraints."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import yaml
+
+from opperf.contract import (ACCELERATOR_CORE, EP_SIZE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
+                             OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, SOURCE,
+                             SOURCE_GENERATED, SOURCE_PROFILED, row_signature)
+from opperf.grid import generate_kernel_rows, load_grid_config, load_models, prepare_settings
+from opperf.grid.generators.attention import RUNTIME_ACTUAL_SEQ_LENGTHS, RUNTIME_ACTUAL_SEQ_LENGTHS_KV
+from opperf.grid.memory import BYTES_PER_GB, MemoryEstimator, tensor_bytes
+from opperf.grid.templates import nd_to_fractal_nz
+
+GRID = load_grid_config("config/grid.yaml")
+MODELS = load_models("config/models.yaml")
+
+
+def profiled(inputs, outputs, dtypes_in, dtypes_out, formats_in=None, formats_out=None, core="AI_CORE", **extra):
+    row = {OP_STATE: "dynamic", ACCELERATOR_CORE: core, INPUT_SHAPES: inputs, INPUT_DTYPES: dtypes_in,
+           INPUT_FORMATS: formats_in or ";".join(["ND"] * len(dtypes_in.split(";"))), OUTPUT_SHAPES: outputs,
+           OUTPUT_DTYPES: dtypes_out, OUTPUT_FORMATS: formats_out or ";".join(["ND"] * len(dtypes_out.split(";"))),
+           PROFILING_AVERAGE: "12.5", SOURCE: SOURCE_PROFILED}
+    row.update(extra)
+    return row
+
+
+def settings_for(models=(), *, rows=0, seed=0, max_hbm_gb=64.0, max_tokens=2, grid=GRID, model_table=None):
+    return prepare_settings(grid_config=grid, models=model_table or MODELS, target_models=list(models), rows=rows,
+                            seed=seed, max_hbm_gb=max_hbm_gb, max_tokens=max_tokens)
+
+
+def shapes(rows):
+    return [(r[INPUT_SHAPES], r[OUTPUT_SHAPES]) for r in rows]
+
+
+MATMUL_TEMPLATE = profiled("136,7168;7168,3584", "136,3584", "DT_BF16;DT_BF16", "DT_BF16")
+# Qwen3-32B (N, K) per TP, derived by hand in test_grid_models.py: qkv, o, gate_up, down, lm_head.
+QWEN3_32B_NK_TP_1_4_8 = [
+    (10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600), (151936, 5120),
+    (2560, 5120), (5120, 2048), (12800, 5120), (5120, 6400), (37984, 5120),
+    (1280, 5120), (5120, 1024), (6400, 5120), (5120, 3200), (18992, 5120),
+]
+
+
+def test_matmul_rows_are_tokens_times_qwen3_32b_pairs_with_inherited_metadata():
+    table = dict(MODELS, **{"Qwen3-32B": dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))})
+    generated, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
+                                             settings_for(["qwen3-32b"], model_table=table))
+    expected = [(f"{m},{k};{k},{n}", f"{m},{n}") for m in (1, 2) for n, k in QWEN3_32B_NK_TP_1_4_8]
+    assert shapes(generated) == expected
+    for row in generated:
+        assert (row[OP_STATE], row[ACCELERATOR_CORE], row[INPUT_DTYPES], row[INPUT_FORMATS], row[OUTPUT_DTYPES],
+                row[OUTPUT_FORMATS]) == ("dynamic", "AI_CORE", "DT_BF16;DT_BF16", "ND;ND", "DT_BF16", "ND")
+        assert row[SOURCE] == SOURCE_GENERATED and PROFILING_AVERAGE not in row
+    assert (result.status, result.generated, result.combinations, result.duplicates) == ("generated", 30, 30, 0)
+
+
+def test_elementwise_rows_keep_the_templates_empty_slots_and_scalars():
+    # aten::add as torch.profiler records it: self, other, alpha (a scalar: an empty shape slot).
+    template = profiled("1,16,256;1,16,256;", "", "DT_FLOAT;DT_FLOAT;", "", core="CPU",
+                        formats_in="ND;ND;", formats_out="", **{INPUT_SCALARS: ";;1"})
+    template[OP_STATE] = "eager"
+    generated, result = generate_kernel_rows("add", [template], settings_for(["opperf-tiny"]))
+    # elementwise_3d_binary: b in small_batch [1, 2, 4], s in tokens [1, 2], b * s <= max_tokens (2),
+    # h in opperf-tiny's widths: hidden 256, MLP width 688 (TP 1) and 344 (TP 2).
+    expected = [(f"{b},{s},{h};{b},{s},{h};", "") for b, s in ((1, 1), (1, 2), (2, 1)) for h in (256, 688, 344)]
+    assert shapes(generated) == expected
+    assert {(r[INPUT_SCALARS], r[INPUT_DTYPES], r[INPUT_FORMATS], r[OP_STATE]) for r in generated} == {
+        (";;1", "DT_FLOAT;DT_FLOAT;", "ND;ND;", "eager")}
+    # b * s > 2 for (2, 2), (4, 1), (4, 2): 3 x 3 widths here, and 3 in rowwise_3d (routed too; fits no row).
+    assert result.rejected_by_constraints == 9 + 3
+
+
+def test_constraints_filter_combinations(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({
+        "patterns": {"tall": {"iterators": {"t": [1, 3, 5], "h": [8, 16]},
+                              "constants": {"limit": 40},
+                              "constraints": ["t * h <= limit", "t % 2 == 1 and h >= 8"],
+                              "inputs": ["t, h"], "outputs": ["t, h"]}},
+        "router": {"Neg": "tall"}}, sort_keys=False))
+    template = profiled("4,4", "4,4", "DT_FLOAT16", "DT_FLOAT16", core="AI_VECTOR_CORE")
+    generated, result = generate_kernel_rows("Neg", [template], settings_for(grid=load_grid_config(grid)))
+    assert shapes(generated) == [("1,8", "1,8"), ("1,16", "1,16"), ("3,8", "3,8"), ("5,8", "5,8")]
+    assert (result.combinations, result.rejected_by_constraints) == (6, 2)     # (3,16)=48, (5,16)=80 > 40
+
+
+FIA_TEMPLATE = profiled(
+    "1024,8,128;1024,1,128;1024,1,128;;2048,2048;1;1" + ";" * 24, "1024,8,128;1",
+    ";".join(["DT_BF16"] * 3 + ["DT_BF16", "BOOL", "INT64", "INT64"] + ["DT_BF16"] * 24), "DT_BF16;FLOAT",
+    core="MIX_AIC")
+
+
+def test_fia_rows_have_the_full_slot_layout_and_actual_sequence_lengths():
+    model = dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(8,))          # 8 query heads, 1 KV head per rank
+    grid = dataclasses.replace(GRID, patterns=dict(GRID.patterns, fused_infer_attention=dataclasses.replace(
+        GRID.patterns["fused_infer_attention"], params={
+            "prefill_batches": [2], "prefill_seq_lens": [128], "decode_batches": [4],
+            "decode_context_lens": [300]})))
+    generated, _ = generate_kernel_rows("FusedInferAttentionScore", [FIA_TEMPLATE], settings_for(
+        ["Qwen3-32B"], grid=grid, max_tokens=4096, model_table=dict(MODELS, **{"Qwen3-32B": model})))
+    # Slots: 0 query, 1 key, 2 value, 4 atten_mask, 5/6 actual_seq_lengths(_kv), 14 block_table; 31 in all.
+    prefill, decode = generated
+    assert prefill[INPUT_SHAPES] == "256,8,128;256,1,128;256,1,128;;2048,2048;2;2" + ";" * 24
+    assert prefill[OUTPUT_SHAPES] == "256,8,128;"
+    assert (prefill[RUNTIME_ACTUAL_SEQ_LENGTHS], prefill[RUNTIME_ACTUAL_SEQ_LENGTHS_KV]) == ("128,256", "128,128")
+    # Decode: 4 sequences of 300 tokens in 128-token blocks: 3 blocks each, 12 in the cache.
+    assert decode[INPUT_SHAPES] == "4,8,128;12,1,128,128;12,1,128,128;;;4;4;;;;;;;;4,3" + ";" * 16
+    assert decode[OUTPUT_SHAPES] == "4,8,128;"
+    assert (decode[RUNTIME_ACTUAL_SEQ_LENGTHS], decode[RUNTIME_ACTUAL_SEQ_LENGTHS_KV]) == ("1,2,3,4",
+                                                                                           "300,300,300,300")
+    assert decode[INPUT_DTYPES] == FIA_TEMPLATE[INPUT_DTYPES] and decode[OUTPUT_DTYPES] == "DT_BF16;FLOAT"
+
+
+def test_moe_token_permute_rows_from_qwen3_moe_expert_layout():
+    template = profiled("64,4096;64,8", "512,4096;512", "DT_BF16;INT32", "DT_BF16;INT32", core="AI_VECTOR_CORE")
+    generated, _ = generate_kernel_rows("MoeTokenPermute", [template], settings_for(["Qwen3-235B-A22B"]))
+    # hidden 4096, top-8 routing: T tokens → T*8 permuted rows. Every EP size gives the same shapes: kept once.
+    assert shapes(generated) == [("1,4096;1,8", "8,4096;8"), ("2,4096;2,8", "16,4096;16")]
+
+
+def test_dispatch_ffn_combine_rows_carry_ep_size_in_the_signature():
+    template = profiled("64,7168;16,7168,4096;16,2048,7168;64,8;65536;114688;64,8", "64,7168;16",
+                        "DT_INT8;DT_INT8;DT_INT8;INT32;FLOAT;FLOAT;FLOAT", "DT_BF16;INT32", core="MIX_AIC",
+                        **{EP_SIZE: "16"})
+    generated, result = generate_kernel_rows("DispatchFFNCombine", [template], settings_for(["dsv3"]))
+    # DeepSeek-V3: 256 experts; EP 16/32/64 → 16/8/4 experts per rank (EP 8 → 32 > 16: skipped); N = 2 * 2048.
+    assert [(r[EP_SIZE], r[INPUT_SHAPES]) for r in generated if r[INPUT_SHAPES].startswith("1,")] == [
+        ("16", "1,7168;16,7168,4096;16,2048,7168;1,8;65536;114688;1,8"),
+        ("32", "1,7168;8,7168,4096;8,2048,7168;1,8;32768;57344;1,8"),
+        ("64", "1,7168;4,7168,4096;4,2048,7168;1,8;16384;28672;1,8")]
+    assert len(generated) == 6 and result.duplicates == 0
+    assert len({row_signature(r, "DispatchFFNCombine") for r in generated}) == 6
+
+
+def test_generated_rows_never_repeat_an_existing_signature():
+    existing = profiled("2,256;256,512", "2,512", "DT_BF16;DT_BF16", "DT_BF16")        # = m 2, opperf-tiny qkv
+    generated, result = generate_kernel_rows("MatMulV3", [MATMUL_TEMPLATE, existing], settings_for(["opperf-tiny"]))
+    signatures = [row_signature(r, "MatMulV3") for r in generated]
+    assert len(set(signatures)) == len(signatures)
+    assert row_signature(existing, "MatMulV3") not in signatures and result.duplicates == 1
+
+
+def test_rows_over_the_hbm_budget_are_dropped_and_counted():
+    # 1 GiB, no workspace: Qwen3-32B's TP-1 lm_head weight alone (5120 x 151936 x 2 B = 1.45 GiB) cannot fit.
+    grid = dataclasses.replace(GRID, memory=dataclasses.replace(GRID.memory, workspace_fraction=0.0,
+                                                                workspace_mib=0.0))
+    table = dict(MODELS, **{"Qwen3-32B": dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))})
+    settings = settings_for(["Qwen3-32B"], grid=grid, max_hbm_gb=1.0, max_tokens=16384, model_table=table)
+    generated, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE], settings)
+    bytes_needed = {(m, n, k): (m * k + k * n + m * n) * 2 for m in settings.grids.tokens
+                    for n, k in QWEN3_32B_NK_TP_1_4_8}
+    fitting = [(f"{m},{k};{k},{n}", f"{m},{n}") for (m, n, k), size in bytes_needed.items() if size <= BYTES_PER_GB]
+    assert shapes(generated) == fitting
+    assert result.over_hbm_budget == len(bytes_needed) - len(fitting) > 0
+    assert not any(";5120,151936" in r[INPUT_SHAPES] for r in generated)
+
+
+def test_memory_estimator_reads_fractal_nz_and_profiler_dtype_names():
+    assert tensor_bytes((2, 64, 16, 16), "DT_BF16", "FRACTAL_NZ") == 1024 * 32 * 2   # ND (1024, 32)
+    assert tensor_bytes((4, 4), "FLOAT", "ND") == 64 and tensor_bytes((4, 4), "DT_INT8", "ND") == 16
+    assert tensor_bytes((4, 4), "MYSTERY", "ND") == 128                               # unknown: 8 bytes
+    assert tensor_bytes(None, "DT_BF16", "ND") == 0
+    estimator = MemoryEstimator.for_budget_gb(1.0, workspace_fraction=0.5, workspace_mib=1)
+    assert estimator.row_bytes([(1024, 1024)], ["DT_BF16"], ["ND"], [], [], []) == math.ceil(2 * 2**20 * 1.5) + 2**20
+
+
+def test_fractal_nz_weight_slots_get_nz_storage_shapes():
+    template = profiled("16,4096;256,256,16,16", "16,4096", "DT_BF16;DT_BF16", "DT_BF16", formats_in="ND;FRACTAL_NZ")
+    generated, _ = generate_kernel_rows("MatMulV2", [template], settings_for(["opperf-tiny"], max_tokens=1))
+    # opperf-tiny qkv at TP 1: (N, K) = (512, 256) → ND weight (256, 512) → NZ (512/16, 256/16, 16, 16).
+    assert generated[0][INPUT_SHAPES] == "1,256;32,16,16,16"
+    assert nd_to_fractal_nz((256, 512), "DT_BF16") == (32, 16, 16, 16)
+    assert nd_to_fractal_nz((100, 100), "DT_INT8") == (4, 7, 16, 32)
+
+
+def test_kernel_types_without_a_pattern_or_a_fitting_row_generate_nothing():
+    grad = profiled("4,2,8;4,2,8", "4,2,8", "DT_BF16;DT_BF16", "DT_BF16")
+    assert generate_kernel_rows("FlashAttentionScoreGrad", [grad], settings_for())[1].status == "no_pattern"
+    scalar_add = profiled(";", "", "FLOAT;FLOAT", "FLOAT")          # a scalar add: no tensor slot to vary
+    generated, result = generate_kernel_rows("Add", [scalar_add], settings_for())
+    assert generated == [] and result.status == "no_fitting_profiled_row"
+
+
+def test_row_cap_keeps_a_seeded_sample_in_enumeration_order():
+    rows_all, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE], settings_for(["opperf-tiny"], max_tokens=64))
+    capped, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
+                                          settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=3))
+    again, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
+                                    settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=3))
+    other, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
+                                    settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=4))
+    assert len(capped) == 7 and result.dropped_by_row_cap == len(rows_all) - 7
+    assert capped == again and capped != other
+    positions = [rows_all.index(r) for r in capped]
+    assert positions == sorted(positions)

@@ -1,0 +1,111 @@
+"""Model configs → GEMM (N, K) pairs, attention/MoE layouts and token counts, checked against hand-derived values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from opperf.errors import OpperfError
+from opperf.grid.models import load_models, select_models
+from opperf.grid.values import MODEL_GRIDS, ValueGrids, token_counts
+
+MODELS = load_models("config/models.yaml")
+
+# Qwen3-32B: hidden 5120, 64 query heads, 8 KV heads, head_dim 128, intermediate 25600, vocab 151936.
+#   qkv   N = (64/tp + 2 * 8/tp) * 128      K = 5120        (column parallel)
+#   o     N = 5120                          K = 64/tp * 128 (row parallel)
+#   gate_up N = 2 * 25600/tp                K = 5120
+#   down  N = 5120                          K = 25600/tp
+#   lm_head N = 151936/tp                   K = 5120
+QWEN3_32B_NK = {
+    1: [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600), (151936, 5120)],
+    4: [(2560, 5120), (5120, 2048), (12800, 5120), (5120, 6400), (37984, 5120)],
+    8: [(1280, 5120), (5120, 1024), (6400, 5120), (5120, 3200), (18992, 5120)],
+}
+
+
+@pytest.mark.parametrize("tp", [1, 4, 8])
+def test_qwen3_32b_gemm_pairs_per_tp(tp):
+    projections = MODELS["Qwen3-32B"].gemm_projections(tp)
+    assert [name for name, _, _ in projections] == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"]
+    assert [(n, k) for _, n, k in projections] == QWEN3_32B_NK[tp]
+
+
+def test_model_gemm_grid_enumerates_tp_sizes_in_order_without_repeats():
+    model = dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))
+    assert MODEL_GRIDS["gemm_nk"]([model]) == QWEN3_32B_NK[1] + QWEN3_32B_NK[4] + QWEN3_32B_NK[8]
+    # The same pair from two models appears once.
+    assert MODEL_GRIDS["gemm_nk"]([model, model]) == MODEL_GRIDS["gemm_nk"]([model])
+
+
+def test_deepseek_v3_mla_and_moe_projections_at_tp8():
+    # hidden 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, dense intermediate 18432,
+    # one shared expert of 2048, 256 routed experts, vocab 129280.
+    assert MODELS["DeepSeek-V3"].gemm_projections(8) == [
+        ("q_a_proj", 1536, 7168), ("kv_a_proj_with_mqa", 576, 7168), ("fused_qkv_a_proj", 2112, 7168),
+        ("q_b_proj", 16 * 192, 1536), ("kv_b_proj", 16 * 256, 512), ("o_proj", 7168, 16 * 128),
+        ("gate_up_proj", 2 * 2304, 7168), ("down_proj", 7168, 2304),
+        ("shared_experts.gate_up_proj", 2 * 256, 7168), ("shared_experts.down_proj", 7168, 256),
+        ("router_gate", 256, 7168), ("lm_head", 16160, 7168)]
+
+
+def test_moe_model_without_dense_layers_has_no_dense_mlp_gemm():
+    names = [name for name, _, _ in MODELS["Qwen3-235B-A22B"].gemm_projections(4)]
+    assert names == ["qkv_proj", "o_proj", "router_gate", "lm_head"]
+    assert MODELS["Qwen3-235B-A22B"].expert_layouts() == [
+        (8, 16, 8, 4096, 1536), (16, 8, 8, 4096, 1536), (32, 4, 8, 4096, 1536), (64, 2, 8, 4096, 1536)]
+
+
+def test_kv_heads_are_replicated_once_tp_exceeds_them():
+    model = MODELS["Qwen3-235B-A22B"]          # 4 KV heads
+    assert [model.attention_layout(tp) for tp in (1, 4, 8)] == [(64, 4, 128), (16, 1, 128), (8, 1, 128)]
+    assert model.gemm_projections(8)[0] == ("qkv_proj", (8 + 2 * 1) * 128, 4096)
+
+
+def test_every_shipped_model_loads_with_its_parallel_sizes():
+    assert {"opperf-tiny", "Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "Llama-3-70B", "Qwen2.5-7B"} <= set(MODELS)
+    assert MODELS["DeepSeek-V3"].is_mla and MODELS["DeepSeek-V3"].is_moe
+    assert MODELS["Qwen2.5-7B"].head_dim == 128 and MODELS["Llama-3-70B"].num_key_value_heads == 8
+
+
+def test_target_models_match_names_and_aliases_ignoring_case_and_punctuation():
+    chosen = select_models(MODELS, ["dsv3", "QWEN3_32B", "Qwen3-32B"])
+    assert [m.name for m in chosen] == ["DeepSeek-V3", "Qwen3-32B"]
+    with pytest.raises(OpperfError, match="unknown target model 'gpt5'.*known:"):
+        select_models(MODELS, ["gpt5"])
+
+
+@pytest.mark.parametrize("field, value, message, named_field", [
+    ("tp_sizes", [1, 3], "TP size 3 does not divide num_attention_heads 8", "tp_sizes"),
+    ("tp_sizes", [], "non-empty list of positive integers", "tp_sizes"),
+    ("hidden_size", "big", "hidden_size must be an integer", "hidden_size"),
+    ("num_experts", 16, "needs num_experts_per_tok", "num_experts_per_tok"),
+])
+def test_bad_model_fields_name_the_model_and_field(tmp_path, field, value, message, named_field):
+    import yaml
+
+    entry = {"hidden_size": 256, "intermediate_size": 688, "num_attention_heads": 8, "num_key_value_heads": 4,
+             "vocab_size": 4096, "tp_sizes": [1, 2], field: value}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"tiny": entry}))
+    with pytest.raises(OpperfError, match=message) as error:
+        load_models(path)
+    assert error.value.field == f"tiny.{named_field}"
+
+
+def test_token_counts_sample_both_sides_of_tile_boundaries():
+    assert token_counts(16384) == list(range(1, 17)) + [
+        31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513, 1023, 1024, 1025,
+        2047, 2048, 2049, 4095, 4096, 4097, 8191, 8192, 8193, 16383, 16384]
+    assert token_counts(100) == list(range(1, 17)) + [31, 32, 33, 63, 64, 65]
+    assert token_counts(4) == [1, 2, 3, 4]
+
+
+def test_generic_grids_stand_in_when_no_model_is_named():
+    grids = ValueGrids(grids={}, generic={"gemm_nk": [(64, 32)]}, models=[], max_tokens=8)
+    assert grids.values("model.gemm_nk", field="f") == [(64, 32)]
+    with pytest.raises(OpperfError, match="needs a target model or a generic.hidden list"):
+        grids.values("model.hidden", field="patterns.x.iterators.h")
+    tiny = ValueGrids(grids={}, generic={}, models=[MODELS["opperf-tiny"]], max_tokens=8)
+    assert tiny.values("model.gemm_nk", field="f")[:2] == [(512, 256), (256, 256)]

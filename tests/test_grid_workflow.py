@@ -1,0 +1,48 @@
+"""The grid rule reruns when grid.yaml, models.yaml or the grid config keys change, and not otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from snakemake_api import copy_workflow, planned_rules, run_workflow
+
+pytestmark = pytest.mark.workflow
+
+A3 = "vllm0.18.0_torch2.9.0_cann8.5"
+A3_SOURCE = "resources/profiles/A3_vllm0.18.0_torch2.9.0_cann8.5/kernel_details.csv"
+GRID_AND_DOWNSTREAM = {"generate_shape_grid", "database_kernel", "database_op_mapping", "database_complete"}
+
+
+def a3_config(workdir, **grid) -> dict:
+    (workdir / "config" / "grid_sources.tsv").write_text(
+        f"device\tstack\tversion_dir\tpath\nA3\tvllm_ascend\t{A3}\t{A3_SOURCE}\n")
+    return {"sources": "config/grid_sources.tsv", "workload": {"enabled": False}, "comm": {"enabled": False},
+            "replay": {"backends": []}, "grid": {"target_models": ["Qwen3-32B"], "rows": 6, **grid}}
+
+
+def rerun_rules(workdir, config) -> set[str]:
+    return set(planned_rules(run_workflow(workdir, dry_run=True, config=config))) - {"all"}
+
+
+def test_grid_reruns_on_its_inputs_and_params_only(tmp_path):
+    (tmp_path / "wf").mkdir()
+    workdir = copy_workflow(tmp_path / "wf")
+    config = a3_config(workdir)
+    run_workflow(workdir, config=config)
+    database = workdir / "data" / "A3" / "vllm_ascend" / A3
+    matmul = (database / "MatMulV2.csv").read_text()
+    assert matmul.count(",generated") == 6 and matmul.count(",profiled") == 1
+    assert run_workflow(workdir, dry_run=True, config=config) == []
+
+    # A config key of another stage (the workload is off) changes nothing here.
+    assert rerun_rules(workdir, {**config, "workload": {"enabled": False, "decode_steps": 9}}) == set()
+    # Target models, rows and seed are params: changing one re-runs the grid and what it feeds, not the parse.
+    for change in ({"target_models": ["Qwen3-32B", "dsv3"]}, {"rows": 7}, {"seed": 1}):
+        assert rerun_rules(workdir, {**config, "grid": {**config["grid"], **change}}) == GRID_AND_DOWNSTREAM
+    # Editing models.yaml or grid.yaml re-runs the grid and downstream only.
+    for edited in ("config/models.yaml", "config/grid.yaml"):
+        path = workdir / edited
+        original = path.read_text()
+        path.write_text(original + "\n# edited\n")
+        assert rerun_rules(workdir, config) == GRID_AND_DOWNSTREAM, edited
+        path.write_text(original)
