@@ -1,0 +1,145 @@
+"""torch.profiler traces → per-kernel rows: a real CPU trace of the reference decoder, a CUDA-shaped trace."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from opperf.errors import OpperfError
+from opperf.parse import parse_profiles
+from opperf.parse.torch_trace import VIEW_AND_ALLOCATION_OPS, convert_trace, kernel_type_of
+from test_parse_helpers import PARSE_DATA, REPO, expected_number, read_csv, read_header
+
+# Made by: python scripts/profile_workload.py --backend cpu --models tests/data/parse/models.yaml
+#   --model opperf-tiny-1layer --prefill-lengths 4 --decode-steps 1 --decode-context 4 --output DIR
+# (one-layer reference decoder on CPU, torch 2.13), then re-dumped without whitespace.
+CPU_TRACE = PARSE_DATA / "cpu_decoder_trace.json"
+
+
+@pytest.fixture(scope="module")
+def cpu_database(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu") / "out"
+    parse_profiles([CPU_TRACE], out)
+    return out
+
+
+def _leaf_mm_events():
+    events = json.loads(CPU_TRACE.read_text())["traceEvents"]
+    return [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
+
+
+def test_cpu_trace_kernel_types(cpu_database):
+    kernel_types = (cpu_database / "kernel_types.txt").read_text().split()
+    assert {"mm", "silu", "mul", "add", "rsqrt", "cat"} <= set(kernel_types)
+    assert not set(kernel_types) & VIEW_AND_ALLOCATION_OPS      # views/allocations never become rows
+    assert "linear" not in kernel_types and "matmul" not in kernel_types   # composites: represented by mm
+
+
+def test_cpu_trace_mm_values_match_the_trace(cpu_database):
+    """aten::mm is always innermost: its group statistics are the events' own durations."""
+    by_shapes: dict[str, list[float]] = {}
+    for event in _leaf_mm_events():
+        dims = event["args"]["Input Dims"]
+        by_shapes.setdefault(";".join(",".join(map(str, d)) for d in dims), []).append(event["dur"])
+    rows = read_csv(cpu_database / "mm.csv")
+    assert {r["Input Shapes"] for r in rows} == set(by_shapes)
+    for row in rows:
+        durations = by_shapes[row["Input Shapes"]]
+        assert row["Profiling Sample Count"] == str(len(durations))
+        assert row["Profiling Average Duration(us)"] == expected_number(statistics.mean(durations))
+        assert row["Profiling Median Duration(us)"] == expected_number(statistics.median(durations))
+        (m, k), (k2, n) = [tuple(map(int, s.split(","))) for s in row["Input Shapes"].split(";")]
+        assert k == k2 and row["Output Shapes"] == f"{m},{n}"          # inferred on meta tensors
+        assert row["Input Data Types"] == "DT_FLOAT;DT_FLOAT" and row["Output Data Types"] == "DT_FLOAT"
+        assert row["Input Formats"] == "ND;ND" and row["Output Formats"] == "ND"
+        assert row["OP State"] == "eager" and row["Accelerator Core"] == "CPU"
+        assert row["Input Scalars"] == ";"
+
+
+def test_cpu_trace_scalars_are_slot_aligned(cpu_database):
+    rows = read_csv(cpu_database / "pow.csv")
+    assert rows and all(r["Input Shapes"].endswith(";") for r in rows)     # (tensor, exponent): 2 slots
+    assert {r["Input Scalars"] for r in rows} == {";2"}
+    columns = read_header(cpu_database / "pow.csv")
+    assert columns[-3:] == ["source", "Input Scalars", "Profiling Sample Count"]
+
+
+def test_trace_to_csv_round_trip(tmp_path, cpu_database):
+    csv_path = tmp_path / "ops.csv"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_to_csv.py"), "--trace", str(CPU_TRACE),
+                           "--output", str(csv_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    parse_profiles([csv_path], tmp_path / "out")
+    for path in cpu_database.iterdir():
+        assert (tmp_path / "out" / path.name).read_text() == path.read_text(), path.name
+
+
+def _cuda_trace(path):
+    """A CUDA-shaped trace: linear → addmm launching two kernels, copy_ launching a memcpy, a view launching none."""
+    def op(name, ts, dur, dims, types, concrete):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Input Dims": dims, "Input type": types, "Concrete Inputs": concrete}}
+
+    def runtime(ts, correlation):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 2,
+                "args": {"correlation": correlation}}
+
+    def device(cat, ts, dur, correlation):
+        return {"ph": "X", "cat": cat, "name": f"k{correlation}", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"correlation": correlation, "device": 0}}
+
+    events = [
+        op("aten::linear", 100, 100, [[8, 16], [32, 16], [32]], ["c10::BFloat16"] * 3, ["", "", ""]),
+        op("aten::t", 105, 3, [[32, 16]], ["c10::BFloat16"], [""]),
+        op("aten::addmm", 110, 80, [[32], [8, 16], [16, 32], [], []], ["c10::BFloat16"] * 3 + ["Scalar", "Scalar"],
+           ["", "", "", "1", "1"]),
+        runtime(120, 11), runtime(130, 12),
+        op("aten::view", 300, 2, [[8, 32], []], ["c10::BFloat16", "ScalarList"], ["", "[256]"]),
+        op("aten::copy_", 400, 20, [[256], [256], []], ["float", "c10::BFloat16", "Scalar"], ["", "", "False"]),
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 405, "dur": 3,
+         "args": {"correlation": 13}},
+        device("kernel", 500, 5.5, 11), device("kernel", 510, 2.25, 12), device("gpu_memcpy", 520, 1.0, 13),
+        {"ph": "f", "cat": "ac2g", "id": 11, "pid": 0, "tid": 7, "ts": 500},
+    ]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
+    conversion = convert_trace(_cuda_trace(tmp_path / "cuda.pt.trace.json"))
+    assert conversion.accelerator_core == "CUDA"
+    rows = {r["Type"]: r for r in conversion.rows}
+    assert set(rows) == {"addmm", "copy_"}
+    assert float(rows["addmm"]["Duration(us)"]) == 7.75          # 5.5 + 2.25, not the 80 µs of host time
+    assert float(rows["copy_"]["Duration(us)"]) == 1.0
+    assert rows["addmm"]["Input Shapes"] == "32;8,16;16,32;;"
+    assert rows["addmm"]["Input Data Types"] == "DT_BF16;DT_BF16;DT_BF16;;"
+    assert rows["addmm"]["Output Shapes"] == "8,32" and rows["addmm"]["Output Data Types"] == "DT_BF16"
+    assert rows["addmm"]["Input Scalars"] == ";;;1;1"
+    assert rows["copy_"]["Output Data Types"] == "DT_FLOAT"
+    parse_profiles([tmp_path], tmp_path / "out")                  # directories pick up *.pt.trace.json
+    (row,) = read_csv(tmp_path / "out" / "addmm.csv")
+    assert row["Accelerator Core"] == "CUDA" and row["Profiling Average Duration(us)"] == "7.75"
+
+
+def test_kernel_type_names():
+    assert kernel_type_of("aten::mm") == "mm"
+    assert kernel_type_of("npu::npu_rms_norm") == "npu.npu_rms_norm"
+    assert kernel_type_of("plain") == "plain"
+
+
+def test_bad_traces(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [\n{"ph": "X",\n')
+    with pytest.raises(OpperfError) as info:
+        parse_profiles([broken], tmp_path / "out")
+    assert info.value.path == str(broken) and info.value.row == 3
+    not_a_trace = tmp_path / "other.json"
+    not_a_trace.write_text('{"hello": 1}')
+    with pytest.raises(OpperfError, match="traceEvents"):
+        parse_profiles([not_a_trace], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
