@@ -226,3 +226,36 @@ def test_msprof_session_failures_are_reported_with_the_log_tail(tmp_path):
     assert "aclInit failed: 507033" in str(error.value)
     with pytest.raises(OpperfError, match="did not finish within 1s"):
         msprof.run_msprof_session([sys.executable, "-c", "import time; time.sleep(30)"], log_path=log, timeout_s=1)
+
+
+def test_torch_npu_profiler_is_the_alternative_timer(tmp_path):
+    session = MsprofSession(output_root=tmp_path, profiler="torch_npu")
+    wrapped = session.wrap_command(_worker_command(), attempt=1)
+    assert wrapped[:9] == ["/usr/bin/python3", "-m", "opperf.replay.npu.entry", "--execution-mode", "inprocess",
+                           "--profiler", "torch_npu", "--profiler-output", str(tmp_path / "attempt_1")]
+    assert "msprof" not in wrapped
+    # What torch_npu.profiler writes: <host>_<pid>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv
+    output = tmp_path / "attempt_1" / "node0_4242_20261122073000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    output.mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[1] / "resources" / "profiles" / "A3_vllm0.18.0_torch2.9.0_cann8.5"
+                / "kernel_details.csv", output / "kernel_details.csv")
+    row = _row('"""81920,4096;8192,512"""', '"""4096,512"""')
+    resolved = resolve_outcomes(dict([_executed(row)]), session.summaries(), kernel_types=MATMUL_KERNEL_TYPES,
+                                kernel_type="MatMulV2", repeat_count=2)
+    [outcome] = resolved.values()
+    assert outcome.columns[contract.REPLAY_AVERAGE] == "189.134"          # (187.724 + 190.544) / 2
+    assert outcome.columns[contract.REPLAY_TIMING_METHOD] == "torch_npu.profiler kernel_details Duration(us)"
+    with pytest.raises(OpperfError, match="not one of"):
+        MsprofSession(output_root=tmp_path, profiler="perf")
+
+
+def test_torch_npu_profiler_without_output_is_refused(tmp_path):
+    with pytest.raises(OpperfError, match="kernel_details"):
+        MsprofSession(output_root=tmp_path, profiler="torch_npu").summaries()
+    with pytest.raises(SystemExit):
+        entry.main(["--profiler", "torch_npu", "--rows", "r.csv"])
+
+
+def test_msprof_output_paths_with_characters_it_refuses_are_caught_early(tmp_path):
+    with pytest.raises(OpperfError, match="refuses output paths containing '\\$'"):
+        msprof.msprof_command(tmp_path / "a$b", ["python"])

@@ -25,6 +25,7 @@ from opperf.log import get_logger
 
 ENTRY_MODULE = "opperf.replay.npu.entry"
 EXECUTION_MODES = ("inprocess", "subprocess")
+PROFILERS = ("msprof", "torch_npu")       # the timer around the replay: msprof session, or torch_npu.profiler
 _SUMMARY_GLOBS = ("mindstudio_profiler_output/op_summary_*.csv", "device_*/summary/op_summary_*.csv")
 
 log = get_logger("replay.npu.msprof")
@@ -74,18 +75,37 @@ class TorchrunOptions:
 
 
 def entry_command(entry_args: Sequence[str], *, execution_mode: str = "inprocess",
-                  torchrun: TorchrunOptions | None = None, python: str = sys.executable) -> list[str]:
-    """The replay program msprof runs: the entry module, directly or under torchrun."""
+                  torchrun: TorchrunOptions | None = None, python: str = sys.executable,
+                  profiler_options: Sequence[str] = ()) -> list[str]:
+    """The replay program a session profiles: the entry module, directly or under torchrun."""
     if execution_mode not in EXECUTION_MODES:
         raise OpperfError(f"execution mode {execution_mode!r} is not one of {EXECUTION_MODES}",
                           field="--execution-mode")
     program = torchrun.launcher(python) + ["-m", ENTRY_MODULE] if torchrun else [python, "-m", ENTRY_MODULE]
-    return program + ["--execution-mode", execution_mode, *entry_args]
+    return program + ["--execution-mode", execution_mode, *profiler_options, *entry_args]
+
+
+def find_kernel_details(root: str | Path) -> list[Path]:
+    """torch_npu.profiler's tables under `root`: `*_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv`."""
+    root = Path(root)
+    files = sorted(root.rglob("ASCEND_PROFILER_OUTPUT/kernel_details*.csv")) if root.is_dir() else []
+    if not files:
+        raise OpperfError("no ASCEND_PROFILER_OUTPUT/kernel_details.csv: torch_npu.profiler wrote nothing "
+                          "(did the replay launch any kernel, and did the process end normally?)", path=root)
+    return files
+
+
+# Characters msprof refuses in an --output path.
+_MSPROF_FORBIDDEN_PATH_CHARACTERS = set("\n\f\r\b\t\v\x7f\"'\\%><|&$;`")
 
 
 def msprof_command(output_dir: str | Path, program: Sequence[str], *, msprof: str = "msprof",
                    aic_metrics: str | None = None) -> list[str]:
     """`msprof --output=DIR [--aic-metrics=M] <program...>`: one session around the whole program."""
+    bad = sorted(set(str(output_dir)) & _MSPROF_FORBIDDEN_PATH_CHARACTERS)
+    if bad:
+        raise OpperfError(f"msprof refuses output paths containing {''.join(bad)!r}: choose another directory",
+                          path=output_dir)
     command = [msprof, f"--output={Path(output_dir)}"]
     if aic_metrics:
         command.append(f"--aic-metrics={aic_metrics}")

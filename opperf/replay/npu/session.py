@@ -34,14 +34,23 @@ WORKER_MODULE = "opperf.replay.worker"
 
 @dataclass
 class MsprofSession:
-    """The msprof side of one NPU replay job: where sessions write, and how the child is wrapped."""
+    """The profiler side of one NPU replay job: where sessions write, and how the child is wrapped.
+
+    `profiler="msprof"` (default): msprof around the child. `profiler="torch_npu"`: the alternative
+    timer, torch_npu.profiler inside the child (kernel_details.csv instead of op_summary).
+    """
 
     output_root: Path
     msprof_executable: str = "msprof"
     aic_metrics: str | None = None
     execution_mode: str = "inprocess"
     torchrun: msprof.TorchrunOptions | None = None     # DispatchFFNCombine: one process per EP rank
+    profiler: str = "msprof"
     attempts: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.profiler not in msprof.PROFILERS:
+            raise OpperfError(f"NPU profiler {self.profiler!r} is not one of {msprof.PROFILERS}", field="profiler")
 
     def wrap_command(self, command: list[str], attempt: int) -> list[str]:
         """`isolation.run_isolated`'s hook: `python -m opperf.replay.worker ARGS` → msprof around the entry.
@@ -58,13 +67,20 @@ class MsprofSession:
         output_dir = Path(self.output_root) / f"attempt_{attempt}"
         output_dir.mkdir(parents=True, exist_ok=True)
         self.attempts.append(output_dir)
+        if self.profiler == "torch_npu":
+            return msprof.entry_command(worker_args, execution_mode=self.execution_mode, torchrun=self.torchrun,
+                                        python=python, profiler_options=["--profiler", "torch_npu",
+                                                                         "--profiler-output", str(output_dir)])
         program = msprof.entry_command(worker_args, execution_mode=self.execution_mode, torchrun=self.torchrun,
                                        python=python)
         return msprof.msprof_command(output_dir, program, msprof=self.msprof_executable,
                                      aic_metrics=self.aic_metrics)
 
     def summaries(self) -> list[Path]:
-        """The op_summary files of every session this job ran (exported where msprof left none)."""
+        """The profiler tables of every session this job ran (op_summary, exported where msprof left none;
+        or torch_npu.profiler's kernel_details)."""
+        if self.profiler == "torch_npu":
+            return msprof.find_kernel_details(self.output_root)
         return msprof.collect_op_summaries(self.output_root, msprof=self.msprof_executable)
 
 
