@@ -177,7 +177,8 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
                               field=contract.INPUT_SHAPES)
     written, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
                                  prune_invalid_rows=settings.prune_invalid_rows,
-                                 prune_empty_duration_rows=settings.prune_empty_duration_rows)
+                                 prune_empty_duration_rows=settings.prune_empty_duration_rows,
+                                 update_mode=settings.update_mode)
     write_csv_atomic(output_path, written)
     log.info("%s: %s; statuses %s", kernel_type, report.summary(),
              json.dumps(KernelJobResult(kernel_type, items, outcomes, report).status_counts()))

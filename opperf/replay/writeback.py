@@ -54,8 +54,13 @@ def apply_outcome(row: dict[str, str], outcome: RowOutcome, collected_at: str) -
 
 def write_back(frame: pd.DataFrame, kernel_type: str, outcomes: Mapping[tuple[str, ...], RowOutcome], *,
                collected_at: str, prune_invalid_rows: bool = False, prune_empty_duration_rows: bool = False,
-               appended_rows: Iterable[Mapping[str, str]] = ()) -> tuple[pd.DataFrame, WritebackReport]:
-    """The rows with outcomes applied (matched by `engine.replay_key`), plus appended rows, minus pruned ones."""
+               appended_rows: Iterable[Mapping[str, str]] = (),
+               update_mode: str = "all") -> tuple[pd.DataFrame, WritebackReport]:
+    """The rows with outcomes applied (matched by `engine.replay_key`), plus appended rows, minus pruned ones.
+
+    `missing-only`: a row that already holds a valid `Average Duration(us)` is left as it is, even when
+    another row of its signature was replayed.
+    """
     report = WritebackReport(rows_in=len(frame))
     columns = list(frame.columns) + [c for c in REPLAY_RESULT_COLUMNS + (contract.COLLECTED_AT,)
                                      if c not in frame.columns]
@@ -65,7 +70,8 @@ def write_back(frame: pd.DataFrame, kernel_type: str, outcomes: Mapping[tuple[st
         row = {c: row.get(c, "") for c in columns}
         line = index + 2
         key = replay_key(row, kernel_type)
-        if key in outcomes:
+        filled = update_mode == "missing-only" and has_valid_duration(row.get(contract.REPLAY_AVERAGE, ""))
+        if key in outcomes and not filled:
             apply_outcome(row, outcomes[key], collected_at)
             # Outcome columns the input lacked (MicroBench <counter> of an NPU session) join the header.
             columns.extend(c for c in outcomes[key].columns if c not in columns)

@@ -1,0 +1,55 @@
+"""Every CPU/CUDA kernel definition replays on the CPU, on a real row of the reference workload's trace.
+
+tests/data/replay/cpu_rows.csv holds one row per definition (made by make_cpu_rows.py from
+torch.profiler traces). Each replay is built, verified against the row's outputs and timed.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from opperf import contract
+from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definitions
+from opperf.replay.engine import STATUS_FAILED_VERIFY, STATUS_OK, STATUS_SKIPPED_MEMORY, replay_row
+from opperf.replay.timing import METHOD_CPU_WALL, CpuWallClockTimer
+
+ROWS_FILE = Path(__file__).parent / "data" / "replay" / "cpu_rows.csv"
+DEFINITIONS = load_definitions(DEFAULT_DEFINITIONS_DIR / "torch", "cpu")
+with open(ROWS_FILE, newline="") as handle:
+    ROWS = {r["Type"]: r for r in csv.DictReader(handle)}
+
+
+def test_every_cpu_definition_has_a_real_row():
+    assert sorted(DEFINITIONS) == sorted(ROWS)
+
+
+@pytest.mark.parametrize("kernel_type", sorted(DEFINITIONS))
+def test_cpu_replay_of_every_definition(kernel_type):
+    outcome = replay_row(DEFINITIONS[kernel_type], ROWS[kernel_type], backend="cpu", device="cpu",
+                         timer=CpuWallClockTimer(), repeat_count=3, warmup_count=1)
+    assert outcome.status == STATUS_OK, outcome.error
+    assert outcome.columns[contract.REPLAY_SAMPLE_COUNT] == "3"
+    assert outcome.columns[contract.REPLAY_TIMING_METHOD] == METHOD_CPU_WALL
+    p10, mean, p90 = (float(outcome.columns[c]) for c in (contract.REPLAY_P10, contract.REPLAY_AVERAGE,
+                                                         contract.REPLAY_P90))
+    assert 0 < p10 <= p90 and mean > 0
+    expected = f"{ROWS[kernel_type][contract.OUTPUT_SHAPES]} | {ROWS[kernel_type][contract.OUTPUT_DTYPES]}"
+    assert outcome.expected_outputs == expected == outcome.produced_outputs
+
+
+def test_a_row_whose_outputs_differ_fails_verification_and_gets_no_duration():
+    row = dict(ROWS["mm"], **{contract.OUTPUT_SHAPES: "16,511"})
+    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
+                         repeat_count=3)
+    assert outcome.status == STATUS_FAILED_VERIFY and outcome.columns == {}
+    assert "[16, 512] != expected [16, 511]" in outcome.error
+
+
+def test_a_row_over_the_memory_budget_is_skipped_before_allocation():
+    row = dict(ROWS["mm"], **{contract.INPUT_SHAPES: "4000000,100000;100000,512"})
+    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
+                         memory_budget_bytes=2**30)
+    assert outcome.status == STATUS_SKIPPED_MEMORY and "over the device memory budget of 1.00 GiB" in outcome.error

@@ -1,0 +1,101 @@
+"""Kernel-definition schema: every shipped file loads; every mistake names the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opperf.errors import OpperfError
+from opperf.replay.definitions import (DEFAULT_DEFINITIONS_DIR, definition_files, definition_for, definition_index,
+                                       framework_op_mappings, load_definition, load_definitions)
+
+ALL_FILES = definition_files(DEFAULT_DEFINITIONS_DIR)
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_shipped_definition_loads(path):
+    definition = load_definition(path)
+    assert definition.type == path.stem
+    assert definition.api or definition.hook
+
+
+def test_whole_tree_loads_and_types_are_unique_per_backend():
+    definitions = load_definitions(DEFAULT_DEFINITIONS_DIR)
+    assert len(definitions) == len(ALL_FILES)
+    torch_defs = load_definitions(DEFAULT_DEFINITIONS_DIR / "torch", "cpu")
+    assert {"mm", "add", "cat", "_scaled_dot_product_flash_attention_for_cpu"} <= set(torch_defs)
+    assert all(d.supports("cpu") for d in torch_defs.values())
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = {"type": "Foo", "backends": ["cpu"], "category": "matmul", "api": "torch.mm",
+        "inputs": [{"role": "tensor"}, {"role": "tensor"}]}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"backends": ["tpu"]}, "backends"),
+    ({"backends": []}, "backends"),
+    ({"category": "magic"}, "category"),
+    ({"api": None}, "api"),
+    ({"api": "torch.mm(x)"}, "api"),
+    ({"inputs": [{"role": "tensor", "colour": 1}]}, "inputs[0]"),
+    ({"inputs": [{"role": "weights"}]}, "inputs[0].role"),
+    ({"inputs": [{"role": "index"}]}, "inputs[0].high"),
+    ({"inputs": [{"role": "index", "high": {"slot": 5, "dim": 0}}]}, "inputs[0].high.slot"),
+    ({"inputs": [{"role": "scalar"}]}, "inputs[0]"),
+    ({"inputs": [{"role": "tensor", "transpose": [0]}]}, "inputs[0].transpose"),
+    ({"inputs": [{"role": "tensor", "optional": True}, {"role": "tensor"}]}, "inputs[1]"),
+    ({"dtype_overrides": {7: "DT_INT8"}}, "dtype_overrides"),
+    ({"dtype_overrides": {0: "DT_WHAT"}}, "dtype_overrides.0"),
+    ({"kwargs": {"eps": {"nested": 1}}}, "kwargs.eps"),
+    ({"outputs": {"verify": "yes"}}, "outputs.verify"),
+    ({"alternate_kernel_types": ["Foo"]}, "alternate_kernel_types"),
+    ({"surprise": 1}, "(top level)"),
+])
+def test_schema_errors_name_file_and_field(tmp_path, change, field):
+    path = write(tmp_path, "Foo", yaml.safe_dump({**GOOD, **change}))
+    with pytest.raises(OpperfError) as error:
+        load_definition(path)
+    assert error.value.field == field
+    assert str(path) in str(error.value)
+
+
+def test_file_must_be_named_after_its_type(tmp_path):
+    path = write(tmp_path, "Bar", yaml.safe_dump(GOOD))
+    with pytest.raises(OpperfError, match="must be named Foo.yaml"):
+        load_definition(path)
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "Foo", "type: Foo\nbackends: [cpu\n")
+    with pytest.raises(OpperfError) as error:
+        load_definition(path)
+    assert error.value.row is not None and "not valid YAML" in str(error.value)
+
+
+def test_a_type_claimed_twice_on_one_backend_is_an_error(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "a", "Foo", yaml.safe_dump({**GOOD, "alternate_kernel_types": ["Baz"]}))
+    write(tmp_path / "b", "Baz", yaml.safe_dump({**GOOD, "type": "Baz"}))
+    with pytest.raises(OpperfError, match="'Baz' on back end 'cpu' is already defined"):
+        load_definitions(tmp_path)
+
+
+def test_alternates_resolve_to_their_definition_and_feed_op_mapping(tmp_path):
+    write(tmp_path, "Foo", yaml.safe_dump({**GOOD, "alternate_kernel_types": ["FooV3"],
+                                           "framework_ops": ["aten.mm.default"]}))
+    definitions = load_definitions(tmp_path)
+    assert definition_for(definitions, "FooV3", "cpu").type == "Foo"
+    assert definition_for(definitions, "FooV3", "cuda") is None
+    assert definition_index(tmp_path) == {"Foo": tmp_path / "Foo.yaml", "FooV3": tmp_path / "Foo.yaml"}
+    assert framework_op_mappings(definitions.values()) == [{
+        "framework_op": "aten.mm.default", "kernel_type": "Foo", "alternate_kernel_types": ["FooV3"],
+        "category": "matmul", "api": "torch.mm"}]
