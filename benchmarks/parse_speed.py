@@ -146,3 +146,146 @@ def baseline_parse(source: Path, out_dir: Path) -> None:
             writer.writeheader()
             writer.writerows(records)
     (out_dir / "kernel_types.txt").write_text("".join(f"{t}\n" for t in sorted(by_type)))
+
+
+# --- measuring ----------------------------------------------------------------------------------------------
+
+
+def _measure(command: list[str]) -> dict:
+    """Run one command as a child; its wall time and its own peak RSS (os.wait4 gives that child's rusage)."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall_s = time.perf_counter() - start
+    stdout, stderr = child.stdout.read().decode(), child.stderr.read().decode()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{stderr}")
+    return {"wall_s": round(wall_s, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "user_s": round(usage.ru_utime, 3), "system_s": round(usage.ru_stime, 3)}
+
+
+def _numeric(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def compare_outputs(ours: Path, baseline: Path) -> dict:
+    """Same files, columns and rows; text fields equal; numbers equal or 1e-6 apart (summation order)."""
+    names = sorted(p.name for p in ours.iterdir())
+    if names != sorted(p.name for p in baseline.iterdir()):
+        return {"same": False, "why": f"file sets differ: {names} vs {sorted(p.name for p in baseline.iterdir())}"}
+    fields = identical = last_digit = 0
+    for name in names:
+        if not name.endswith(".csv"):
+            if (ours / name).read_bytes() != (baseline / name).read_bytes():
+                return {"same": False, "why": f"{name} differs"}
+            continue
+        with open(ours / name, newline="") as a, open(baseline / name, newline="") as b:
+            rows_a, rows_b = list(csv.reader(a)), list(csv.reader(b))
+        if len(rows_a) != len(rows_b) or rows_a[0] != rows_b[0]:
+            return {"same": False, "why": f"{name}: header or row count differs"}
+        for row_a, row_b in zip(rows_a[1:], rows_b[1:]):
+            for x, y in zip(row_a, row_b):
+                fields += 1
+                if x == y:
+                    identical += 1
+                    continue
+                nx, ny = _numeric(x), _numeric(y)
+                if nx is None or ny is None or abs(nx - ny) > 1.01e-6 * max(1.0, abs(ny) / 1e6):
+                    return {"same": False, "why": f"{name}: {x!r} vs {y!r}"}
+                last_digit += 1
+    return {"same": True, "files": len(names), "fields": fields, "identical_fields": identical,
+            "last_digit_differences": last_digit}
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal"))
+    import polars
+
+    return {"nproc": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem_kb / 1024 / 1024, 1),
+            "python": platform.python_version(), "polars": polars.__version__,
+            "load_average_before": [round(x, 2) for x in os.getloadavg()]}
+
+
+def render_markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [f"# Parse speed: {result['rows']:,}-row kernel_details.csv ({result['input_mb']} MB)", "",
+             f"Measured {result['date']} on {m['nproc']} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM, "
+             f"Python {m['python']}, polars {m['polars']}; load average before: {m['load_average_before']}.",
+             "Each parser runs as its own process (interpreter start and imports included); peak RSS is that "
+             "process's ru_maxrss.", "",
+             "| parser | run | wall (s) | peak RSS (MB) | user CPU (s) |", "|---|---|---|---|---|"]
+    for name, runs in result["runs"].items():
+        for i, run in enumerate(runs, start=1):
+            lines.append(f"| {name} | {i} | {run['wall_s']} | {run['peak_rss_mb']} | {run['user_s']} |")
+    lines += ["", f"Target: at most {result['target']['wall_s']} s wall and {result['target']['peak_rss_mb']} MB peak "
+              f"(ours, median of runs: {result['ours_median_wall_s']} s, max peak {result['ours_max_peak_rss_mb']} MB: "
+              f"{'met' if result['target_met'] else 'NOT met'}).", ""]
+    same = result["same_output"]
+    if same.get("same"):
+        lines.append(f"Outputs: same {same['files']} files; {same['identical_fields']} of {same['fields']} fields "
+                     f"byte-identical, {same['last_digit_differences']} differ in the 6th decimal only (float sums "
+                     "in a different order: ours sums in float64, the baseline's statistics module exactly).")
+    else:
+        lines.append(f"Outputs differ: {same.get('why')}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=500_000, help="rows of the generated input (default 500000)")
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_parse_speed"),
+                        help="where the input and the outputs go (default: /tmp/opperf_parse_speed)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of our parser (default 3)")
+    parser.add_argument("--skip-baseline", action="store_true", help="do not run the csv-module baseline")
+    parser.add_argument("--write", action="store_true",
+                        help="write benchmarks/results/parse_speed.{json,md} (default: only for 500000 rows)")
+    parser.add_argument("--baseline-child", nargs=2, metavar=("INPUT", "OUTPUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.baseline_child:
+        baseline_parse(Path(args.baseline_child[0]), Path(args.baseline_child[1]))
+        return 0
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    source = args.work_dir / f"kernel_details_{args.rows}.csv"
+    if not source.exists():
+        print(f"generating {source} ...", flush=True)
+        make_input(source, args.rows)
+    input_mb = round(source.stat().st_size / 1e6, 1)
+    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": args.rows, "input_mb": input_mb,
+              "machine": machine(), "target": {"wall_s": 2.0, "peak_rss_mb": 600}, "runs": {}}
+    ours_out = args.work_dir / "ours"
+    runs = []
+    for _ in range(args.repeat):
+        shutil.rmtree(ours_out, ignore_errors=True)
+        runs.append(_measure([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(source),
+                              "--database-path", str(ours_out), "--log-level", "warning"]))
+    result["runs"]["opperf (polars + numpy)"] = runs
+    result["ours_median_wall_s"] = statistics.median(r["wall_s"] for r in runs)
+    result["ours_max_peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    result["target_met"] = (result["ours_median_wall_s"] <= 2.0 and result["ours_max_peak_rss_mb"] <= 600)
+    if not args.skip_baseline:
+        baseline_out = args.work_dir / "baseline"
+        shutil.rmtree(baseline_out, ignore_errors=True)
+        result["runs"]["csv module baseline (peer's approach)"] = [_measure(
+            [sys.executable, "benchmarks/parse_speed.py", "--baseline-child", str(source), str(baseline_out)])]
+        result["same_output"] = compare_outputs(ours_out, baseline_out)
+    else:
+        result["same_output"] = {"same": None, "why": "baseline skipped"}
+    table = render_markdown(result)
+    print(table)
+    if args.write or args.rows == 500_000:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "parse_speed.json").write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / "parse_speed.md").write_text(table)
+        print(f"wrote {RESULTS / 'parse_speed.json'} and {RESULTS / 'parse_speed.md'}")
+    return 0 if result["same_output"].get("same") is not False else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
