@@ -49,9 +49,9 @@ def default_device_ids(backend: str) -> list[int]:
     if backend == "cuda":
         import torch
         return list(range(torch.cuda.device_count()))
-    import torch
-    import torch_npu  # noqa: F401
-    return list(range(torch.npu.device_count()))
+    # Says what is missing (torch_npu, CANN, a visible device) as a DeviceUnavailableError.
+    from opperf.replay.npu.environment import check_npu_available
+    return list(range(check_npu_available()))
 
 
 @contextlib.contextmanager
