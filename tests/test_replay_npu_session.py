@@ -259,3 +259,22 @@ def test_torch_npu_profiler_without_output_is_refused(tmp_path):
 def test_msprof_output_paths_with_characters_it_refuses_are_caught_early(tmp_path):
     with pytest.raises(OpperfError, match="refuses output paths containing '\\$'"):
         msprof.msprof_command(tmp_path / "a$b", ["python"])
+
+
+@pytest.mark.skipif(shutil.which("npu-smi") is not None, reason="an NPU host")
+def test_an_npu_job_on_a_host_without_npu_fails_with_one_clear_line(tmp_path):
+    import os
+    import subprocess
+
+    rows = tmp_path / "RmsNorm.csv"
+    write_csv_atomic(rows, pd.DataFrame([_row("16,256;256", "16,256;16,1", dtypes="DT_BF16;DT_BF16")]))
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_RT_VISIBLE_DEVICES"}
+    repo = Path(__file__).resolve().parents[1]
+    completed = subprocess.run(
+        [sys.executable, "scripts/replay.py", "--backend", "npu", "--kernel", "RmsNorm", "--rows", str(rows),
+         "--definitions", "config/kernels", "--version-dir", "vllm0.18.0_torch2.9.0_cann8.5",
+         "--output", str(tmp_path / "out.csv")], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [completed.stderr.strip()]          # one line, no traceback
+    assert "torch_npu is not installed" in completed.stderr or "msprof is not on PATH" in completed.stderr
+    assert not (tmp_path / "out.csv").exists()
