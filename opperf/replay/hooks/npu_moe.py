@@ -79,7 +79,7 @@ def _grouped_matmul(ctx: BuildContext) -> NpuCall:
             kwargs[role] = [slots.tensor(roles[role], role, values="positive" if role == "scale" else "normal")]
     if "per_token_scale" in roles:
         kwargs["per_token_scale"] = [slots.tensor(roles["per_token_scale"], "per_token_scale", values="positive")]
-    if slots.output_count:
+    if slots.dtype(0) == torch.int8 and slots.output_count:    # quantised: the dequantised output's dtype
         kwargs["output_dtype"] = slots.output_dtype(0)
     return slots.call("torch_npu.npu_grouped_matmul", ([slots.tensor(0, "x")], [slots.tensor(1, "weight")]),
                       kwargs, notes=f"balanced routing: {tokens} tokens over {experts} experts")
