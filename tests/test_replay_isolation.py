@@ -1,0 +1,81 @@
+"""Crash isolation: a row that aborts or hangs costs that row (and that job), never the others."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from opperf import contract
+from opperf.replay.engine import STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, STATUS_OK
+from opperf.replay.job import ReplaySettings, replay_kernel_csv
+
+HOOKS = Path(__file__).parent / "data" / "replay" / "misbehaving"
+
+
+@pytest.fixture
+def hook_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HOOKS), os.environ.get("PYTHONPATH", "")]))
+
+
+def write_rows(path: Path, first_dims: list[int]) -> Path:
+    rows = [{contract.OP_STATE: "eager", contract.ACCELERATOR_CORE: "CPU", contract.INPUT_SHAPES: f"{m},8;8,4",
+             contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT", contract.INPUT_FORMATS: "ND;ND",
+             contract.OUTPUT_SHAPES: f"{m},4", contract.OUTPUT_DTYPES: "DT_FLOAT", contract.OUTPUT_FORMATS: "ND",
+             contract.PROFILING_AVERAGE: "1"} for m in first_dims]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def write_definition(directory: Path, kernel_type: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{kernel_type}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        type: {kernel_type}
+        backends: [cpu]
+        category: matmul
+        hook: misbehaving_hooks
+        """))
+    return path
+
+
+def run(tmp_path, kernel_type, first_dims, **settings):
+    definitions = tmp_path / "kernels"
+    write_definition(definitions, kernel_type)
+    rows = write_rows(tmp_path / f"{kernel_type}_in.csv", first_dims)
+    output = tmp_path / f"{kernel_type}_out.csv"
+    job = replay_kernel_csv(rows, kernel_type, definitions, output,
+                            ReplaySettings(repeat_count=2, warmup_count=1, **settings), version_dir=None)
+    return job, pd.read_csv(output, dtype=str, keep_default_na=False)
+
+
+def test_abort_and_hang_cost_their_rows_and_the_others_replay(tmp_path, hook_path):
+    job, written = run(tmp_path, "Misbehaving", [4, 1, 5, 2, 6], timeout_s=3)
+    assert written[contract.REPLAY_STATUS].tolist() == [STATUS_OK, STATUS_FAILED_CRASH, STATUS_OK,
+                                                        STATUS_FAILED_TIMEOUT, STATUS_OK]
+    errors = written[contract.REPLAY_ERROR].tolist()
+    assert "SIGABRT" in errors[1] and "timeout of 3 s" in errors[3]
+    assert written[contract.REPLAY_AVERAGE].tolist()[1] == "" and written[contract.REPLAY_AVERAGE].tolist()[4] != ""
+    assert len(written) == 5
+
+
+def test_after_max_restarts_the_rest_is_recorded_not_run(tmp_path, hook_path):
+    job, written = run(tmp_path, "Aborting", [1, 1 + 0, 4], max_restarts=0, timeout_s=30)
+    # rows 1 and 2 are one call (same signature): one abort, then no restart is left for row 3
+    assert written[contract.REPLAY_STATUS].tolist() == [STATUS_FAILED_CRASH, STATUS_FAILED_CRASH, STATUS_NOT_RUN]
+    assert "failed 1 times" in written[contract.REPLAY_ERROR].tolist()[2]
+
+
+def test_an_unimportable_hook_is_a_build_failure_of_the_row(tmp_path):
+    from opperf.replay.definitions import load_definition
+    from opperf.replay.engine import STATUS_FAILED_BUILD, replay_row
+    from opperf.replay.timing import CpuWallClockTimer
+
+    definition = load_definition(write_definition(tmp_path, "NoHook"))
+    row = {contract.INPUT_SHAPES: "4,8;8,4", contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT"}
+    outcome = replay_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    assert outcome.status == STATUS_FAILED_BUILD
+    assert "cannot import hook module 'misbehaving_hooks'" in outcome.error
