@@ -1,0 +1,58 @@
+"""The replay report: exact summary.json (reproduce-scripts conventions) and duration gaps."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+
+from opperf import contract
+from opperf.report.build import REPORT_FILES, write_report
+
+
+def kernel_csv(path, rows):
+    columns = [*contract.SIGNATURE_COLUMNS, contract.REPLAY_AVERAGE, contract.PROFILING_AVERAGE,
+               contract.REPLAY_STATUS, contract.REPLAY_ERROR, contract.SOURCE]
+    pd.DataFrame([dict(zip(columns, r)) for r in rows], columns=columns).to_csv(path, index=False)
+    return path
+
+
+def test_summary_and_gaps_exact(tmp_path):
+    sig = ("16,256;256,512", "DT_FLOAT;DT_FLOAT", "ND;ND", "16,512", "DT_FLOAT")
+    mm = kernel_csv(tmp_path / "mm.csv", [
+        (*sig, "10", "10", "ok", "", "profiled"),        # ratio 1.0: inside the band
+        (*sig, "30", "20", "ok", "", "profiled"),        # ratio 1.5: a gap
+        (*sig, "5", "", "ok", "", "generated"),          # no profile: no pair
+    ])
+    cat = kernel_csv(tmp_path / "cat.csv", [
+        (*sig, "", "4", "failed_build", "no dtype", "profiled"),
+        (*sig, "2", "4", "ok", "", "profiled"),          # ratio 0.5: a gap
+    ])
+    (tmp_path / "bench" / "replay" / "CPU" / "torch" / "v").mkdir(parents=True)
+    (tmp_path / "bench" / "replay" / "CPU" / "torch" / "v" / "mm.tsv").write_text("s\th:m:s\n2.5\t0:00:02\n")
+    (tmp_path / "bench" / "replay" / "CPU" / "torch" / "v" / "cat.tsv").write_text("s\th:m:s\n1.5\t0:00:01\n")
+    out = tmp_path / "reports"
+    written = write_report([mm, cat], out, title="CPU/torch/v", benchmarks_root=tmp_path / "bench",
+                           database_key=("CPU", "torch", "v"), task_log_dir="traces/CPU/torch/v")
+    assert sorted(p.name for p in written) == sorted(REPORT_FILES)
+    summary = json.loads((out / "summary.json").read_text())
+    assert {k: summary[k] for k in ("benchmark", "pass_n", "ops_count", "elapsed_s", "device_ids",
+                                    "max_concurrency", "llm_concurrency", "task_log_dir")} == {
+        "benchmark": "opperf-replay:CPU/torch/v", "pass_n": 1, "ops_count": 2, "elapsed_s": 4.0,
+        "device_ids": [], "max_concurrency": 1, "llm_concurrency": 0, "task_log_dir": "traces/CPU/torch/v"}
+    assert summary["stats"] == {
+        "total_ops": 2, "passed_ops": 1, "failed_ops": 1, "pass_rate": 0.5,
+        "op_results": {
+            "cat": {"passed": 1, "total": 2, "profile": {"gen_time": 2.0, "base_time": 4.0, "speedup": 2.0}},
+            "mm": {"passed": 3, "total": 3, "profile": {"gen_time": 20.0, "base_time": 15.0, "speedup": 0.75}},
+        }}
+    assert "torch" in summary["env_spec"] and summary["env_spec"]["backend"] == "cpu"
+    with open(out / "duration_gap.csv", newline="") as handle:
+        gaps = list(csv.DictReader(handle))
+    assert [(g["Type"], g["line"], g["replay_over_profile"]) for g in gaps] == [("cat", "3", "0.5000"),
+                                                                                  ("mm", "3", "1.5000")]
+    report = (out / "replay_report.md").read_text()
+    assert "| cat | 2 | failed_build | no dtype |" in report
+    assert "| replay | 2 | 4.00 | 2.50 |" in report
+    assert (out / "replay_vs_profile.png").read_bytes()[:4] == b"\x89PNG"
