@@ -90,3 +90,13 @@ def test_shipped_grid_config_routes_the_fixture_and_cpu_types():
         assert config.patterns_for(kernel_type), kernel_type
     assert config.patterns_for("FlashAttentionScoreGrad") == []
     assert config.max_tokens_for("cpu") == 256 and config.max_tokens_for("npu") == 16384
+
+
+def test_require_template_is_a_full_match_regular_expression(tmp_path):
+    config = load_grid_config(write(tmp_path, {"bad": {**GOOD, "require_template": {"Input Scalars": ";;-1"}}}))
+    pattern = config.patterns["bad"]
+    assert pattern.accepts({"Input Scalars": ";;-1"})
+    assert not pattern.accepts({"Input Scalars": ";;2"}) and not pattern.accepts({})
+    with pytest.raises(OpperfError, match="pattern 'bad': bad regular expression") as error:
+        load_grid_config(write(tmp_path, {"bad": {**GOOD, "require_template": {"Input Scalars": "(("}}}))
+    assert error.value.field == "patterns.bad.require_template.Input Scalars"

@@ -142,3 +142,33 @@ def test_cli_malformed_pattern_names_pattern_and_field(parsed, tmp_path):
     done = run_script("--input-dir", str(parsed), "--output-dir", str(tmp_path / "grid"), "--grid-config", str(bad))
     assert done.returncode == 2
     assert "field 'patterns.gemm.inputs[0]': pattern 'gemm': operator '/' is not allowed" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def cpu_parsed(tmp_path_factory):
+    """The reference decoder's CPU trace (a one-layer opperf-tiny) through the parse stage."""
+    out = tmp_path_factory.mktemp("cpu") / "parsed"
+    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
+                    "tests/data/parse/cpu_decoder_trace.json", "--database-path", str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+def test_cpu_patterns_regenerate_every_shape_the_decoder_ran(cpu_parsed, tmp_path):
+    cpu_settings = prepare_settings(grid_config=load_grid_config("config/grid.yaml"),
+                                    models=load_models("tests/data/parse/models.yaml"),
+                                    target_models=["opperf-tiny-1layer"], rows=0, seed=0, max_hbm_gb=16,
+                                    max_tokens=256)
+    results = run_grid(cpu_parsed, tmp_path / "grid", cpu_settings)
+    assert len(results) >= 10
+    for result in results:
+        # Each profiled row comes back as a (dropped) duplicate: the model-derived grids contain the real shapes.
+        assert result.generated > 0 and result.duplicates == result.existing_rows, result
+    cat = read_database_csv(tmp_path / "grid" / "cat.csv")
+    for row in cat[cat[SOURCE] == SOURCE_GENERATED].to_dict("records"):
+        first, second = (tuple(map(int, s.split(","))) for s in row[INPUT_SHAPES].split(";")[:2])
+        output = tuple(map(int, row["Output Shapes"].split(",")))
+        if row["Input Scalars"] == ";;-1":       # RoPE halves joined on the last dim
+            assert output == (*first[:3], first[3] + second[3])
+        else:                                    # KV cache grown by one token on dim 2
+            assert row["Input Scalars"] == ";;2" and output == (first[0], first[1], first[2] + 1, first[3])

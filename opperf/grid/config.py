@@ -6,6 +6,7 @@ the config is loaded, before any row is generated.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ MATCH_MODES = (MATCH_TENSORS, MATCH_SLOTS)
 # Names every pattern can read besides its own iterators and constants.
 BUILTIN_NAMES = ("max_tokens",)
 _PATTERN_KEYS = {"iterators", "constants", "constraints", "inputs", "outputs", "columns", "match",
-                 "generator", "params", "description"}
+                 "generator", "params", "description", "require_template"}
 # Largest cartesian product one pattern may enumerate (a guard against a typo exploding the grid).
 MAX_COMBINATIONS = 2_000_000
 
@@ -50,6 +51,14 @@ class Pattern:
     columns: tuple[tuple[str, Expression], ...] = ()
     generator: str | None = None
     params: dict = field(default_factory=dict)
+    # Column → regular expression a profiled row's value must match in full to serve as this pattern's
+    # template (e.g. Input Scalars ";;-1": a cat along the last dim), where a scalar argument decides
+    # what the shapes mean.
+    require_template: tuple[tuple[str, re.Pattern], ...] = ()
+
+    def accepts(self, metadata: dict[str, str]) -> bool:
+        return all(column in metadata and regex.fullmatch(metadata[column])
+                   for column, regex in self.require_template)
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,17 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
     match = raw.get("match", MATCH_SLOTS if "generator" in raw else MATCH_TENSORS)
     if match not in MATCH_MODES:
         _fail(path, f"{where}.match", f"pattern {name!r}: match must be one of {MATCH_MODES}, got {match!r}")
+    required = raw.get("require_template", {}) or {}
+    if not isinstance(required, dict) or not all(isinstance(v, str) for v in required.values()):
+        _fail(path, f"{where}.require_template",
+              f"pattern {name!r}: require_template must map column → regular expression")
+    require_template = []
+    for column, expression in required.items():
+        try:
+            require_template.append((str(column), re.compile(expression)))
+        except re.error as exc:
+            _fail(path, f"{where}.require_template.{column}", f"pattern {name!r}: bad regular expression: {exc}")
+    require_template = tuple(require_template)
     if "generator" in raw:
         from opperf.grid.generators import GENERATORS
 
@@ -160,7 +180,8 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
         if not isinstance(params, dict):
             _fail(path, f"{where}.params", f"pattern {name!r}: params must be a mapping")
         GENERATORS[generator].check_params(params, path=path, where=f"{where}.params")
-        return Pattern(name=name, match=match, generator=generator, params=params)
+        return Pattern(name=name, match=match, generator=generator, params=params,
+                       require_template=require_template)
 
     for required in ("iterators", "inputs", "outputs"):
         if required not in raw:
@@ -218,7 +239,8 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
                                           f"{where}.columns.{column}"))
                     for column, text in columns_raw.items())
     return Pattern(name=name, match=match, iterators=iterators, constants=constants, constraints=constraints,
-                   inputs=shapes["inputs"], outputs=shapes["outputs"], columns=columns)
+                   inputs=shapes["inputs"], outputs=shapes["outputs"], columns=columns,
+                   require_template=require_template)
 
 
 def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:

@@ -120,10 +120,11 @@ def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridS
     generated: list[dict] = []
     candidates = 0
     for pattern in patterns:
+        usable = [t for t in templates if pattern.accepts(dict(t.metadata))]
         for candidate in pattern_candidates(pattern, settings.grids, stats, settings.grid_config.path):
             candidates += 1
             fitted_any = False
-            for template in templates:
+            for template in usable:
                 fitted = template.fit(candidate, pattern.match)
                 if fitted is None:
                     continue
