@@ -18,6 +18,8 @@ from test_parse_helpers import PARSE_DATA, REPO, expected_number, read_csv, read
 #   --model opperf-tiny-1layer --prefill-lengths 4 --decode-steps 1 --decode-context 4 --output DIR
 # (one-layer reference decoder on CPU, torch 2.13), then re-dumped without whitespace.
 CPU_TRACE = PARSE_DATA / "cpu_decoder_trace.json"
+# The same command with --backend cuda on an NVIDIA H100 (torch 2.11.0+cu130): a real CUDA trace.
+CUDA_TRACE = PARSE_DATA / "cuda_decoder_trace.json"
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +126,24 @@ def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
     parse_profiles([tmp_path], tmp_path / "out")                  # directories pick up *.pt.trace.json
     (row,) = read_csv(tmp_path / "out" / "addmm.csv")
     assert row["Accelerator Core"] == "CUDA" and row["Profiling Average Duration(us)"] == "7.75"
+
+
+def test_real_cuda_trace_keeps_every_microsecond_of_device_time(tmp_path):
+    events = json.loads(CUDA_TRACE.read_text())["traceEvents"]
+    device_us = sum(e["dur"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    out = tmp_path / "out"
+    parse_profiles([CUDA_TRACE], out)
+    kernel_types = (out / "kernel_types.txt").read_text().split()
+    assert {"mm", "bmm", "silu", "mul", "add", "rsqrt", "index_select"} <= set(kernel_types)
+    rows = [r for t in kernel_types for r in read_csv(out / f"{t}.csv")]
+    assert all(r["Accelerator Core"] == "CUDA" for r in rows)
+    parsed_us = sum(float(r["Profiling Average Duration(us)"]) * int(r["Profiling Sample Count"]) for r in rows)
+    assert abs(parsed_us - device_us) < 1e-6 * len(rows) * 4      # every kernel belongs to exactly one row
+    launches = sum(1 for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    assert sum(int(r["Profiling Sample Count"]) for r in read_csv(out / "mm.csv")) == launches
+    for row in read_csv(out / "mm.csv"):
+        (m, k), (_, n) = [tuple(map(int, s.split(","))) for s in row["Input Shapes"].split(";")]
+        assert row["Output Shapes"] == f"{m},{n}"
 
 
 def test_kernel_type_names():
