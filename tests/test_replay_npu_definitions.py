@@ -159,3 +159,35 @@ def test_resolving_an_npu_api_without_torch_npu_says_what_is_missing():
     _, _, call = _build(_row("Cast"))
     with pytest.raises(OpperfError, match="cannot import 'torch_npu'"):
         to_case(call)
+
+
+def test_the_real_a3_profile_rows_build_or_fail_with_the_reason():
+    """Every Type of the real A3 kernel_details has a definition; each distinct row builds or says why not."""
+    path = REPO / "resources" / "profiles" / "A3_vllm0.18.0_torch2.9.0_cann8.5" / "kernel_details.csv"
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        rows = list(csv.DictReader(handle))
+    outcomes = {}
+    for line, row in enumerate(rows, start=2):
+        definition = definition_for(DEFINITIONS, row["Type"], "npu")
+        assert definition is not None, row["Type"]
+        key = (row["Type"], contract.strip_profiler_quotes(row[contract.INPUT_SHAPES]))
+        if key in outcomes:
+            continue
+        ctx = BuildContext(definition, row, "cpu", path=path, line=line)
+        try:
+            if definition.hook:
+                outcomes[key] = importlib.import_module(definition.hook).build_call(row, ctx)
+            else:
+                outcomes[key] = [build_argument(spec, i, ctx) for i, spec in enumerate(definition.inputs)]
+        except OpperfError as error:
+            assert error.path == str(path) and error.row == line
+            outcomes[key] = error
+    attention = outcomes[("FlashAttentionScore", "4096,2,512;4096,2,512;4096,2,512;;;;4096,4096;;;;;")]
+    assert attention.args[3:] == (4, "SBH") and attention.kwargs["scale"] == pytest.approx(128 ** -0.5)
+    grad = outcomes[("FlashAttentionScoreGrad", contract.strip_profiler_quotes(rows[16][contract.INPUT_SHAPES]))]
+    assert grad.api == "torch_npu.npu_fusion_attention_grad" and grad.kwargs["attention_in"].shape == (4096, 2, 512)
+    inconsistent = outcomes[("FlashAttentionScore", "4096,2,511;4096,2,512;4096,2,512;;;;4096,4096;;;;;")]
+    assert isinstance(inconsistent, OpperfError) and "not a multiple of the 3 heads" in str(inconsistent)
+    matmul = outcomes[("MatMulV2", "81920,4096;8192,512")]
+    assert isinstance(matmul, OpperfError) and "do not multiply" in str(matmul)
+    assert [tuple(t.shape) for t in outcomes[("Add", ";")]] == [(), ()]          # two scalars

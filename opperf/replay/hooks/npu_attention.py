@@ -1,4 +1,5 @@
-"""NPU hook: attention kernels whose slots need logic (FusedInferAttentionScore, RINGMLAPrefillBF16Kernel).
+"""NPU hook: attention kernels whose slots need logic (FusedInferAttentionScore, RINGMLAPrefillBF16Kernel,
+FlashAttentionScore and its Grad).
 
 FusedInferAttentionScore rows keep all of the API's tensor slots (31, most of them empty), in the
 order of `torch_npu.npu_fused_infer_attention_score`; each non-empty slot is built and passed under
@@ -206,9 +207,105 @@ def _ring_mla(ctx: BuildContext) -> NpuCall:
                       notes=f"{calc_type}, {mask_type}, seqlen={seqlen.tolist()}")
 
 
+# FlashAttentionScore (training / prefill attention, torch_npu.npu_fusion_attention). The profiler lists the
+# kernel's inputs query, key, value, real_shift, drop_mask, padding_mask, atten_mask, prefix,
+# actual_seq_qlen, actual_seq_kvlen, ... and its outputs softmax_max, softmax_sum, softmax_out,
+# attention_out; the API returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels).
+_FA_LAYOUTS = {3: ("SBH", "BSH"), 4: ("BNSD", "BSND")}
+_FA_MASK = 6
+
+
+def _fa_geometry(ctx: BuildContext, query_shape: tuple[int, ...], softmax_shape: tuple[int, ...]) -> tuple[str, int]:
+    """(input_layout, head_num) from the query and the (B, N, S, 8) softmax statistics."""
+    batch, heads, seq = softmax_shape[:3]
+    if len(query_shape) == 3:
+        if query_shape[-1] % heads:
+            raise ctx.error(f"query hidden size {query_shape[-1]} is not a multiple of the {heads} heads the "
+                            f"softmax statistics {softmax_shape} show")
+        if query_shape[:2] == (seq, batch):
+            return "SBH", heads
+        if query_shape[:2] == (batch, seq):
+            return "BSH", heads
+    elif len(query_shape) == 4:
+        if query_shape[:3] == (batch, heads, seq):
+            return "BNSD", heads
+        if query_shape[:3] == (batch, seq, heads):
+            return "BSND", heads
+    raise ctx.error(f"query {query_shape} fits no layout of {_FA_LAYOUTS.get(len(query_shape), ())} with softmax "
+                    f"statistics {softmax_shape} (batch, heads, seq, 8)")
+
+
+def _fa_mask(slots: Slots, index: int) -> torch.Tensor | None:
+    if slots.shape(index) is None:
+        return None
+    return _causal_mask(slots, index)
+
+
+def _flash_attention(ctx: BuildContext) -> NpuCall:
+    slots = Slots(ctx)
+    query_shape = slots.require(0, "query")
+    slots.require(1, "key")
+    slots.require(2, "value")
+    softmax_shape = slots.require_output(0, "softmax_max")
+    layout, heads = _fa_geometry(ctx, query_shape, softmax_shape)
+    head_dim = query_shape[-1] // heads if layout in ("SBH", "BSH") else query_shape[-1]
+    unsupported = [i for i in (3, 4, 5, 7, 8, 9) if i < slots.count and slots.shape(i) is not None]
+    if unsupported:
+        raise ctx.error(f"input slots {unsupported} (pse / dropout / padding / prefix / varlen) are not replayed")
+    kwargs = {"atten_mask": _fa_mask(slots, _FA_MASK), "scale": head_dim ** -0.5, "keep_prob": 1.0,
+              "sparse_mode": 0}
+    args = (slots.tensor(0, "query"), slots.tensor(1, "key"), slots.tensor(2, "value"), heads, layout)
+    # Kernel output order: softmax_max, softmax_sum, softmax_out, attention_out.
+    return slots.call("torch_npu.npu_fusion_attention", args, kwargs,
+                      outputs=lambda result: (result[1], result[2], None, result[0]),
+                      notes=f"layout={layout} head_num={heads} head_dim={head_dim}")
+
+
+def _flash_attention_grad(ctx: BuildContext) -> NpuCall:
+    """torch_npu.npu_fusion_attention_grad: optional slots placed by dtype and shape (the row lists the
+    kernel's non-empty inputs: q, k, v, dy, then mask, softmax_max, softmax_sum, softmax_in, attention_in)."""
+    slots = Slots(ctx)
+    names = ("query", "key", "value", "dy")
+    query_shape = slots.require(0, "query")
+    for index, name in enumerate(names):
+        slots.require(index, name)
+    roles: dict[str, int] = {}
+    for index in range(len(names), slots.count):
+        shape = slots.shape(index)
+        if shape is None:
+            continue
+        dtype = slots.dtype_name(index)
+        if dtype == "DT_BOOL" or (dtype == "DT_UINT8" and len(shape) >= 2 and shape[-1] == shape[-2]):
+            role = "atten_mask"
+        elif dtype == "DT_FLOAT" and len(shape) == 4 and shape[-1] == 8:
+            role = "softmax_max" if "softmax_max" not in roles else "softmax_sum"
+        elif shape == query_shape:
+            role = "attention_in"
+        else:
+            raise ctx.error(f"input slot {index} ({shape}, {dtype}) is none of atten_mask, softmax_max/sum "
+                            "(B, N, S, 8) FLOAT, attention_in")
+        if role in roles:
+            raise ctx.error(f"input slot {index} would be a second {role}")
+        roles[role] = index
+    if "softmax_max" not in roles or "softmax_sum" not in roles or "attention_in" not in roles:
+        raise ctx.error(f"needs softmax_max, softmax_sum and attention_in slots, found {sorted(roles)}")
+    layout, heads = _fa_geometry(ctx, query_shape, slots.shape(roles["softmax_max"]))
+    head_dim = query_shape[-1] // heads if layout in ("SBH", "BSH") else query_shape[-1]
+    kwargs = {"atten_mask": _causal_mask(slots, roles["atten_mask"]) if "atten_mask" in roles else None,
+              "softmax_max": slots.tensor(roles["softmax_max"], "softmax_max", values="positive"),
+              "softmax_sum": slots.tensor(roles["softmax_sum"], "softmax_sum", values="positive"),
+              "attention_in": slots.tensor(roles["attention_in"], "attention_in"),
+              "scale_value": head_dim ** -0.5, "keep_prob": 1.0, "sparse_mode": 0}
+    args = tuple(slots.tensor(i, name) for i, name in enumerate(names)) + (heads, layout)
+    return slots.call("torch_npu.npu_fusion_attention_grad", args, kwargs,
+                      notes=f"layout={layout} head_num={heads} head_dim={head_dim}")
+
+
 _BUILDERS = {
     "FusedInferAttentionScore": _fused_infer_attention,
     "RINGMLAPrefillBF16Kernel": _ring_mla,
+    "FlashAttentionScore": _flash_attention,
+    "FlashAttentionScoreGrad": _flash_attention_grad,
 }
 
 build_call, build_case = hook_entry_points(_BUILDERS)
