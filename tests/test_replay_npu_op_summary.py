@@ -127,20 +127,31 @@ def test_dispatch_ffn_combine_signature_carries_the_ep_size(tmp_path):
     assert timings[(kernel_type, signature)].fields[contract.EP_SIZE] == "16"
 
 
+GOOD_CELLS = ["0", "4294967295", "1", "2", "n", "Add", "dynamic", "AI_VECTOR_CORE", '"1.0\t"', "3.0", "0", "8", "0",
+              "NO", '"""4,4;4,4"""', "DT_BF16;DT_BF16", "ND;ND", '"""4,4"""', "DT_BF16", "ND", "N/A", "1.0", "1800"]
+
+
 @pytest.mark.parametrize("mutation, field, line", [
-    (lambda cells: cells.__setitem__(9, "fast"), "Task Duration(us)", 2),
-    (lambda cells: cells.__setitem__(22, "12x"), "aic_total_cycles", 2),
-    (lambda cells: cells.pop(), None, 2),
+    (lambda cells: cells.__setitem__(9, "fast"), "Task Duration(us)", 3),
+    (lambda cells: cells.__setitem__(22, "12x"), "aic_total_cycles", 3),
+    (lambda cells: cells.pop(), None, 3),
 ])
 def test_bad_cells_name_file_line_and_field(tmp_path, mutation, field, line):
-    cells = ["0", "4294967295", "1", "2", "n", "Add", "dynamic", "AI_VECTOR_CORE", '"1.0\t"', "3.0", "0", "8", "0",
-             "NO", '"""4,4;4,4"""', "DT_BF16;DT_BF16", "ND;ND", '"""4,4"""', "DT_BF16", "ND", "N/A", "1.0", "1800"]
+    cells = list(GOOD_CELLS)
     mutation(cells)
     path = tmp_path / "op_summary_1.csv"
-    path.write_text(OP_SUMMARY_HEADER + "\n" + ",".join(cells) + "\n", encoding="utf-8")
+    path.write_text("\n".join([OP_SUMMARY_HEADER, ",".join(GOOD_CELLS), ",".join(cells)]) + "\n", encoding="utf-8")
     with pytest.raises(OpperfError) as error:
         op_summary.read_profiler_table(path)
     assert error.value.path == str(path) and error.value.row == line and error.value.field == field
+
+
+def test_an_unknown_text_column_is_descriptive_not_a_counter(tmp_path):
+    path = tmp_path / "op_summary_1.csv"
+    path.write_text("\n".join([OP_SUMMARY_HEADER + ",Task Category", ",".join(GOOD_CELLS + ["vector"]),
+                               ",".join(GOOD_CELLS + ["N/A"])]) + "\n", encoding="utf-8")
+    table = op_summary.read_profiler_table(path)
+    assert table.counter_columns == ("aicore_time(us)", "aic_total_cycles") and len(table.samples) == 2
 
 
 def test_a_table_without_shapes_is_refused_with_the_reason(tmp_path):

@@ -183,6 +183,37 @@ def _number(text: str, path: Path, line: int, column: str) -> float | None:
     return value
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text.strip().strip('"'))
+    except ValueError:
+        return False
+    return True
+
+
+def _counter_columns(header: Sequence[str], rows: Sequence[tuple[int, list[str]]], path: Path) -> tuple[str, ...]:
+    """The counter columns: those outside the descriptive set whose cells are numbers (or N/A).
+
+    A column of text only is descriptive (a future msprof column such as a task category); a column
+    mixing numbers and text is a corrupt counter, an error naming its first bad cell.
+    """
+    counters = []
+    for position, column in enumerate(header):
+        if not column or column in _DESCRIPTIVE_COLUMNS:
+            continue
+        values = [(line, cells[position].strip()) for line, cells in rows
+                  if cells[position].strip().strip('"').strip() not in _MISSING_VALUES]
+        numeric = [_is_number(text) for _, text in values]
+        if values and not any(numeric):
+            continue
+        for (line, text), is_number in zip(values, numeric):
+            if not is_number:
+                raise OpperfError(f"{text!r} is not a number (the column's other cells are)", path=path, row=line,
+                                  field=column)
+        counters.append(column)
+    return tuple(counters)
+
+
 def read_profiler_table(path: str | Path) -> ProfilerTable:
     """Read one op_summary_*.csv or kernel_details*.csv strictly (BOM, literal quotes, trailing tabs)."""
     path = Path(path)
@@ -196,43 +227,45 @@ def read_profiler_table(path: str | Path) -> ProfilerTable:
         if not header:
             raise OpperfError("file is empty (no header)", path=path)
         resolved, method = _resolve_columns(header, path)
-        position = {name: i for i, name in enumerate(header)}
-        counters = tuple(h for h in header if h and h not in _DESCRIPTIVE_COLUMNS)
-        samples: list[KernelSample] = []
-        skipped: list[tuple[int, str]] = []
+        rows: list[tuple[int, list[str]]] = []
         for line, cells in enumerate(reader, start=2):
             if not any(c.strip() for c in cells):
                 continue
             if len(cells) != len(header):
                 raise OpperfError(f"{len(cells)} cells, the header has {len(header)}", path=path, row=line)
+            rows.append((line, cells))
+    position = {name: i for i, name in enumerate(header)}
+    counters = _counter_columns(header, rows, path)
+    samples: list[KernelSample] = []
+    skipped: list[tuple[int, str]] = []
+    for line, cells in rows:
+        def cell(column: str) -> str:
+            return cells[position[column]] if column in position else ""
 
-            def cell(column: str) -> str:
-                return cells[position[column]] if column in position else ""
-
-            raw_type = cell(resolved["op_type"]).strip()
-            if raw_type in _MISSING_VALUES:
-                skipped.append((line, "no OP Type (communication or untyped task)"))
-                continue
-            kernel_type = contract.normalise_kernel_type(raw_type)
-            duration = _number(cell(resolved["duration_us"]), path, line, resolved["duration_us"])
-            if duration is None:
-                skipped.append((line, f"{kernel_type}: duration is N/A"))
-                continue
-            start = _number(cell(resolved["start_us"]), path, line, resolved["start_us"]) \
-                if "start_us" in resolved else None
-            counter_values = {}
-            for counter in counters:
-                value = _number(cell(counter), path, line, counter)
-                if value is not None:
-                    counter_values[counter] = value
-            samples.append(KernelSample(
-                kernel_type=kernel_type,
-                op_name=cell(resolved["op_name"]).strip() if "op_name" in resolved else "",
-                accelerator_core=cell(resolved["task_type"]).strip() if "task_type" in resolved else "",
-                start_us=start, duration_us=duration,
-                fields={c: contract.strip_profiler_quotes(cell(c)) for c in _SIGNATURE_FIELDS if c in position},
-                counters=counter_values, path=str(path), line=line, device_id=cell("Device_id").strip(),
-            ))
+        raw_type = cell(resolved["op_type"]).strip()
+        if raw_type in _MISSING_VALUES:
+            skipped.append((line, "no OP Type (communication or untyped task)"))
+            continue
+        kernel_type = contract.normalise_kernel_type(raw_type)
+        duration = _number(cell(resolved["duration_us"]), path, line, resolved["duration_us"])
+        if duration is None:
+            skipped.append((line, f"{kernel_type}: duration is N/A"))
+            continue
+        start = _number(cell(resolved["start_us"]), path, line, resolved["start_us"]) \
+            if "start_us" in resolved else None
+        counter_values = {}
+        for counter in counters:
+            value = _number(cell(counter), path, line, counter)
+            if value is not None:
+                counter_values[counter] = value
+        samples.append(KernelSample(
+            kernel_type=kernel_type,
+            op_name=cell(resolved["op_name"]).strip() if "op_name" in resolved else "",
+            accelerator_core=cell(resolved["task_type"]).strip() if "task_type" in resolved else "",
+            start_us=start, duration_us=duration,
+            fields={c: contract.strip_profiler_quotes(cell(c)) for c in _SIGNATURE_FIELDS if c in position},
+            counters=counter_values, path=str(path), line=line, device_id=cell("Device_id").strip(),
+        ))
     return ProfilerTable(path=path, timing_method=method, samples=tuple(samples), counter_columns=counters,
                          skipped=tuple(skipped))
 
