@@ -278,3 +278,9 @@ def test_an_npu_job_on_a_host_without_npu_fails_with_one_clear_line(tmp_path):
     assert completed.stderr.strip().splitlines() == [completed.stderr.strip()]          # one line, no traceback
     assert "torch_npu is not installed" in completed.stderr or "msprof is not on PATH" in completed.stderr
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_torchrun_ranks_must_run_the_worker_in_process(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(SystemExit):
+        entry.main(["--execution-mode", "subprocess", "--rows", "r.csv"])

@@ -31,6 +31,14 @@ def _rank_local_arguments(worker_args: list[str]) -> list[str]:
     return arguments
 
 
+def _bind_rank_device(local_rank: int) -> None:
+    """Under torchrun each local rank replays on its own NPU (rank i -> the i-th visible device)."""
+    import torch
+    import torch_npu  # noqa: F401  (registers torch.npu)
+
+    torch.npu.set_device(local_rank)
+
+
 def _run_under_torch_npu_profiler(run, output_dir: str) -> int:
     """Run `run()` inside torch_npu.profiler (NPU activity, level 1: kernel_details with shapes and counters)."""
     import torch_npu
@@ -55,12 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     worker_args = _rank_local_arguments(worker_args)
     if args.profiler == "torch_npu" and not args.profiler_output:
         parser.error("--profiler torch_npu needs --profiler-output DIR")
+    if args.execution_mode == "subprocess" and "LOCAL_RANK" in os.environ:
+        parser.error("under torchrun (DispatchFFNCombine) use --execution-mode inprocess: each rank binds its NPU")
     if args.execution_mode == "subprocess":
         def run() -> int:
             return subprocess.call([sys.executable, "-m", "opperf.replay.worker", *worker_args])
     else:
         def run() -> int:
             from opperf.replay import worker
+            if "LOCAL_RANK" in os.environ:
+                _bind_rank_device(int(os.environ["LOCAL_RANK"]))
             return worker.main(worker_args)
     if args.profiler == "torch_npu":
         return _run_under_torch_npu_profiler(run, args.profiler_output)
