@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import pytest
 import yaml
 
 from opperf.contract import (ACCELERATOR_CORE, EP_SIZE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,

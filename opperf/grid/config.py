@@ -243,17 +243,23 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
                    require_template=require_template)
 
 
-def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
-    """Read and validate grid.yaml; a malformed pattern is an error naming the pattern and field."""
-    path = Path(path)
+def read_yaml_mapping(path: Path, what: str) -> dict:
+    """A YAML file whose top level is a mapping; unreadable, invalid or other YAML is an error naming the file."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise OpperfError(f"cannot read the grid config: {exc}", path=path) from exc
+        raise OpperfError(f"cannot read the {what}: {exc}", path=path) from exc
     except yaml.YAMLError as exc:
         raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
     if not isinstance(raw, dict):
-        raise OpperfError("the grid config must be a mapping", path=path)
+        raise OpperfError(f"the {what} must be a mapping at the top level", path=path)
+    return raw
+
+
+def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
+    """Read and validate grid.yaml; a malformed pattern is an error naming the pattern and field."""
+    path = Path(path)
+    raw = read_yaml_mapping(path, "grid config")
     for required in ("patterns", "router"):
         if not isinstance(raw.get(required), dict):
             _fail(path, required, f"missing or not a mapping: {required!r}")

@@ -1,14 +1,15 @@
 """The safe expression language of `config/grid.yaml`: integer arithmetic over named values, never `eval`.
 
-Shape and constraint strings (`"m, k"`, `"max(1, n // 16)"`, `"m * k <= 268435456"`) are parsed with `ast` and compiled into closures over a whitelist of node types:
+Shape and constraint strings (`"m, k"`, `"max(1, n // 16)"`, `"m * k <= 268435456"`) are parsed with
+`ast` and compiled into closures over a whitelist of node types:
 
 - integers (and `True`/`False`), names bound by iterators and constants;
 - `+ - * // %`, unary `-`, comparisons (`== != < <= > >=`, chained), `and`, `or`, `not`;
 - calls of `max(...)` and `min(...)` only.
 
 Anything else (attributes, subscripts, `/`, `**`, strings, lambdas, other calls) is rejected when the
-pattern is loaded, with an OpperfError naming the pattern's field, so a bad pattern fails before any
-row is generated.
+pattern is loaded (ExpressionError, which the config loader turns into an OpperfError naming the pattern
+and field), so a bad pattern fails before any row is generated.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from opperf.errors import OpperfError
 
 Environment = Mapping[str, int]
 _Compiled = Callable[[Environment], int]

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from opperf.errors import OpperfError
+from opperf.grid.config import read_yaml_mapping
 
 _REQUIRED = ("hidden_size", "num_attention_heads", "vocab_size", "tp_sizes")
 _POSITIVE_INTEGER_FIELDS = (
@@ -216,14 +215,7 @@ def _normalise_name(name: str) -> str:
 def load_models(path: str | Path) -> dict[str, ModelConfig]:
     """Every model of a models.yaml, validated (bad fields are errors naming the model and field)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise OpperfError(f"cannot read model configs: {exc}", path=path) from exc
-    except yaml.YAMLError as exc:
-        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
-    if not isinstance(raw, dict):
-        raise OpperfError("expected a mapping of model name → config", path=path)
+    raw = read_yaml_mapping(path, "model configs (model name → Hugging Face fields)")
     return {str(name): _model_from_entry(str(name), entry, path) for name, entry in raw.items()}
 
 

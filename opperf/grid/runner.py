@@ -54,6 +54,7 @@ class KernelGridResult:
     patterns: str = ""
     status: str = STATUS_NO_PATTERN
     existing_rows: int = 0
+    unparsable_profiled_rows: int = 0      # rows whose shapes cannot serve as a template (N/A, malformed)
     templates: int = 0
     combinations: int = 0
     rejected_by_constraints: int = 0
@@ -113,7 +114,7 @@ def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridS
         return [], result
     result.patterns = ",".join(p.name for p in patterns)
     profiled = [r for r in rows if r.get(SOURCE, "") != SOURCE_GENERATED] or list(rows)
-    templates, _unusable = templates_from_rows(profiled, path=path)
+    templates, result.unparsable_profiled_rows = templates_from_rows(profiled, path=path)
     result.templates = len(templates)
     seen = {row_signature(r, kernel_type) for r in rows}
     stats = CandidateStats()
