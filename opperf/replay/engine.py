@@ -11,15 +11,17 @@ import math
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import KernelDefinition
-from opperf.replay.inputs import FormatCast, build_case, parse_row_slots, row_tensor_bytes
 from opperf.replay.npu.op_summary import duration_stats, format_number
-from opperf.replay.timing import Timer
-from opperf.replay.verify import verify_outputs
+
+if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
+    from opperf.replay.inputs import FormatCast
+    from opperf.replay.timing import Timer
 
 log = get_logger("replay.engine")
 
@@ -39,6 +41,7 @@ STATUS_UNSUPPORTED_BACKEND = "unsupported_backend"
 FAILED_STATUSES = frozenset({STATUS_FAILED_BUILD, STATUS_FAILED_RUN, STATUS_FAILED_VERIFY, STATUS_FAILED_CRASH,
                              STATUS_FAILED_TIMEOUT, STATUS_FAILED_NO_SAMPLES})
 UPDATE_MODES = ("all", "missing-only")
+L2_POLICIES = ("flush", "rotate", "none")       # cuda: what L2 holds before each timed call (timing.CudaTimer)
 DEFAULT_REPEAT_COUNT = 30
 DEFAULT_WARMUP_COUNT = 3
 
@@ -121,11 +124,14 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
-def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: Timer,
+def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: "Timer",
                repeat_count: int = DEFAULT_REPEAT_COUNT, warmup_count: int = DEFAULT_WARMUP_COUNT,
-               memory_budget_bytes: int | None = None, format_cast: FormatCast | None = None,
+               memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
                path=None, line: int | None = None, seed: int = 0) -> RowOutcome:
     """Replay one row and say what happened (never raises for a row-level problem)."""
+    from opperf.replay.inputs import build_case, parse_row_slots, row_tensor_bytes
+    from opperf.replay.verify import verify_outputs
+
     if not definition.supports(backend):
         return RowOutcome(STATUS_UNSUPPORTED_BACKEND,
                           error=f"{definition.path} lists back ends {list(definition.backends)}, not {backend}")

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.replay.engine import L2_POLICIES
 from opperf.replay.inputs import ReplayCase
 
-L2_POLICIES = ("flush", "rotate", "none")
 METHOD_CPU_WALL = "cpu wall clock (perf_counter_ns) per call"
 METHOD_CUDA_KERNEL = "cuda profiler (CUPTI) device-kernel time per call"
 METHOD_CUDA_EVENT = "cuda events per call"
