@@ -161,7 +161,18 @@ def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
     notes.append(f"inferred layout={layout} num_heads={num_heads} num_key_value_heads={kv_heads} "
                  f"sparse_mode={sparse_mode} block_size={block_size}")
     args = (slots.tensor(0, "query"), slots.tensor(1, "key"), slots.tensor(2, "value"))
-    return slots.call("torch_npu.npu_fused_infer_attention_score", args, kwargs, notes="; ".join(notes))
+    return slots.call("torch_npu.npu_fused_infer_attention_score", args, kwargs, notes="; ".join(notes),
+                      prepare=_match_scale_keyword)
+
+
+def _match_scale_keyword(call: NpuCall) -> None:
+    """torch_npu before 7.0 names the softmax scale `scale_value`, later versions `scale`: use the installed one."""
+    import torch_npu  # noqa: F401  (registers torch.ops.npu)
+
+    schema = torch.ops.npu.npu_fused_infer_attention_score.default._schema
+    names = {argument.name for argument in schema.arguments}
+    if "scale" not in names and "scale_value" in names:
+        call.kwargs["scale_value"] = call.kwargs.pop("scale")
 
 
 # RINGMLAPrefillBF16Kernel's slots: q_nope, q_rope, k_nope, k_rope, value, mask, ..., pre_out (13), prev_lse (14).
