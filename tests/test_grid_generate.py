@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 import yaml
 
 from opperf.contract import (ACCELERATOR_CORE, EP_SIZE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
@@ -198,3 +199,38 @@ def test_row_cap_keeps_a_seeded_sample_in_enumeration_order():
     assert capped == again and capped != other
     positions = [rows_all.index(r) for r in capped]
     assert positions == sorted(positions)
+
+
+# Scalar arguments a template needs for the patterns that require them (checked against the pattern below).
+TEMPLATE_SCALARS = {"rope_cat_4d": ";;-1", "kv_cache_cat_4d": ";;2", "sdpa_prefill": ";;;0.;True;;",
+                    "sdpa_decode": ";;;0.;False;;"}
+ALL_MODELS = ["Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "Llama-3-70B", "Qwen2.5-7B"]
+
+
+@pytest.mark.parametrize("name", sorted(GRID.patterns))
+def test_every_shipped_pattern_generates_valid_rows_for_the_real_models(name):
+    from opperf.contract import format_shapes, parse_shapes
+    from opperf.grid.candidates import CandidateStats, pattern_candidates
+
+    pattern = GRID.patterns[name]
+    settings = settings_for(ALL_MODELS, max_tokens=256)
+    candidates = list(pattern_candidates(pattern, settings.grids, CandidateStats()))
+    assert len(candidates) > 1
+    first = candidates[0]
+    scalars = TEMPLATE_SCALARS.get(name, "")
+    if pattern.require_template:
+        assert pattern.accepts({INPUT_SCALARS: scalars})
+
+    def names(slots, dtype):
+        return ";".join(dtype if s else "" for s in slots)
+    template = profiled(format_shapes(first.inputs), format_shapes(first.outputs), names(first.inputs, "DT_BF16"),
+                        names(first.outputs, "DT_BF16"), formats_in=names(first.inputs, "ND"),
+                        formats_out=names(first.outputs, "ND"), **{INPUT_SCALARS: scalars})
+    kernel_type = next(t for t, routed in GRID.router.items() if name in routed)
+    generated, result = generate_kernel_rows(kernel_type, [template], settings)
+    assert generated and result.no_fitting_template < result.combinations
+    signatures = {row_signature(r, kernel_type) for r in generated} | {row_signature(template, kernel_type)}
+    assert len(signatures) == len(generated) + 1
+    for row in generated:
+        assert len(parse_shapes(row[INPUT_SHAPES])) == len(first.inputs)
+        assert len(parse_shapes(row[OUTPUT_SHAPES])) == len(first.outputs)
