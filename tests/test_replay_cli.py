@@ -1,0 +1,72 @@
+"""scripts/replay.py: one-line errors with exit 2 and no output; the seed's database form, in place."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from opperf import contract
+from opperf.cli import run_cli
+from opperf.versions import cpu_version_dir
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("replay_script", REPO / "scripts" / "replay.py")
+replay_script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay_script)
+
+ROWS = pd.read_csv(REPO / "tests" / "data" / "replay" / "cpu_rows.csv", dtype=str, keep_default_na=False)
+
+
+def replay(*argv):
+    return run_cli(replay_script.build_parser(), replay_script.main, list(argv))
+
+
+def mm_csv(path: Path, averages: list[str]) -> Path:
+    row = ROWS[ROWS["Type"] == "mm"].drop(columns=["Type"]).iloc[0].to_dict()
+    frame = pd.DataFrame([dict(row, **{contract.REPLAY_AVERAGE: a, contract.PROFILING_AVERAGE: "7"})
+                          for a in averages])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_help_names_the_seed_options(capsys):
+    with pytest.raises(SystemExit) as done:
+        replay("--help")
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--update-mode", "--prune-empty-duration-rows", "--prune-invalid-rows", "--prof-path", "--op",
+                   "--fail-fast", "--repeat-count", "--dispatch-ffn-combine-master-port", "--database-path"):
+        assert option in text
+
+
+def test_wrong_stack_is_refused_with_one_line_and_no_output(tmp_path, capsys):
+    rows = mm_csv(tmp_path / "mm.csv", [""])
+    output = tmp_path / "out.csv"
+    code = replay("--rows", str(rows), "--kernel", "mm", "--output", str(output), "--version-dir", "torch0.0.1_cpu",
+                  "--definitions", str(REPO / "config" / "kernels"))
+    error = capsys.readouterr().err
+    assert code == 2 and not output.exists()
+    assert error.count("\n") == 1 and "refusing to write into torch0.0.1_cpu" in error
+
+
+def test_workflow_form_needs_kernel_and_output(tmp_path, capsys):
+    assert replay("--rows", str(tmp_path / "x.csv")) == 2
+    assert "--kernel" in capsys.readouterr().err
+
+
+def test_database_form_missing_only_leaves_filled_rows_and_writes_a_report(tmp_path):
+    database = tmp_path / "data" / "CPU" / "torch" / cpu_version_dir()
+    mm_csv(database / "mm.csv", ["5", ""])
+    code = replay("--database-path", str(database), "--update-mode", "missing-only", "--repeat-count", "2",
+                  "--definitions", str(REPO / "config" / "kernels"), "--device", "CPU")
+    assert code == 0
+    written = pd.read_csv(database / "mm.csv", dtype=str, keep_default_na=False)
+    assert written[contract.REPLAY_AVERAGE].tolist()[0] == "5"
+    assert written[contract.REPLAY_STATUS].tolist() == ["", "ok"] and float(written[contract.REPLAY_AVERAGE][1]) > 0
+    assert (database / "reports" / "summary.json").is_file()
+    traces = tmp_path / "traces" / "CPU" / "torch" / cpu_version_dir() / "mm"
+    assert list(traces.glob("*_S04_mm_BACKFILL_result.txt"))
