@@ -1,4 +1,4 @@
-"""One msprof session per replay job: the command line, running it, and finding what it wrote.
+"""One msprof session per replay job: the command line, and finding (or exporting) what it wrote.
 
     msprof --output=DIR [--aic-metrics=...] python -m opperf.replay.npu.entry --execution-mode inprocess ...
 
@@ -12,11 +12,9 @@ msprof session.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,16 +81,6 @@ def entry_command(entry_args: Sequence[str], *, execution_mode: str = "inprocess
                           field="--execution-mode")
     program = torchrun.launcher(python) + ["-m", ENTRY_MODULE] if torchrun else [python, "-m", ENTRY_MODULE]
     return program + ["--execution-mode", execution_mode, *profiler_options, *entry_args]
-
-
-def find_kernel_details(root: str | Path) -> list[Path]:
-    """torch_npu.profiler's tables under `root`: `*_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv`."""
-    root = Path(root)
-    files = sorted(root.rglob("ASCEND_PROFILER_OUTPUT/kernel_details*.csv")) if root.is_dir() else []
-    if not files:
-        raise OpperfError("no ASCEND_PROFILER_OUTPUT/kernel_details.csv: torch_npu.profiler wrote nothing "
-                          "(did the replay launch any kernel, and did the process end normally?)", path=root)
-    return files
 
 
 # Characters msprof refuses in an --output path.
@@ -171,30 +159,3 @@ def collect_op_summaries(root: str | Path, *, msprof: str | None = None) -> list
                               "(export it with `msprof --export=on --output=<this directory>`)", path=prof_dir)
         files.extend(summaries)
     return files
-
-
-def run_msprof_session(command: Sequence[str], *, log_path: str | Path, timeout_s: float,
-                       env: Mapping[str, str] | None = None, cwd: str | Path | None = None) -> None:
-    """Run one msprof session; its whole output goes to `log_path`. Timeouts kill the process group.
-
-    A non-zero exit of msprof (which passes on the program's) is an OpperfError quoting the log's tail.
-    """
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log.info("msprof session: %s", subprocess.list2cmdline(list(command)))
-    with open(log_path, "w", encoding="utf-8") as handle:
-        try:
-            process = subprocess.Popen(list(command), stdout=handle, stderr=subprocess.STDOUT, cwd=cwd,
-                                       env=dict(env) if env is not None else None, start_new_session=True)
-        except FileNotFoundError as exc:
-            raise OpperfError(f"cannot start {command[0]!r}: not found (source the CANN set_env.sh)") from exc
-        try:
-            returncode = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            raise OpperfError(f"msprof session did not finish within {timeout_s:.0f}s and was killed "
-                              f"(log: {log_path})") from None
-    if returncode != 0:
-        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:]
-        raise OpperfError(f"msprof session exited with {returncode} (log: {log_path}):\n" + "\n".join(tail))

@@ -78,10 +78,14 @@ class MsprofSession:
 
     def summaries(self) -> list[Path]:
         """The profiler tables of every session this job ran (op_summary, exported where msprof left none;
-        or torch_npu.profiler's kernel_details)."""
+        or torch_npu.profiler's kernel_details). Empty when no session wrote anything (no row reached the
+        device): `resolve_outcomes` then records why on every executed row."""
+        root = Path(self.output_root)
         if self.profiler == "torch_npu":
-            return msprof.find_kernel_details(self.output_root)
-        return msprof.collect_op_summaries(self.output_root, msprof=self.msprof_executable)
+            return sorted(root.rglob("ASCEND_PROFILER_OUTPUT/kernel_details*.csv")) if root.is_dir() else []
+        if not root.is_dir() or not msprof.find_prof_dirs(root):
+            return []
+        return msprof.collect_op_summaries(root, msprof=self.msprof_executable)
 
 
 def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_files: Sequence[Path], *,
@@ -95,6 +99,8 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
     DispatchFFNCombine reports each call once per rank's device; all of them are kept).
     Other outcomes (failures, skips) pass through unchanged.
     """
+    if not summary_files and any(o.status == STATUS_EXECUTED for o in outcomes.values()):
+        log.warning("the profiler session left no op_summary / kernel_details table")
     tables = [op_summary.read_profiler_table(path) for path in summary_files]
     # The profiler knows no EP Size: DispatchFFNCombine samples are matched on the five columns,
     # the session having replayed exactly the key's EP Size.
@@ -109,12 +115,14 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
                  if (reported, signature) in timings]
         if not found:
             seen = sorted({t for t, _ in timings})
+            reason = ("the profiler session left no op_summary / kernel_details table (see the msprof log)"
+                      if not summary_files else
+                      f"the profiler session holds no {' / '.join(kernel_types)} task with signature "
+                      f"{' | '.join(signature)} (Types seen: {', '.join(seen) or 'none'}); the call launched other "
+                      "kernels than the profiled row")
             resolved[key] = RowOutcome(
                 STATUS_FAILED_NO_SAMPLES, call=outcome.call, expected_outputs=outcome.expected_outputs,
-                produced_outputs=outcome.produced_outputs,
-                error=(f"the call ran and verified, but the msprof session holds no {' / '.join(kernel_types)} "
-                       f"task with signature {' | '.join(signature)} (Types seen: {', '.join(seen) or 'none'}); "
-                       "the call launched other kernels than the profiled row"))
+                produced_outputs=outcome.produced_outputs, error=f"the call ran and verified, but {reason}")
             continue
         reported, timing = found[0]
         columns = timing.result_columns()
