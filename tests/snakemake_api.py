@@ -16,6 +16,7 @@ WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "template
 
 def copy_workflow(destination: Path) -> Path:
     """A fresh copy of the workflow to run in a temporary directory."""
+    destination.mkdir(parents=True, exist_ok=True)
     for part in WORKFLOW_PARTS:
         source = REPO / part
         if source.is_dir():
