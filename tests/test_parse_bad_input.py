@@ -185,3 +185,38 @@ def test_unknown_device(tmp_path):
     line = _error_line(run_parse("--profiling-path", FIXTURE, "--device", "TPU9", "--vllm-version", "1",
                                  "--torch-version", "2", "--cann-version", "8", "--data-root", tmp_path))
     assert "unknown device 'TPU9'" in line
+
+
+def test_text_columns_are_no_counters_and_na_counters_are_left_out(tmp_path):
+    header, rows = fixture_table()
+    header = header + ["Comment"]
+    rows = [r + [f"note {i}"] for i, r in enumerate(rows)]
+    rows[0][header.index("aicore_time(us)")] = "N/A"                 # a MatMulV2 row
+    path = write_table(tmp_path / "kernel_details.csv", header, rows)
+    parse_profiles([path], tmp_path / "out")
+    (row,) = read_csv(tmp_path / "out" / "MatMulV2.csv")
+    assert "Profiling Average Comment" not in row
+    assert row["Profiling Average aicore_time(us)"] == "185.235"    # (183.728 + 184.904 + 187.073) / 3
+    assert row["Profiling Sample Count"] == "4"
+
+
+def test_na_duration_is_skipped_with_its_line(tmp_path):
+    path = _with_row_change(tmp_path, 4, "Duration(us)", "N/A")       # data row 5 = line 6
+    database = parse_profiles([path], tmp_path / "out")
+    (skipped,) = database.skipped_examples
+    assert (skipped.line, skipped.field, skipped.reason) == (6, "Duration(us)", "duration is not a number")
+
+
+def test_negative_duration_is_skipped(tmp_path):
+    path = _with_row_change(tmp_path, 0, "Duration(us)", "-3.5")
+    database = parse_profiles([path], tmp_path / "out")
+    assert database.skip_counts == {"duration is negative or not finite": 1}
+
+
+@pytest.mark.parametrize("name", ["trace_view.json", "notes.txt"])
+def test_files_that_are_not_profiles(tmp_path, name):
+    path = tmp_path / name
+    path.write_text("{}")
+    with pytest.raises(OpperfError) as info:
+        parse_profiles([path], tmp_path / "out")
+    assert info.value.path == str(path)

@@ -164,12 +164,20 @@ def _scalars_or_none(value: str | None) -> str | None:
 
 def _group_ids(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per row its group id (groups numbered in first-seen order) and each group's first row."""
-    keys = pl.DataFrame({f"k{i}": codes for i, codes in enumerate(columns)})
-    names = keys.columns
-    groups = (keys.with_row_index("row").group_by(names, maintain_order=True)
-              .agg(pl.col("row").first()).with_row_index("group"))
-    group_ids = keys.join(groups.select(*names, "group"), on=names, how="left", maintain_order="left")
-    return group_ids.get_column("group").to_numpy(), groups.get_column("row").to_numpy()
+    sizes = [int(codes.max(initial=0)) + 1 for codes in columns]
+    if math.prod(sizes) < 2 ** 62:      # always, in practice: one int64 key per row, one sort
+        key = np.zeros(len(columns[0]), dtype=np.int64)
+        for codes, size in zip(columns, sizes):
+            key = key * size + codes
+        _, first_rows, ids = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        keys = pl.DataFrame({f"k{i}": codes for i, codes in enumerate(columns)})
+        _, first_rows, ids = np.unique(keys.select(pl.struct(keys.columns).rank("dense")).to_series().to_numpy(),
+                                       return_index=True, return_inverse=True)
+    order = np.argsort(first_rows, kind="stable")      # np.unique numbers groups by key: renumber by first row
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[ids.ravel()], first_rows[order]
 
 
 def _duration_statistics(group_ids: np.ndarray, durations: np.ndarray):
@@ -181,11 +189,13 @@ def _duration_statistics(group_ids: np.ndarray, durations: np.ndarray):
     return [stats.get_column(c).to_numpy() for c in ("count", "mean", "median", "std")]
 
 
-def _counter_means(group_ids: np.ndarray, values: np.ndarray, group_count: int) -> np.ndarray:
+def _counter_means(group_ids: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Mean over the rows where the counter is a number; NaN where a group has none."""
-    valid = ~np.isnan(values)
-    sums = np.bincount(group_ids, weights=np.where(valid, values, 0.0), minlength=group_count)
-    numbers = np.bincount(group_ids, weights=valid, minlength=group_count)
+    missing = np.isnan(values)
+    if not missing.any():
+        return np.bincount(group_ids, weights=values, minlength=len(counts)) / counts
+    sums = np.bincount(group_ids, weights=np.where(missing, 0.0, values), minlength=len(counts))
+    numbers = counts - np.bincount(group_ids, weights=missing, minlength=len(counts))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(numbers > 0, sums / np.maximum(numbers, 1), np.nan)
 
@@ -244,14 +254,14 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         return result
     group_ids, first_rows = _group_ids([kernel.codes[kept], in_shapes.codes[kept], out_shapes.codes[kept],
                                               scalars.codes[kept]])
-    group_count = len(first_rows)
     counts, means, medians, stds = _duration_statistics(group_ids, durations[kept])
     counters = list(dict.fromkeys(c for t in tables for c in t.counters))
+    everything_kept = len(kept) == frame.height
     counter_means = {}
     for counter in counters:
         if counter in frame.columns:
-            values = frame.get_column(counter).cast(pl.Float64).fill_null(np.nan).to_numpy()[kept]
-            counter_means[counter] = _counter_means(group_ids, values, group_count)
+            values = frame.get_column(counter).cast(pl.Float64).to_numpy()      # nulls → NaN
+            counter_means[counter] = _counter_means(group_ids, values if everything_kept else values[kept], counts)
     first_in_frame = kept[first_rows]
     firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
     first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
