@@ -105,6 +105,9 @@ def _cuda_trace(path):
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 405, "dur": 3,
          "args": {"correlation": 13}},
         device("kernel", 500, 5.5, 11), device("kernel", 510, 2.25, 12), device("gpu_memcpy", 520, 1.0, 13),
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 900, "dur": 2,
+         "args": {"correlation": 14}},                                   # launched outside any aten op
+        device("kernel", 950, 4.0, 14),
         {"ph": "f", "cat": "ac2g", "id": 11, "pid": 0, "tid": 7, "ts": 500},
     ]
     path.write_text(json.dumps({"traceEvents": events}))
@@ -116,6 +119,7 @@ def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
     assert conversion.accelerator_core == "CUDA"
     rows = {r["Type"]: r for r in conversion.rows}
     assert set(rows) == {"addmm", "copy_"}
+    assert conversion.outcomes["device activities launched outside any aten op (not in any row)"] == 1
     assert float(rows["addmm"]["Duration(us)"]) == 7.75          # 5.5 + 2.25, not the 80 µs of host time
     assert float(rows["copy_"]["Duration(us)"]) == 1.0
     assert rows["addmm"]["Input Shapes"] == "32;8,16;16,32;;"

@@ -62,6 +62,7 @@ NOT_A_ROW_SCALARS_ONLY = "no tensor operand of rank >= 1"
 NOT_A_ROW_COMPOSITE = "composite op (represented by the ops inside it)"
 NOT_A_ROW_NO_DEVICE_TIME = "launched no device activity"
 OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
+DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (not in any row)"
 
 
 @dataclass
@@ -325,6 +326,9 @@ def convert_trace(path: str | Path) -> TraceConversion:
             for duration in device_time.get(correlation, []):
                 ops[op_position].device_us += duration
                 ops[op_position].device_activities += 1
+        orphans = sum(len(d) for c, d in device_time.items() if c not in launcher)
+        if orphans:
+            conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += orphans
         chosen = []
         for op in ops:
             if op.device_activities:
@@ -380,7 +384,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     path = Path(path)
     conversion = convert_trace(path)
     for outcome, count in conversion.outcomes.most_common():
-        log.info("%s: %d op events: %s", path, count, outcome)
+        log.info("%s: %d %s: %s", path, count,
+                 "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS]
     data = {c: [row[c] for row in conversion.rows] for c in columns}
     frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},
