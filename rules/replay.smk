@@ -27,6 +27,7 @@ rule replay_kernel:
         prune_options=replay_prune_options,
         device_ids_option=replay_device_ids_option,
         log_level=config["log_level"],
+    threads: config["replay"]["cpu_threads"]
     resources:
         gpu=replay_device_slots("gpu"),
         npu=replay_device_slots("npu"),
@@ -37,5 +38,5 @@ rule replay_kernel:
         "--version-dir {wildcards.version_dir} --output {output.replayed} --trace-dir {params.trace_dir} "
         "--repeat-count {params.repeat_count} --warmup-count {params.warmup_count} "
         "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
-        "--l2-policy {params.l2_policy} --memory-fraction {params.memory_fraction} {params.prune_options} "
+        "--l2-policy {params.l2_policy} --cpu-threads {threads} --memory-fraction {params.memory_fraction} {params.prune_options} "
         "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"

@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--l2-policy", choices=L2_POLICIES, default="flush", help="cuda: L2 between calls")
     how.add_argument("--cuda-timing", choices=["kernel", "event"], default="kernel",
                      help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
+    how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "
+                                                      "default; the rule passes its `threads`)")
     how.add_argument("--memory-fraction", type=float, default=0.8,
                      help="rows whose tensors exceed this fraction of device memory are skipped (default: 0.8)")
     how.add_argument("--device-ids", help="devices concurrent jobs share, e.g. 0,1,2,3 (default: all visible)")

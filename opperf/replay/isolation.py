@@ -43,6 +43,7 @@ class WorkerSettings:
     l2_policy: str = "flush"
     cuda_timing: str = "kernel"
     seed: int = 0
+    cpu_threads: int | None = None
 
     def command(self, indices_path: Path, progress_path: Path, python: str = sys.executable) -> list[str]:
         command = [python, "-m", "opperf.replay.worker", "--rows", self.rows_path, "--kernel", self.kernel_type,
@@ -52,6 +53,8 @@ class WorkerSettings:
                    "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing, "--seed", str(self.seed)]
         if self.memory_budget_bytes is not None:
             command += ["--memory-budget-bytes", str(self.memory_budget_bytes)]
+        if self.cpu_threads is not None:
+            command += ["--cpu-threads", str(self.cpu_threads)]
         return command
 
 

@@ -56,6 +56,7 @@ class ReplaySettings:
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
     seed: int = 0
+    cpu_threads: int | None = None
 
     def validate(self) -> None:
         if self.repeat_count < 1:
@@ -114,7 +115,8 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
     worker = WorkerSettings(rows_path=str(rows_path), kernel_type=kernel_type, definition_path=str(definition.path),
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
-                            l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed)
+                            l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
+                            cpu_threads=settings.cpu_threads)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)
         env.update(visible_devices_env(settings.backend, device_id))

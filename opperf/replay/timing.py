@@ -46,9 +46,20 @@ class Timer(Protocol):
 
 
 class CpuWallClockTimer:
-    """Wall clock around each call on the host CPU (the L2/L3 is left warm: recorded as `none`)."""
+    """Wall clock around each call on the host CPU (the L2/L3 is left warm: recorded as `none`).
+
+    `threads`: torch's intra-op thread count for the replay (None: torch's default); recorded in the
+    timing method, since a CPU kernel's time depends on it.
+    """
 
     backend = "cpu"
+
+    def __init__(self, threads: int | None = None):
+        if threads is not None:
+            if threads < 1:
+                raise OpperfError(f"must be >= 1, got {threads}", field="--cpu-threads")
+            torch.set_num_threads(threads)
+        self.method = f"{METHOD_CPU_WALL}, {torch.get_num_threads()} threads"
 
     def synchronize(self) -> None:
         return None
@@ -62,7 +73,7 @@ class CpuWallClockTimer:
             start = clock()
             case.run()
             samples.append((clock() - start) / 1000.0)
-        return TimingResult(samples, METHOD_CPU_WALL, "none")
+        return TimingResult(samples, self.method, "none")
 
 
 def _clone_case(case: ReplayCase) -> ReplayCase:
@@ -178,10 +189,10 @@ class SessionExecutionTimer:
 
 
 def make_timer(backend: str, *, device: str | None = None, l2_policy: str = "flush",
-               cuda_primary: str = "kernel") -> Timer:
+               cuda_primary: str = "kernel", cpu_threads: int | None = None) -> Timer:
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
-        return CpuWallClockTimer()
+        return CpuWallClockTimer(cpu_threads)
     if backend == "cuda":
         return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary)
     if backend == "npu":

@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--l2-policy", default="flush")
     parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu-threads", type=int, default=None)
     return parser
 
 
@@ -42,7 +43,8 @@ def main(argv=None) -> int:
     frame = read_database_csv(args.rows)
     rows = frame.to_dict(orient="records")
     definition = load_definition(args.definition)
-    timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing)
+    timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
+                       cpu_threads=args.cpu_threads)
     format_cast = None
     if args.backend == "npu":
         import torch_npu  # noqa: F401  (registers the npu device)
