@@ -82,6 +82,7 @@ def test_in_place_rerun_adds_only_new_signatures(parsed, tmp_path):
     assert second.iloc[:len(first)].equals(first)            # nothing lost or rewritten
     assert len(second) == len(first) + 5
     assert second[INPUT_SHAPES].is_unique
+    assert sorted(p.name for p in database.iterdir()) == sorted(p.name for p in parsed.iterdir())
 
 
 def test_a_bad_csv_leaves_no_output_directory(parsed, tmp_path):

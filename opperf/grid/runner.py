@@ -245,9 +245,10 @@ def _write_outputs(input_dir: Path, output_dir: Path, frames: dict[str, pd.DataF
                    summary_text: str) -> None:
     """Write every CSV, the manifest and the summary; a new output directory appears complete or not at all."""
     if output_dir.resolve() == input_dir.resolve():
+        # In place (a database directory): only the kernel CSVs; the summary goes to the log, not among them.
         for kernel_type, frame in frames.items():
             write_csv_atomic(output_dir / f"{kernel_type}.csv", frame)
-        write_text_atomic(output_dir / SUMMARY, summary_text)
+        log.debug("grid summary:\n%s", summary_text)
         return
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
