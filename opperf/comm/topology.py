@@ -61,7 +61,7 @@ def build_group(num_devices: int, tier: int, grid_shape: Sequence[int]) -> list[
 
     Preference, most realistic first: contiguous ranks 0..n-1 (how TP groups are laid out) when they
     have that tier; else one rank per coordinate along the tier's dimension (e.g. tier 0, 2 devices on
-    `48 8 2` → [0, 16]); else equal contiguous blocks on every coordinate along it.
+    `48 8 2` → [0, 16]); else equal contiguous blocks on as many coordinates along it as divide n.
     """
     shape = check_grid_shape(grid_shape)
     if not 0 <= tier < len(shape):
@@ -75,13 +75,14 @@ def build_group(num_devices: int, tier: int, grid_shape: Sequence[int]) -> list[
         return list(range(num_devices))
     if num_devices <= along:
         return [k * inner for k in range(num_devices)]
-    if num_devices % along == 0 and num_devices // along <= inner:
-        per_block = num_devices // along
-        return [k * inner + j for k in range(along) for j in range(per_block)]
+    for blocks in range(along, 1, -1):        # as many coordinates as divide the group evenly
+        if num_devices % blocks == 0 and num_devices // blocks <= inner:
+            return [k * inner + j for k in range(blocks) for j in range(num_devices // blocks)]
     raise OpperfError(f"grid {list(shape)} cannot hold a tier-{tier} group of {num_devices} devices: its "
                       f"ranks must first differ in dimension {tier} ({along} coordinates, {inner} ranks each), "
                       f"so it can have 2..{inner * along} devices"
-                      + (f", and from {along + 1} to {inner} only multiples of {along}" if along < inner else ""),
+                      + (f", and from {along + 1} to {inner} only a multiple of one of 2..{along}"
+                         if 2 <= along < inner else ""),
                       field="--num-devices")
 
 
