@@ -15,6 +15,7 @@ include: "rules/database.smk"
 include: "rules/grid.smk"
 include: "rules/replay.smk"
 include: "rules/report.smk"
+include: "rules/comm.smk"
 
 
 rule all:

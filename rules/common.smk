@@ -293,3 +293,44 @@ def replay_prune_options(wildcards):
     if config["replay"].get("prune_empty_duration_rows"):
         options.append("--prune-empty-duration-rows")
     return " ".join(options)
+
+
+# --- comm ---
+
+
+def comm_targets():
+    """The collective CSVs of config `comm` (none when comm.enabled is false): data/{device}/{backend}/{version}/…"""
+    from opperf.comm.collectives import collective_file_name, comm_version_dir
+
+    comm = config["comm"]
+    if not comm["enabled"]:
+        return []
+    backend = comm["backend"]
+    version_dir = comm["version_dir"] or comm_version_dir(backend)
+    return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}"
+            for op in comm["ops"]]
+
+
+def comm_op(wildcards):
+    """The collective a CSV target holds, from its file name (all_reduce.csv, hcom_allReduce_.csv, …)."""
+    from opperf.comm.collectives import op_of_file_name
+
+    return op_of_file_name(wildcards.comm, wildcards.collective)
+
+
+def comm_tier_option():
+    tiers = config["comm"]["topology_tiers"]
+    return f"--topology-tier {' '.join(str(t) for t in tiers)}" if tiers else ""
+
+
+def comm_device_slots(backend):
+    """resources: the benchmark's processes each hold one device of its back end (gpu for nccl, npu for hccl)."""
+    def slots(wildcards):
+        return config["comm"]["nproc"] if wildcards.comm == backend else 0
+    return slots
+
+
+def comm_conda_env():
+    from opperf.comm.collectives import RUNTIME_OF_BACKEND
+
+    return backend_conda_env(RUNTIME_OF_BACKEND[config["comm"]["backend"]])
