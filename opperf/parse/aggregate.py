@@ -70,6 +70,8 @@ def canonical_names_field(value: str, column: str) -> str:
 
 @dataclass
 class SkippedRow:
+    """One row left out of the database, and where to find it (file, line or trace event, field)."""
+
     path: str
     line: int
     field: str

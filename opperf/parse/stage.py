@@ -16,6 +16,7 @@ log = get_logger("parse")
 
 
 def _read_tables(profiling_paths: list[str | Path]):
+    """Discover and read every input into row form; any bad file raises before anything is written."""
     inputs = discover_inputs(profiling_paths)
     tables: list[ProfileTable] = []
     for path in inputs.tables:
@@ -59,14 +60,14 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
 
 
 def _log_skips(database: ParsedDatabase) -> None:
+    """Per reason how many rows were skipped, then the first rows of each with file, line and field."""
     for reason, count in sorted(database.skip_counts.items(), key=lambda item: -item[1]):
         log.info("skipped %d rows: %s", count, reason)
     for example in database.skipped_examples:
         log.info("skipped %s", example.describe())
-    shown = min(EXAMPLES_PER_REASON, max(database.skip_counts.values(), default=0))
     if any(count > EXAMPLES_PER_REASON for count in database.skip_counts.values()):
-        log.info("(at most %d examples per reason shown; the PARSE error_log traces list every skipped row "
-                 "of each kernel type)", shown)
+        log.info("(at most %d rows per reason shown; the PARSE error_log traces list every skipped row of "
+                 "each kernel type)", EXAMPLES_PER_REASON)
 
 
 def database_path_for(device: str, vllm_version: str | None, torch_version: str | None, cann_version: str | None,
