@@ -6,6 +6,8 @@ import dataclasses
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import yaml
 
 from opperf.contract import (ACCELERATOR_CORE, EP_SIZE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
@@ -234,3 +236,33 @@ def test_every_shipped_pattern_generates_valid_rows_for_the_real_models(name):
     for row in generated:
         assert len(parse_shapes(row[INPUT_SHAPES])) == len(first.inputs)
         assert len(parse_shapes(row[OUTPUT_SHAPES])) == len(first.outputs)
+
+
+@given(batch=st.lists(st.integers(1, 4), max_size=2), rows=st.integers(1, 64), cols=st.integers(1, 64),
+       dtype=st.sampled_from(["DT_BF16", "DT_FLOAT16", "DT_INT8", "DT_FLOAT"]))
+def test_nz_storage_shape_reads_back_as_the_padded_nd_shape(batch, rows, cols, dtype):
+    from opperf.contract import dtype_bytes, fractal_nz_to_nd
+
+    c0 = int(32 // dtype_bytes(dtype))
+    storage = nd_to_fractal_nz((*batch, rows, cols), dtype)
+    assert storage[-2:] == (16, c0)
+    assert fractal_nz_to_nd(storage) == (*batch, -(-rows // 16) * 16, -(-cols // c0) * c0)
+
+
+@given(layout=st.lists(st.one_of(st.none(), st.integers(1, 4)), min_size=1, max_size=8))
+def test_tensor_matching_keeps_the_templates_empty_slots(layout):
+    from opperf.grid.candidates import Candidate
+    from opperf.grid.templates import Slot, Template
+
+    template = Template((), tuple(Slot(rank or 0, "ND", "DT_BF16") for rank in layout), ())
+    tensors = tuple(tuple(range(2, 2 + rank)) for rank in layout if rank)
+    fitted = template.fit(Candidate(tensors, ()), "tensors")
+    if not tensors:
+        assert fitted == (tuple(None for _ in layout), ())
+        return
+    inputs, _ = fitted
+    assert [s is None for s in inputs] == [rank is None for rank in layout]
+    assert [s for s in inputs if s] == list(tensors)
+    # One tensor too many, or one of a different rank, does not fit.
+    assert template.fit(Candidate(tensors + ((5,),), ()), "tensors") is None
+    assert template.fit(Candidate(((1,) * 9,) + tensors[1:], ()), "tensors") is None

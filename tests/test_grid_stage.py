@@ -173,3 +173,13 @@ def test_cpu_patterns_regenerate_every_shape_the_decoder_ran(cpu_parsed, tmp_pat
             assert output == (*first[:3], first[3] + second[3])
         else:                                    # KV cache grown by one token on dim 2
             assert row["Input Scalars"] == ";;2" and output == (first[0], first[1], first[2] + 1, first[3])
+
+
+def test_rerunning_into_an_existing_output_directory_replaces_it_whole(parsed, tmp_path):
+    out = tmp_path / "grid"
+    run_grid(parsed, out, settings(rows=3))
+    (out / "stale.csv").write_text("left over\n")
+    run_grid(parsed, out, settings(rows=4))
+    assert not (out / "stale.csv").exists()
+    assert (read_database_csv(out / "MatMulV2.csv")[SOURCE] == SOURCE_GENERATED).sum() == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid"]
