@@ -84,7 +84,9 @@ def test_shipped_grid_config_routes_the_fixture_and_cpu_types():
     config = load_grid_config("config/grid.yaml")
     for kernel_type in ("MatMulV2", "MatMulV3", "FlashAttentionScore", "Add", "FusedInferAttentionScore",
                         "GroupedMatmul", "MoeTokenPermute", "MoeTokenUnpermute", "MoeGatingTopK",
-                        "DispatchFFNCombine", "InterleaveRope", "RmsNorm", "SwiGlu", "mm", "addmm", "bmm", "add",
+                        "DispatchFFNCombine", "InterleaveRope", "RmsNorm", "SwiGlu", "QuantBatchMatmulV3",
+                        "AddRmsNormBias", "DynamicQuant", "AscendQuantV2", "SoftmaxV2", "GatherV2",
+                        "ReshapeAndCacheNdKernel", "mm", "addmm", "bmm", "add",
                         "mul", "rsqrt", "mean", "pow", "silu", "_softmax", "embedding", "index_select",
                         "_scaled_dot_product_flash_attention_for_cpu"):
         assert config.patterns_for(kernel_type), kernel_type
