@@ -189,3 +189,13 @@ def test_file_names_per_back_end_are_one_function_and_invertible():
     from opperf.versions import installed_torch_version
 
     assert comm_version_dir("gloo") == f"torch{installed_torch_version()}"
+
+
+def test_first_call_errors_unsupported_is_recorded_anything_else_raises():
+    from opperf.comm.bench import unsupported_reason
+
+    assert unsupported_reason("all_to_all", [None, None]) is None
+    gloo = "RuntimeError: ProcessGroupGloo does not support alltoall_base\nmore"
+    assert unsupported_reason("all_to_all", [gloo, gloo]) == "RuntimeError: ProcessGroupGloo does not support alltoall_base"
+    with pytest.raises(OpperfError, match="failed on the first call: RuntimeError: connection reset"):
+        unsupported_reason("all_reduce", [None, "RuntimeError: connection reset"])

@@ -97,3 +97,4 @@ def test_plan_with_tiers_builds_each_pair_and_counts_the_processes():
     plans = plan_groups([2], [0, 1, 2], A3)
     assert [p.ranks for p in plans] == [(0, 16), (0, 2), (0, 1)]
     assert world_size_needed(plans) == 17
+

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opperf.comm.collectives import (OPS, CollectiveCase, check_backend, collective, collective_file_name,
+from opperf.comm.collectives import (CollectiveCase, check_backend, collective, collective_file_name,
                                      comm_version_dir)
 from opperf.comm.results import per_call_durations, result_row, write_comm_csv
 from opperf.comm.sizes import CommDtype, format_size
@@ -293,7 +293,13 @@ def _unsupported_reason(context: _GroupContext, op: str, request: BenchRequest, 
         raise
     except Exception as exc:  # the back end's own exception types differ (RuntimeError, NotImplementedError…)
         error = f"{type(exc).__name__}: {exc}"
-    errors = [e for e in context.gather(error) if e]
+    return unsupported_reason(op, context.gather(error))
+
+
+def unsupported_reason(op: str, errors_per_rank: Sequence[str | None]) -> str | None:
+    """From every rank's first-call error: None (it ran), the back end's 'not supported' reason (every
+    failing rank says so: recorded, not raised), or an OpperfError for any other failure."""
+    errors = [e for e in errors_per_rank if e]
     if not errors:
         return None
     if all(any(word in e.lower() for word in _UNSUPPORTED_WORDS) for e in errors):
@@ -354,5 +360,3 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
         dist.destroy_process_group()
     return paths if rank == 0 else {}
 
-
-__all__ = ["OPS", "BenchRequest", "GroupPlan", "plan_groups", "plan_text", "run_benchmarks", "torchrun_commands"]

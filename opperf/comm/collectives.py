@@ -9,7 +9,6 @@ buffer (n equal chunks, one per peer).
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,10 +100,6 @@ def comm_version_dir(backend: str) -> str:
         raise OpperfError("the nccl version directory needs CUDA, and torch sees no CUDA device")
     nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
     return f"nccl{nccl}_torch{running_stack('cuda').torch}_cuda{torch.version.cuda}"
-
-
-def torch_distribution_version() -> str:
-    return importlib.metadata.version("torch")
 
 
 # --- a runnable, checkable case -----------------------------------------------------------------

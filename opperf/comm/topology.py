@@ -13,9 +13,6 @@ from collections.abc import Sequence
 
 from opperf.errors import OpperfError
 
-TIER_NAMES_3D = {0: "inter-pod", 1: "intra-pod", 2: "die level"}
-
-
 def check_grid_shape(grid_shape: Sequence[int]) -> tuple[int, ...]:
     """A grid shape as a tuple of positive ints, or an error naming the bad dimension."""
     shape = tuple(int(d) for d in grid_shape)
