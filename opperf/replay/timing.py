@@ -99,9 +99,10 @@ def _tensor_bytes(case: ReplayCase) -> int:
 class CudaTimer:
     """Device-kernel time (CUPTI via torch.profiler) and CUDA-event time per call, under an explicit L2 policy.
 
-    Each measured call runs inside a `record_function` range; the profiler attributes every kernel
+    Each profiled call runs inside a `record_function` range; the profiler attributes every kernel
     launched within it to that range, so the range's device time is the call's kernel time. The
-    L2 flush runs outside the range and outside the events.
+    L2 flush runs outside the range and outside the events. Validated on an H200 with
+    benchmarks/cuda_replay_check.py (results in benchmarks/results/cuda_replay_check.txt).
     """
 
     backend = "cuda"
@@ -140,7 +141,17 @@ class CudaTimer:
             return [case], f"flush {2 * self.l2_bytes // (1024 * 1024)} MiB before each call (L2 {self.l2_bytes // 1024} KiB)"
         return [case], "none (warm L2)"
 
+    def _prepare(self, case: ReplayCase, index: int, cases: list[ReplayCase]) -> ReplayCase:
+        if self.l2_policy == "flush":
+            self._flush()
+        return cases[index % len(cases)]
+
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int) -> TimingResult:
+        """Two passes of `repeat_count` calls: CUDA events alone, then the profiler alone.
+
+        Separate passes keep each clean: the profiler's launch instrumentation would inflate event
+        times of short kernels, and events add nothing to the kernel ranges.
+        """
         from torch.profiler import ProfilerActivity, profile, record_function
 
         cases, policy = self._cases_for_policy(case)
@@ -149,17 +160,19 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
+        for index in range(repeat_count):
+            current = self._prepare(case, index, cases)
+            starts[index].record()
+            current.run()
+            ends[index].record()
+        self.synchronize()
+        event_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for index in range(repeat_count):
-                if self.l2_policy == "flush":
-                    self._flush()
-                current = cases[index % len(cases)]
+                current = self._prepare(case, index, cases)
                 with record_function(self.RANGE_NAME):
-                    starts[index].record()
                     current.run()
-                    ends[index].record()
             self.synchronize()
-        event_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
         kernel_us = [evt.device_time_total for evt in prof.events()
                      if evt.name == self.RANGE_NAME and evt.device_type == torch.autograd.DeviceType.CPU]
         if len(kernel_us) != repeat_count:
