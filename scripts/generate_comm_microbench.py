@@ -48,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--topology-tier", type=int, nargs="+",
                         help="tiers to build groups for (0 = inter-pod, 1 = intra-pod, 2 = die level on a 3-level "
                              "grid); default: the tier of ranks 0..n-1")
-    parser.add_argument("--dtype", default="bfloat16", type=comm_dtype, metavar="{" + ",".join(DTYPES) + "}",
-                        help="element type (default: bfloat16)")
+    parser.add_argument("--dtype", default="bfloat16", choices=[*DTYPES, *(f"torch.{d}" for d in DTYPES)],
+                        metavar="{" + ",".join(DTYPES) + "}",
+                        help="element type (default: bfloat16; the seed's torch.bfloat16 spelling works too)")
     parser.add_argument("--bytes-grid", nargs="+",
                         help="per-rank message sizes: bytes, sizes with units (4KiB, 1MiB) or power-of-two "
                              "ranges (1KiB..1MiB); default 1KiB..512MiB")
@@ -82,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
         grid_shape = grid_shape or list(device.comm_grid_shape)
     request = BenchRequest(
         ops=args.ops, num_devices=args.num_devices, grid_shape=tuple(grid_shape or SEED_GRID_SHAPE),
-        dtype=args.dtype, bytes_grid=parse_bytes_grid(args.bytes_grid), bench_mode=args.bench_mode,
+        dtype=comm_dtype(args.dtype), bytes_grid=parse_bytes_grid(args.bytes_grid), bench_mode=args.bench_mode,
         backend=args.backend, topology_tiers=args.topology_tier, device=device_key,
         warmup_iters=args.warmup_iters, min_iters=args.min_iters, max_iters=args.max_iters,
         target_seconds=args.target_seconds, output_dir=args.output_dir, output_csv=args.output_csv,
