@@ -150,6 +150,17 @@ def test_real_cuda_trace_keeps_every_microsecond_of_device_time(tmp_path):
         assert row["Output Shapes"] == f"{m},{n}"
 
 
+def test_gzipped_trace_in_a_directory(tmp_path):
+    import gzip
+
+    trace = _cuda_trace(tmp_path / "plain.json")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "worker0.1234.pt.trace.json.gz").write_bytes(gzip.compress(trace.read_bytes()))
+    parse_profiles([tmp_path / "dir"], tmp_path / "out")
+    (row,) = read_csv(tmp_path / "out" / "addmm.csv")
+    assert row["Profiling Average Duration(us)"] == "7.75"
+
+
 def test_kernel_type_names():
     assert kernel_type_of("aten::mm") == "mm"
     assert kernel_type_of("npu::npu_rms_norm") == "npu.npu_rms_norm"

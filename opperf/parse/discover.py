@@ -2,7 +2,7 @@
 
 A file is taken as given (a CSV is a profiler table, a `.json` a torch.profiler trace). A directory is
 scanned recursively for `kernel_details*.csv` (torch_npu), `op_summary_*.csv` (msprof) and
-`*.pt.trace.json` / `trace.json` (torch.profiler, as the workload stage writes it); `operator_details.csv` and `trace_view.json` beside a kernel_details
+`*.pt.trace.json` / `trace.json`, optionally `.gz` (torch.profiler; the workload stage writes `trace.json`); `operator_details.csv` and `trace_view.json` beside a kernel_details
 file are kept as that bundle's FusedInferAttentionScore metadata. A torch_npu bundle holds both its
 `ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was made from:
 the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
@@ -48,7 +48,8 @@ def _is_op_summary(path: Path) -> bool:
 
 
 def _is_torch_trace(path: Path) -> bool:
-    return path.name.lower().endswith(".pt.trace.json") or path.name == "trace.json"
+    name = path.name.lower().removesuffix(".gz")
+    return name.endswith(".pt.trace.json") or name == "trace.json"
 
 
 def _bundle_root(path: Path) -> Path:
@@ -96,7 +97,7 @@ def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
             if given.name == TRACE_VIEW:
                 raise OpperfError("trace_view.json is a torch_npu bundle's timeline, not a kernel table: give "
                                   "the bundle directory or its kernel_details.csv", path=given)
-            if given.suffix.lower() == ".json":
+            if given.name.lower().removesuffix(".gz").endswith(".json"):
                 inputs.torch_traces.append(given)
             elif given.suffix.lower() == ".csv":
                 inputs.tables.append(given)

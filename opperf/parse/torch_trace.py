@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import gzip
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -95,11 +96,14 @@ def kernel_type_of(op_name: str) -> str:
 
 
 def _load_events(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open     # tensorboard_trace_handler(use_gzip=True)
     try:
-        with open(path, encoding="utf-8") as handle:
+        with opener(path, "rt", encoding="utf-8") as handle:
             document = json.load(handle)
     except UnicodeDecodeError as exc:
         raise OpperfError(f"not UTF-8 text ({exc.reason})", path=path) from exc
+    except (OSError, EOFError) as exc:       # a corrupt or truncated .gz
+        raise OpperfError(f"cannot read: {exc}", path=path) from exc
     except json.JSONDecodeError as exc:
         raise OpperfError(f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, row=exc.lineno) from exc
     events = document.get("traceEvents") if isinstance(document, dict) else document
