@@ -70,8 +70,39 @@ def installed_torch_version() -> str:
         raise OpperfError("torch is not installed: pip install torch") from exc
 
 
+def installed_torch_cuda_version() -> str:
+    """The CUDA version torch was built for ('' for CPU builds), read from torch/version.py without importing torch."""
+    import importlib.util
+    import re as _re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise OpperfError("torch is not installed: pip install torch")
+    version_file = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    match = _re.search(r"^cuda(?:: [^=]+)?\s*=\s*['\"]([0-9.]+)['\"]", version_file.read_text(), _re.MULTILINE)
+    return match.group(1) if match else ""
+
+
 def cpu_version_dir() -> str:
     return StackVersions(torch=installed_torch_version(), runtime="cpu").version_dir
+
+
+def workload_version_dir(backend: str) -> str:
+    """The version_dir the reference workload's database gets on `backend`: torch{t}_cpu or torch{t}_cuda{c}.
+
+    npu needs CANN's version, which only the toolkit on an Ascend host knows (see running_stack).
+    """
+    if backend == "cpu":
+        return cpu_version_dir()
+    if backend == "cuda":
+        cuda = installed_torch_cuda_version()
+        if not cuda:
+            raise OpperfError("workload back end 'cuda' asked for, but the installed torch is a CPU build")
+        return StackVersions(torch=installed_torch_version(), runtime="cuda", runtime_version=cuda).version_dir
+    if backend == "npu":
+        return running_stack("npu").version_dir
+    raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)")
 
 
 def running_stack(backend: str) -> StackVersions:

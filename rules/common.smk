@@ -6,7 +6,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from opperf.devices import load_catalog
-from opperf.versions import cpu_version_dir, installed_torch_version
+from opperf.versions import workload_version_dir
 
 
 validate(config, schema="../config/config.schema.yaml")
@@ -60,12 +60,7 @@ def workload_database():
     workload = config.get("workload", {})
     if not workload.get("enabled", True):
         return None
-    backend = workload.get("backend", "cpu")
-    if backend == "cpu":
-        version_dir = cpu_version_dir()
-    else:
-        version_dir = f"torch{installed_torch_version()}_{backend}"
-    return (workload.get("device", "CPU"), "torch", version_dir)
+    return (workload.get("device", "CPU"), "torch", workload_version_dir(workload.get("backend", "cpu")))
 
 
 def databases():
