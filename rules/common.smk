@@ -252,6 +252,16 @@ def replay_rows_input(wildcards):
     return f"{_stage_root(wildcards)}/parsed"
 
 
+def replay_rows_file(wildcards):
+    """The one CSV inside replay_rows_input for this kernel type."""
+    return f"{replay_rows_input(wildcards)}/{wildcards.kernel}.csv"
+
+
+def report_backend(wildcards):
+    """The back end a database's replay ran on (its device's, from the catalog)."""
+    return database_backend(wildcards.device)
+
+
 def replay_device_slots(kind):
     """resources: gpu=1 for cuda databases, npu=1 for npu databases, 0 otherwise (cpu)."""
     def slots(wildcards):

@@ -14,7 +14,7 @@ rule replay_kernel:
     benchmark:
         "benchmarks/runs/replay/{device}/{stack}/{version_dir}/{kernel}.tsv"
     params:
-        rows=lambda wildcards, input: f"{input.rows}/{wildcards.kernel}.csv",
+        rows=replay_rows_file,
         definition=kernel_definition_option,
         trace_dir="traces/{device}/{stack}/{version_dir}",
         repeat_count=config["replay"]["repeat_count"],

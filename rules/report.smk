@@ -17,7 +17,7 @@ rule replay_report:
         "benchmarks/runs/report/{device}/{stack}/{version_dir}.tsv"
     params:
         output_dir=subpath(output.report, parent=True),
-        backend=lambda wildcards: database_backend(wildcards.device),
+        backend=report_backend,
         band=config["report"]["duration_gap_band"],
         trace_dir="traces/{device}/{stack}/{version_dir}",
         log_level=config["log_level"],
