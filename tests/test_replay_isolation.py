@@ -79,3 +79,12 @@ def test_an_unimportable_hook_is_a_build_failure_of_the_row(tmp_path):
     outcome = replay_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
     assert outcome.status == STATUS_FAILED_BUILD
     assert "cannot import hook module 'misbehaving_hooks'" in outcome.error
+
+
+def test_fail_fast_stops_at_the_first_failure_and_writes_nothing(tmp_path, hook_path):
+    from opperf.errors import OpperfError
+
+    with pytest.raises(OpperfError, match="--fail-fast: failed_crash") as error:
+        run(tmp_path, "FailFast", [4, 1, 5], fail_fast=True, timeout_s=30)
+    assert error.value.row == 3
+    assert not (tmp_path / "FailFast_out.csv").exists()
