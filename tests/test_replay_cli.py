@@ -70,3 +70,17 @@ def test_database_form_missing_only_leaves_filled_rows_and_writes_a_report(tmp_p
     assert (database / "reports" / "summary.json").is_file()
     traces = tmp_path / "traces" / "CPU" / "torch" / cpu_version_dir() / "mm"
     assert list(traces.glob("*_S04_mm_BACKFILL_result.txt"))
+
+
+def test_a_type_without_definition_keeps_every_row_as_no_definition(tmp_path):
+    rows = mm_csv(tmp_path / "Mystery.csv", ["", "", "3"])
+    output = tmp_path / "out.csv"
+    code = replay("--rows", str(rows), "--kernel", "Mystery", "--definition", "", "--output", str(output),
+                  "--version-dir", cpu_version_dir(), "--trace-dir", str(tmp_path / "traces"))
+    assert code == 0
+    written = pd.read_csv(output, dtype=str, keep_default_na=False)
+    assert len(written) == 3 and set(written[contract.REPLAY_STATUS]) == {"no_definition"}
+    assert "no kernel definition replays 'Mystery'" in written[contract.REPLAY_ERROR][0]
+    assert written[contract.PROFILING_AVERAGE].tolist() == ["7", "7", "7"]
+    reproducer = next((tmp_path / "traces" / "Mystery").glob("*_verify/replay_Mystery.py"))
+    assert "no kernel definition replays" in reproducer.read_text()
