@@ -97,9 +97,48 @@ def main() -> int:
             statuses = job.status_counts()
             print(f"full job {kernel_type}: {job.writeback.summary()}; statuses {statuses}")
             failures += sum(v for k, v in statuses.items() if k != "ok")
+        failures += concurrent_jobs_check(Path(scratch), torch.cuda.device_count(), args.repeat_count)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 1 if failures else 0
+
+
+def concurrent_jobs_check(scratch: Path, device_count: int, repeat_count: int) -> int:
+    """As under `snakemake --resources gpu=K`: K replay jobs at once must each hold a distinct GPU."""
+    import re
+    import subprocess
+
+    import pandas as pd
+
+    if device_count < 2:
+        print("one GPU: concurrent-jobs check skipped")
+        return 0
+    jobs = min(device_count, 4)
+    ids = ",".join(str(i) for i in range(jobs))
+    processes = []
+    for index in range(jobs):
+        rows = scratch / f"concurrent_{index}.csv"
+        pd.DataFrame([row_dict("4096,4096;4096,4096", "DT_BF16;DT_BF16", "4096,4096", "DT_BF16", "")] * 1).to_csv(
+            rows, index=False)
+        log = open(scratch / f"concurrent_{index}.log", "w")
+        processes.append((subprocess.Popen(
+            [sys.executable, str(REPO / "scripts" / "replay.py"), "--rows", str(rows), "--kernel", "mm",
+             "--definition", str(REPO / "config" / "kernels" / "torch" / "mm.yaml"), "--backend", "cuda",
+             "--output", str(scratch / f"concurrent_{index}_out.csv"), "--repeat-count", str(repeat_count * 20),
+             "--device-ids", ids, "--slots-dir", str(scratch / "concurrent_slots")],
+            stdout=log, stderr=subprocess.STDOUT), log, index))
+    held, failures = [], 0
+    for process, log, index in processes:
+        process.wait()
+        log.close()
+        text = (scratch / f"concurrent_{index}.log").read_text()
+        match = re.search(r"holding cuda device (\d+)", text)
+        held.append(int(match.group(1)) if match else None)
+        failures += process.returncode != 0
+    distinct = None not in held and len(set(held)) == len(held)
+    print(f"concurrent jobs: {jobs} replay jobs held cuda devices {held} -> "
+          f"{'distinct' if distinct else 'NOT distinct'}; exit codes ok: {failures == 0}")
+    return failures + (0 if distinct else 1)
 
 
 if __name__ == "__main__":

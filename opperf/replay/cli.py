@@ -30,9 +30,11 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
     backend = args.backend or (device.backend if device else "cpu")
     if not 0 < args.memory_fraction <= 1:
         raise OpperfError(f"must be in (0, 1], got {args.memory_fraction}", field="--memory-fraction")
-    memory_gb = device.memory_gb if device else float("inf")
-    budget = memory_budget_for(memory_gb, backend, args.memory_fraction) if memory_gb != float("inf") or \
-        backend == "cpu" else None
+    # Without a catalog device the budget is the host's RAM share on cpu, and unknown (no check) elsewhere.
+    if device is not None:
+        budget = memory_budget_for(device.memory_gb, backend, args.memory_fraction)
+    else:
+        budget = memory_budget_for(float("inf"), backend, args.memory_fraction) if backend == "cpu" else None
     device_ids = parse_device_ids(args.device_ids) if args.device_ids else \
         (default_device_ids(backend) if backend != "cpu" else [])
     settings = ReplaySettings(

@@ -92,6 +92,8 @@ def memory_budget_for(device_memory_gb: float, backend: str, fraction: float = 0
             budget = min(budget, host * fraction)
         except (ValueError, OSError):
             pass
+    if budget == float("inf"):
+        raise OpperfError("no memory size to budget from (give --device)", field="--device")
     return int(budget)
 
 
