@@ -309,3 +309,20 @@ def test_number_format(value):
 def test_number_format_examples():
     assert [format_number(v) for v in (187.64875, 5295467.0, 0.0, -0.0, 1e-9, 2.5, None, float("nan"))] == [
         "187.64875", "5295467", "0", "0", "0", "2.5", "", ""]
+
+
+@pytest.mark.parametrize("block_bytes", [100, 700, 4096])     # 100: lines longer than a block
+def test_block_reading_gives_the_same_database(tmp_path, monkeypatch, block_bytes):
+    """Large files are read a block of lines at a time: lines cut by a block boundary must not matter."""
+    import opperf.parse.kernel_details as kernel_details
+
+    header, rows = fixture_table()
+    path = write_table(tmp_path / "kernel_details.csv", header, rows * 7, bom=True)
+    parse_profiles([path], tmp_path / "whole")
+    monkeypatch.setattr(kernel_details, "BLOCK_BYTES", block_bytes)
+    parse_profiles([path], tmp_path / "blocks")
+    for kernel_type in FIXTURE_TYPES:
+        assert (tmp_path / "blocks" / f"{kernel_type}.csv").read_text() == \
+            (tmp_path / "whole" / f"{kernel_type}.csv").read_text()
+    (row,) = read_csv(tmp_path / "blocks" / "MatMulV2.csv")
+    assert row["Profiling Sample Count"] == "28"
