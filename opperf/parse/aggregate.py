@@ -182,24 +182,39 @@ def _group_ids(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return rank[ids.ravel()], first_rows[order]
 
 
-def _duration_statistics(group_ids: np.ndarray, durations: np.ndarray):
-    """Per group (in group id order): sample count, mean, median and population standard deviation."""
-    stats = (pl.DataFrame({"group": group_ids, "duration": durations}).group_by("group")
-             .agg(pl.len().alias("count"), pl.col("duration").mean().alias("mean"),
-                  pl.col("duration").median().alias("median"), pl.col("duration").std(ddof=0).alias("std"))
-             .sort("group"))
-    return [stats.get_column(c).to_numpy() for c in ("count", "mean", "median", "std")]
+class _GroupSums:
+    """Per-group sums in extended precision (x86-64 long double: 64-bit mantissa), so a group's mean and
+    population std round to the same float64 as exact arithmetic (`statistics.mean`/`pstdev`) gives, and
+    the printed 6 decimals do not depend on the order the rows were added in."""
+
+    def __init__(self, group_ids: np.ndarray, group_count: int):
+        self.order = np.argsort(group_ids, kind="stable")
+        self.sorted_ids = group_ids[self.order]
+        self.counts = np.bincount(group_ids, minlength=group_count)
+        self.starts = np.concatenate(([0], np.cumsum(self.counts)[:-1]))
+
+    def mean(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean as long double, numbers) per group over the non-NaN values; NaN where a group has none."""
+        ordered = values[self.order].astype(np.longdouble)
+        missing = np.isnan(ordered)
+        numbers = self.counts
+        if missing.any():
+            numbers = self.counts - np.add.reduceat(missing.astype(np.int64), self.starts)
+            ordered[missing] = 0
+        sums = np.add.reduceat(ordered, self.starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(numbers > 0, sums / np.maximum(numbers, 1), np.nan), numbers
+
+    def pstdev(self, values: np.ndarray, means: np.ndarray) -> np.ndarray:
+        """Population standard deviation per group (values without NaN)."""
+        deviations = values[self.order].astype(np.longdouble) - means[self.sorted_ids]
+        return np.sqrt(np.add.reduceat(deviations * deviations, self.starts) / self.counts)
 
 
-def _counter_means(group_ids: np.ndarray, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Mean over the rows where the counter is a number; NaN where a group has none."""
-    missing = np.isnan(values)
-    if not missing.any():
-        return np.bincount(group_ids, weights=values, minlength=len(counts)) / counts
-    sums = np.bincount(group_ids, weights=np.where(missing, 0.0, values), minlength=len(counts))
-    numbers = counts - np.bincount(group_ids, weights=missing, minlength=len(counts))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(numbers > 0, sums / np.maximum(numbers, 1), np.nan)
+def _duration_medians(group_ids: np.ndarray, durations: np.ndarray) -> np.ndarray:
+    """Median per group (in group id order): the middle value, or the mean of the two middle ones."""
+    return (pl.DataFrame({"group": group_ids, "duration": durations}).group_by("group")
+            .agg(pl.col("duration").median()).sort("group").get_column("duration").to_numpy())
 
 
 def _durations(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
@@ -256,14 +271,20 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         return result
     group_ids, first_rows = _group_ids([kernel.codes[kept], in_shapes.codes[kept], out_shapes.codes[kept],
                                               scalars.codes[kept]])
-    counts, means, medians, stds = _duration_statistics(group_ids, durations[kept])
+    groups = _GroupSums(group_ids, len(first_rows))
+    kept_durations = durations[kept]
+    counts = groups.counts
+    means_long, _ = groups.mean(kept_durations)
+    means = means_long.astype(np.float64)
+    stds = groups.pstdev(kept_durations, means_long).astype(np.float64)
+    medians = _duration_medians(group_ids, kept_durations)
     counters = list(dict.fromkeys(c for t in tables for c in t.counters))
     everything_kept = len(kept) == frame.height
     counter_means = {}
     for counter in counters:
         if counter in frame.columns:
             values = frame.get_column(counter).cast(pl.Float64).to_numpy()      # nulls → NaN
-            counter_means[counter] = _counter_means(group_ids, values if everything_kept else values[kept], counts)
+            counter_means[counter] = groups.mean(values if everything_kept else values[kept])[0].astype(np.float64)
     first_in_frame = kept[first_rows]
     firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
     first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
