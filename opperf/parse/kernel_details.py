@@ -1,10 +1,11 @@
 """Reading Ascend profiler tables (torch_npu `kernel_details*.csv`, msprof `op_summary_*.csv`) into row form.
 
 Row form is one polars DataFrame per file with the canonical column names the aggregator expects:
-`Type`, the eight base columns (profiler quotes still on), `Duration(us)` (Float64, or text when some value
-is not a number, so that row can be reported by line instead of failing the whole file) and one Float64
-column per counter. Row i of the frame is line i + 2 of the file (the header is line 1). polars' multi-threaded CSV reader does the
-heavy lifting; the csv module is used only to read the header and to locate the line of a broken row.
+`Type` and the eight base columns as Categorical (profiler quotes still on), `Duration(us)` (Float64, or
+text when some value is not a number, so that row can be reported by line instead of failing the whole
+file) and one Float64 column per counter. Row i of the frame is line i + 2 of the file (the header is
+line 1). polars' multi-threaded CSV reader does the heavy lifting, a block of lines at a time; the csv
+module only reads the header, checks the last line and locates the line of a broken row.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class ProfileTable:
     row_unit: str = "line"
 
     def locate(self, row: int) -> int:
+        """Where row `row` of the frame came from (a line number, or a trace event index)."""
         return self.row_numbers[row] if self.row_numbers is not None else row + 2
 
 
