@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import platform
 import random
-import resource
 import shutil
 import statistics
 import subprocess
