@@ -4,7 +4,7 @@
     python scripts/profile_workload.py --output /tmp/wl && python tests/data/replay/make_cpu_rows.py /tmp/wl/trace.json
 
 The workload covers most definitions; `extra_ops_trace` profiles the few the reference decoder does
-not call (addmm, baddbmm, gelu, softmax, where, stack, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
+not call (addmm, baddbmm, gelu, softmax, where, stack, gather, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
 `Concrete Inputs`; a TensorList is flattened into one slot per tensor). Output slots are those
 of the same call run once through torch.ops.aten on the CPU, so the rows are what the parse stage
 produces for these ops (it infers outputs the same way, with meta tensors).
@@ -76,6 +76,7 @@ def extra_ops_trace(path: Path) -> None:
         y.add_(x, alpha=0.5)
         y.mul_(x)
         torch.stack([x, x], dim=0)
+        torch.gather(x, 1, torch.randint(0, 32, (8, 4)))
     prof.export_chrome_trace(str(path))
 
 
