@@ -95,7 +95,23 @@ def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
     assert document["kernel_types"]["mm"]["rows"] == 1
     assert document["kernel_types"]["unknown_op"]["replay_api"] is None
     assert {"framework_op": "aten.mm.default", "kernel_type": "mm", "alternate_kernel_types": [],
-            "category": "matmul"} in document["operator_mappings"]
+            "category": "matmul", "api": mm_definition["api"]} in document["operator_mappings"]
+
+
+def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
+    """An A3 database that saw MatMulV3 (never MatMulV2) maps aten.mm to MatMulV3 via MatMulV2's definition."""
+    database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    finalise_kernel_csv(rows, "MatMulV3", database / "MatMulV3.csv")
+    build_op_mapping([database / "MatMulV3.csv"], "A3", repo / "config" / "devices.yaml",
+                     repo / "config" / "kernels", database / "op_mapping.yaml")
+    document = yaml.safe_load((database / "op_mapping.yaml").read_text())
+    matmul = yaml.safe_load((repo / "config" / "kernels" / "npu" / "MatMulV2.yaml").read_text())
+    assert document["versions"] == {"torch": "2.9.0", "vllm": "0.18.0", "cann": "8.5"}
+    assert document["device_full_name"] == "ATLAS_800_A3_752T_128G_DIE"
+    assert document["kernel_types"]["MatMulV3"]["replay_api"] == matmul.get("api") or f"{matmul['hook']}.build_case"
+    mm = [m for m in document["operator_mappings"] if m["framework_op"] == "aten.mm.default"]
+    assert mm and mm[0]["kernel_type"] == "MatMulV3" and mm[0]["alternate_kernel_types"] == []
 
 
 def test_manifest_lists_files_and_row_counts(tmp_path):

@@ -67,6 +67,22 @@ def _load_definitions(definitions_dir: Path, backend: str) -> dict:
     return load_definitions(family_dir, backend=backend) if family_dir.is_dir() else {}
 
 
+def _mappings_for(definitions: dict, present: set[str]) -> list[dict]:
+    """operator_mappings entries whose kernel types this database has, naming the types it has.
+
+    One definition serves several reported Types (MatMulV2 replays MatMulV3 and MatMulCommon too);
+    a database that only saw MatMulV3 maps `aten.mm.default` to MatMulV3.
+    """
+    from opperf.replay.definitions import framework_op_mappings
+
+    mappings = []
+    for entry in framework_op_mappings(definitions.values()):
+        types = [t for t in (entry["kernel_type"], *entry["alternate_kernel_types"]) if t in present]
+        if types:
+            mappings.append({**entry, "kernel_type": types[0], "alternate_kernel_types": types[1:]})
+    return mappings
+
+
 def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
                      definitions_dir: str | Path, output: str | Path, collected_at: str | None = None) -> dict:
     """op_mapping.yaml: versions, device, date, framework-op → kernel-type mappings, per-type replay API.
@@ -82,28 +98,20 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     stack_versions = parse_version_dir(database_path.name)
     definitions = _load_definitions(definitions_dir, entry.backend)
     kernel_types = {}
+    from opperf.replay.definitions import definition_for
+
     for csv_path in kernel_files:
         kernel = csv_path.stem
-        definition = definitions.get(kernel)
+        definition = definition_for(definitions, kernel, entry.backend)
         rows = len(read_database_csv(csv_path))
         kernel_types[kernel] = {
             "csv": csv_path.name,
             "rows": rows,
-            "replay_api": definition.api if definition else None,
+            "replay_api": (definition.api or f"{definition.hook}.build_case") if definition else None,
             "category": definition.category if definition else None,
             "definition": str(definition.path) if definition else None,
         }
-    mappings = []
-    for definition in sorted(definitions.values(), key=lambda d: d.type):
-        if definition.type not in kernel_types:
-            continue
-        for framework_op in definition.framework_ops:
-            mappings.append({
-                "framework_op": framework_op,
-                "kernel_type": definition.type,
-                "alternate_kernel_types": [k for k in definition.alternate_kernel_types if k in kernel_types],
-                "category": definition.category,
-            })
+    mappings = _mappings_for(definitions, set(kernel_types))
     versions = {"torch": stack_versions.torch}
     if stack_versions.vllm:
         versions["vllm"] = stack_versions.vllm
