@@ -109,7 +109,7 @@ def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
     matmul = yaml.safe_load((repo / "config" / "kernels" / "npu" / "MatMulV2.yaml").read_text())
     assert document["versions"] == {"torch": "2.9.0", "vllm": "0.18.0", "cann": "8.5"}
     assert document["device_full_name"] == "ATLAS_800_A3_752T_128G_DIE"
-    assert document["kernel_types"]["MatMulV3"]["replay_api"] == matmul.get("api") or f"{matmul['hook']}.build_case"
+    assert document["kernel_types"]["MatMulV3"]["replay_api"] == (matmul.get("api") or f"{matmul['hook']}.build_case")
     mm = [m for m in document["operator_mappings"] if m["framework_op"] == "aten.mm.default"]
     assert mm and mm[0]["kernel_type"] == "MatMulV3" and mm[0]["alternate_kernel_types"] == []
 
