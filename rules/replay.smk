@@ -8,7 +8,7 @@ rule replay_kernel:
     output:
         replayed="results/{device}/{stack}/{version_dir}/replayed/{kernel}.csv",
     conda:
-        "../envs/cpu.yaml"
+        device_conda_env
     log:
         "logs/replay/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
