@@ -179,6 +179,13 @@ def test_fractal_nz_weight_slots_get_nz_storage_shapes():
     assert generated[0][INPUT_SHAPES] == "1,256;32,16,16,16"
     assert nd_to_fractal_nz((256, 512), "DT_BF16") == (32, 16, 16, 16)
     assert nd_to_fractal_nz((100, 100), "DT_INT8") == (4, 7, 16, 32)
+    # A (K, N) = (128, 8) weight would be stored padded to (128, 16): it cannot stand in an NZ slot.
+    from opperf.grid.candidates import Candidate
+    from opperf.grid.templates import templates_from_rows
+
+    (nz_template,), _ = templates_from_rows([template])
+    assert nz_template.fit(Candidate(((4, 128), (128, 8)), ((4, 8),)), "tensors") is None
+    assert nz_template.fit(Candidate(((4, 128), (128, 32)), ((4, 32),)), "tensors")[0][1] == (2, 8, 16, 16)
 
 
 def test_kernel_types_without_a_pattern_or_a_fitting_row_generate_nothing():

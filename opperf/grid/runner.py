@@ -42,6 +42,7 @@ STATUS_GENERATED = "generated"
 STATUS_NO_PATTERN = "no_pattern"
 STATUS_NO_TEMPLATE = "no_fitting_profiled_row"
 STATUS_NOTHING_NEW = "nothing_new"
+STATUS_NO_CANDIDATES = "no_candidates"      # constraints or the token cap left no combination
 
 log = get_logger("grid")
 
@@ -151,6 +152,8 @@ def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridS
     result.generated = len(generated)
     if generated:
         result.status = STATUS_GENERATED
+    elif candidates == 0:
+        result.status = STATUS_NO_CANDIDATES
     elif result.no_fitting_template == candidates:
         result.status = STATUS_NO_TEMPLATE
     else:

@@ -10,7 +10,9 @@ of its kernel type (its template) and takes only shapes from the pattern. A cand
   only the slot counts must agree (trailing empty slots are trimmed or padded to the template's count).
 
 Outputs: a template with no output slots (torch.profiler traces record none) gives generated rows none.
-A template slot stored as FRACTAL_NZ turns the candidate's ND shape into its NZ storage shape.
+A template slot stored as FRACTAL_NZ turns the candidate's ND shape into its NZ storage shape; an ND shape
+not aligned to the NZ blocks (16 rows, 32 bytes of columns) does not fit such a slot, since its padded
+storage shape would read back as a different matrix.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class Template:
             if len(shapes) > len(slots):
                 return None
             shapes += [None] * (len(slots) - len(shapes))
-            return tuple(_stored(shape, slot) for shape, slot in zip(shapes, slots))
+            laid_out = tuple(_stored(shape, slot) for shape, slot in zip(shapes, slots))
+            return None if _UNALIGNED in laid_out else laid_out
         tensors = [shape for shape in shapes if shape is not None]
         positions = [index for index, slot in enumerate(slots) if slot.rank]
         if len(tensors) != len(positions):
@@ -100,12 +103,21 @@ class Template:
             if len(shape) != slots[index].logical_rank:
                 return None
             laid_out[index] = _stored(shape, slots[index])
-        return tuple(laid_out)
+        return None if _UNALIGNED in laid_out else tuple(laid_out)
 
 
-def _stored(shape: Shape | None, slot: Slot) -> Shape | None:
+_UNALIGNED = ("unaligned",)
+
+
+def _stored(shape: Shape | None, slot: Slot):
+    """The shape as the slot stores it; _UNALIGNED for an ND shape that FRACTAL_NZ could only store padded
+    (its storage shape would read back as the padded matrix, not the kernel's)."""
     if shape is not None and slot.is_nz and len(shape) == slot.logical_rank and len(shape) >= 2:
-        return nd_to_fractal_nz(shape, slot.dtype)
+        storage = nd_to_fractal_nz(shape, slot.dtype)
+        *_, rows, cols = shape
+        if rows % NZ_BLOCK_ROWS or cols % storage[-1]:
+            return _UNALIGNED
+        return storage
     return shape
 
 

@@ -14,7 +14,8 @@ Dense models (per TP rank: query heads N, KV heads Nkv, head_dim D):
   (blocks,Nkv,block_size,D), block_table (B, ceil(context/block_size)); output (B,N,D).
 MLA models (DeepSeek; per rank N heads, kv_lora_rank L, rope dim R), decode only (vLLM-Ascend runs MLA
 prefill through a different kernel), layout BNSD: query (B,N,1,L), key/value cache (blocks,1,block_size,L),
-query_rope (B,N,1,R), key_rope (blocks,1,block_size,R); output (B,N,1,L).
+query_rope (B,N,1,R), key_rope (blocks,1,block_size,R), actual_seq_lengths_kv and block_table only (one
+query token per sequence needs no query lengths); output (B,N,1,L).
 
 The actual sequence lengths (and heads, layout, sparse mode) ride along in `Runtime …` columns, the names
 the peer's runtime metadata uses, since they are values, not shapes.
@@ -95,11 +96,10 @@ def mla_decode(batch: int, context: int, heads: int, kv_lora_rank: int, rope_dim
                block_size: int) -> Candidate:
     blocks = batch * _ceil_div(context, block_size)
     inputs = _slots(slots, {QUERY: (batch, heads, 1, kv_lora_rank), KEY: (blocks, 1, block_size, kv_lora_rank),
-                            VALUE: (blocks, 1, block_size, kv_lora_rank), ACTUAL_SEQ_LENGTHS: (batch,),
-                            ACTUAL_SEQ_LENGTHS_KV: (batch,),
+                            VALUE: (blocks, 1, block_size, kv_lora_rank), ACTUAL_SEQ_LENGTHS_KV: (batch,),
                             BLOCK_TABLE: (batch, _ceil_div(context, block_size)),
                             QUERY_ROPE: (batch, heads, 1, rope_dim), KEY_ROPE: (blocks, 1, block_size, rope_dim)})
-    columns = _runtime("mla_decode", q_lengths=[1] * batch, kv_lengths=[context] * batch, heads=heads, kv_heads=1,
+    columns = _runtime("mla_decode", q_lengths=[], kv_lengths=[context] * batch, heads=heads, kv_heads=1,
                        layout="BNSD", sparse_mode=0, block_size=block_size)
     return Candidate(inputs, ((batch, heads, 1, kv_lora_rank), None), columns)
 

@@ -12,8 +12,9 @@ counts T come from the `tokens` grid. Experts run with expert parallelism, unsha
 - gating_top_k:    logits (T,experts), bias (experts,) → weights (T,K), expert ids (T,K), scores (T,experts).
 - gating_top_k_softmax: logits (T,experts) → weights (T,K), expert ids (T,K), row ids (T,K).
 - dispatch_ffn_combine (one rank of the fused dispatch → FFN → combine, W8A8; N = 2I):
-  x (T,H), weight1 (E,H,N), weight2 (E,N/2,H), expert ids (T,K), scale1 (E*N,), scale2 (E*H,), probs (T,K)
-  → (T,H), (E,); the `EP Size` column carries the EP size (part of the row signature).
+  x (T,H), weight1 (E,H,N), weight2 (E,N/2,H), expert ids (T,K), scale1 (E*N,) or (E,N), scale2 (E*H,) or
+  (E,H) (param scale_layout), probs (T,K) → (T,H) [, (E,) token counts]; the `EP Size` column carries the EP
+  size (part of the row signature).
 """
 
 from __future__ import annotations
@@ -65,9 +66,16 @@ def moe(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
                 if experts > params["max_experts_per_rank"]:
                     continue
                 n = 2 * width
-                yield Candidate(((t, hidden), (experts, hidden, n), (experts, width, hidden), (t, top_k),
-                                 (experts * n,), (experts * hidden,), (t, top_k)),
-                                ((t, hidden), (experts,)), ((EP_SIZE, str(ep)),))
+                if params["scale_layout"] == "flat":
+                    scale1, scale2 = (experts * n,), (experts * hidden,)
+                else:
+                    scale1, scale2 = (experts, n), (experts, hidden)
+                inputs = ((t, hidden), (experts, hidden, n), (experts, width, hidden), (t, top_k), scale1, scale2,
+                          (t, top_k))
+                # Profiles show the output with or without the per-expert token counts: offer both, each
+                # lands only on the profiled rows of its own structure.
+                for outputs in (((t, hidden), (experts,)), ((t, hidden),)):
+                    yield Candidate(inputs, outputs, ((EP_SIZE, str(ep)),))
 
 
 GENERATORS = [
@@ -75,5 +83,7 @@ GENERATORS = [
         "kernel": ParamSpec(KERNELS, "grouped_matmul"),
         # DispatchFFNCombine's documented limit on experts per rank; layouts above it are skipped.
         "max_experts_per_rank": ParamSpec(INT, 16),
+        # DispatchFFNCombine's dequantisation scales: flat (E*N,), (E*H,) or per expert (E,N), (E,H).
+        "scale_layout": ParamSpec(("flat", "per_expert"), "flat"),
     }, moe),
 ]
