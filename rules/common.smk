@@ -198,8 +198,16 @@ def all_targets(wildcards):
 
 
 def grid_target_models(wildcards):
-    """The grid's --target-models: config grid.target_models, comma-separated ('' = generic grids)."""
-    return ",".join(config["grid"]["target_models"])
+    """The grid's --target-models for one database, comma-separated ('' = the generic grids).
+
+    config grid.target_models is a list for every database, or a mapping from a device key or a back end
+    (tried in that order, then `default`) to a list.
+    """
+    targets = config["grid"]["target_models"]
+    if isinstance(targets, dict):
+        keys = (wildcards.device, DEVICES[wildcards.device].backend, "default")
+        targets = next((targets[key] for key in keys if key in targets), [])
+    return ",".join(targets)
 
 
 def grid_max_hbm_gb(wildcards):

@@ -39,6 +39,13 @@ def test_grid_reruns_on_its_inputs_and_params_only(tmp_path):
     # Target models, rows and seed are params: changing one re-runs the grid and what it feeds, not the parse.
     for change in ({"target_models": ["Qwen3-32B", "dsv3"]}, {"rows": 7}, {"seed": 1}):
         assert rerun_rules(workdir, {**config, "grid": {**config["grid"], **change}}) == GRID_AND_DOWNSTREAM
+    # Target models per back end / device: the A3 (npu) database follows its own entry only.
+    per_backend = {**config["grid"], "target_models": {"cpu": ["opperf-tiny"], "npu": ["Qwen3-32B"]}}
+    assert rerun_rules(workdir, {**config, "grid": per_backend}) == set()
+    per_backend["target_models"] = {"cpu": ["Llama-3-70B"], "npu": ["Qwen3-32B"]}
+    assert rerun_rules(workdir, {**config, "grid": per_backend}) == set()
+    per_backend["target_models"] = {"A3": ["dsv3"], "npu": ["Qwen3-32B"]}
+    assert rerun_rules(workdir, {**config, "grid": per_backend}) == GRID_AND_DOWNSTREAM
     # Editing models.yaml or grid.yaml re-runs the grid and downstream only.
     for edited in ("config/models.yaml", "config/grid.yaml"):
         path = workdir / edited
