@@ -210,6 +210,11 @@ def grid_target_models(wildcards):
     return ",".join(targets)
 
 
+def grid_device_backend(wildcards):
+    """The back end of the database's {device} (its token cap in grid.yaml)."""
+    return DEVICES[wildcards.device].backend
+
+
 def grid_max_hbm_gb(wildcards):
     """The grid's HBM budget in GB: config grid.max_hbm_gb, else the catalog's memory_gb of {device}."""
     configured = config["grid"].get("max_hbm_gb")

@@ -4,7 +4,6 @@ rule generate_shape_grid:
         parsed="results/{device}/{stack}/{version_dir}/parsed",
         patterns=config["grid"]["patterns"],
         models=config["models"],
-        devices=config["devices"],
         code=stage_code("grid"),
     output:
         grid=directory("results/{device}/{stack}/{version_dir}/grid"),
@@ -18,6 +17,7 @@ rule generate_shape_grid:
         target_models=grid_target_models,
         rows=config["grid"]["rows"],
         seed=config["grid"]["seed"],
+        backend=grid_device_backend,
         max_hbm_gb=grid_max_hbm_gb,
         max_tokens_option=grid_max_tokens_option,
         trace_dir="traces/{device}/{stack}/{version_dir}",
@@ -26,7 +26,7 @@ rule generate_shape_grid:
         mem_mb=2000,
     shell:
         "python scripts/generate_shape_grid.py --input-dir {input.parsed} --output-dir {output.grid} "
-        "--device {wildcards.device} --grid-config {input.patterns} --models {input.models} "
-        "--devices {input.devices} --target-models {params.target_models:q} --rows {params.rows} "
+        "--device {wildcards.device} --backend {params.backend} --grid-config {input.patterns} "
+        "--models {input.models} --target-models {params.target_models:q} --rows {params.rows} "
         "--seed {params.seed} --max-hbm-gb {params.max_hbm_gb} {params.max_tokens_option} "
         "--trace-dir {params.trace_dir} --log-level {params.log_level} > {log} 2>&1"

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--seed", type=int, default=0, help="seed of the row sampling (default: %(default)s)")
     grid.add_argument("--max-hbm-gb", type=float, default=None,
                       help="device memory budget in GB (GiB) per row (default: the device's memory_gb)")
+    grid.add_argument("--backend", choices=["cpu", "cuda", "npu"], default=None,
+                      help="back end of the device (default: the device catalog's); picks the token cap")
     grid.add_argument("--max-tokens", type=int, default=None,
                       help="largest token count of the `tokens` grid (default: grid config's cap for the device's "
                            "back end)")
@@ -89,18 +91,26 @@ def _device(args: argparse.Namespace, input_dir: Path):
     return resolve_device(SEED_DEFAULT_DEVICE, catalog)
 
 
+def _device_budget_backend(args: argparse.Namespace, input_dir: Path) -> tuple[str, float, str]:
+    """(device name, HBM budget in GB, back end): from the flags, the catalog filling in what they leave out."""
+    if args.max_hbm_gb is not None and args.backend:
+        return args.device or "", args.max_hbm_gb, args.backend
+    device = _device(args, input_dir)
+    return (device.name, args.max_hbm_gb if args.max_hbm_gb is not None else device.memory_gb,
+            args.backend or device.backend)
+
+
 def main(args: argparse.Namespace) -> int:
     input_dir, output_dir = _directories(args)
-    device = _device(args, input_dir)
+    device_name, max_hbm_gb, backend = _device_budget_backend(args, input_dir)
     grid_config = load_grid_config(args.grid_config)
     settings = prepare_settings(
         grid_config=grid_config, models=load_models(args.models),
         target_models=[m.strip() for m in args.target_models.split(",") if m.strip()],
-        rows=args.rows, seed=args.seed,
-        max_hbm_gb=args.max_hbm_gb if args.max_hbm_gb is not None else device.memory_gb,
-        max_tokens=args.max_tokens if args.max_tokens is not None else grid_config.max_tokens_for(device.backend),
+        rows=args.rows, seed=args.seed, max_hbm_gb=max_hbm_gb,
+        max_tokens=args.max_tokens if args.max_tokens is not None else grid_config.max_tokens_for(backend),
         models_path=args.models)
-    settings.settings_text["device"] = device.name
+    settings.settings_text["device"] = device_name
     run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)
     return 0
 

@@ -46,6 +46,15 @@ def test_grid_reruns_on_its_inputs_and_params_only(tmp_path):
     assert rerun_rules(workdir, {**config, "grid": per_backend}) == set()
     per_backend["target_models"] = {"A3": ["dsv3"], "npu": ["Qwen3-32B"]}
     assert rerun_rules(workdir, {**config, "grid": per_backend}) == GRID_AND_DOWNSTREAM
+    # The device catalog reaches the grid as params: another device's entry does not re-run it, the
+    # database device's memory (its HBM budget) does.
+    devices = workdir / "config" / "devices.yaml"
+    catalog = devices.read_text()
+    devices.write_text(catalog.replace("memory_bandwidth_gbps: 4800", "memory_bandwidth_gbps: 4900"))
+    assert "generate_shape_grid" not in rerun_rules(workdir, config)
+    devices.write_text(catalog.replace("memory_gb: 64          # per die", "memory_gb: 48          # per die"))
+    assert "generate_shape_grid" in rerun_rules(workdir, config)
+    devices.write_text(catalog)
     # Editing models.yaml or grid.yaml re-runs the grid and downstream only.
     for edited in ("config/models.yaml", "config/grid.yaml"):
         path = workdir / edited
