@@ -183,3 +183,19 @@ def test_rerunning_into_an_existing_output_directory_replaces_it_whole(parsed, t
     assert not (out / "stale.csv").exists()
     assert (read_database_csv(out / "MatMulV2.csv")[SOURCE] == SOURCE_GENERATED).sum() == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid"]
+
+
+def test_a_database_directory_without_a_manifest_is_extended_in_place(parsed, tmp_path):
+    import shutil
+
+    database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    shutil.copytree(parsed, database)
+    (database / "kernel_types.txt").unlink()
+    done = run_script("--data-dir", str(database), "--target-models", "qwen3-32b", "--rows", "2")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in database.iterdir()) == [f"{t}.csv" for t in FIXTURE_TYPES]
+    assert (read_database_csv(database / "Add.csv")[SOURCE] == SOURCE_GENERATED).sum() == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    failed = run_script("--data-dir", str(empty))
+    assert failed.returncode == 2 and "neither kernel_types.txt nor any kernel CSV here" in failed.stderr

@@ -179,9 +179,16 @@ def _fits_budget(row: dict, fitted: tuple[tuple, tuple], estimator: MemoryEstima
 
 
 def read_manifest(directory: Path) -> list[str]:
+    """The kernel types of a directory: its kernel_types.txt (parse stage output), else its *.csv files
+    (a database directory, as the seed's --data-dir points at)."""
     manifest = directory / MANIFEST
     if not manifest.is_file():
-        raise OpperfError(f"no {MANIFEST} here: is this a parse stage output directory?", path=directory)
+        if not directory.is_dir():
+            raise OpperfError("not a directory", path=directory)
+        types = sorted(p.stem for p in directory.glob("*.csv"))
+        if not types:
+            raise OpperfError(f"neither {MANIFEST} nor any kernel CSV here", path=directory)
+        return [check_kernel_type(t, path=directory / f"{t}.csv", field="file name") for t in types]
     types = []
     for line_number, line in enumerate(manifest.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
@@ -227,7 +234,9 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
                      result.rejected_by_constraints)
         totals["generated"] = sum(r.generated for r in results)
     _log_coverage(results)
-    manifest_text = (input_dir / MANIFEST).read_text(encoding="utf-8")
+    manifest = input_dir / MANIFEST
+    manifest_text = manifest.read_text(encoding="utf-8") if manifest.is_file() else "".join(
+        f"{t}\n" for t in kernel_types)
     _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results))
     if trace_dir:
         _write_traces(Path(trace_dir), results, settings)
