@@ -92,6 +92,17 @@ def test_constraints_filter_combinations(tmp_path):
     assert (result.combinations, result.rejected_by_constraints) == (6, 2)     # (3,16)=48, (5,16)=80 > 40
 
 
+def test_pattern_columns_write_expression_values_into_extra_columns(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({
+        "patterns": {"dfc_like": {"iterators": {"ep": [8, 16], "t": [4]}, "columns": {EP_SIZE: "ep"},
+                                  "inputs": ["t, 256 // ep"], "outputs": ["t, 256 // ep"]}},
+        "router": {"DispatchFFNCombine": "dfc_like"}}, sort_keys=False))
+    template = profiled("4,4", "4,4", "DT_BF16", "DT_BF16", **{EP_SIZE: "4"})
+    generated, _ = generate_kernel_rows("DispatchFFNCombine", [template], settings_for(grid=load_grid_config(grid)))
+    assert [(r[EP_SIZE], r[INPUT_SHAPES]) for r in generated] == [("8", "4,32"), ("16", "4,16")]
+
+
 FIA_TEMPLATE = profiled(
     "1024,8,128;1024,1,128;1024,1,128;;2048,2048;1;1" + ";" * 24, "1024,8,128;1",
     ";".join(["DT_BF16"] * 3 + ["DT_BF16", "BOOL", "INT64", "INT64"] + ["DT_BF16"] * 24), "DT_BF16;FLOAT",
