@@ -86,9 +86,6 @@ def test_generated_rows_build_with_the_npu_kernel_definition(template, settings)
             build(kernel_type, row, line)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="the FIA replay hook reads a one-element `Runtime actual_seq_lengths_kv_values` "
-                          "('300', as the parse stage writes it too) as an int, not a list")
 def test_single_sequence_fia_rows_build(settings):
     template = next(r for r in TEMPLATES if r["Type"] == "FusedInferAttentionScore")
     generated, _ = generate_kernel_rows("FusedInferAttentionScore", [template],

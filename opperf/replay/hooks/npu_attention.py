@@ -55,6 +55,14 @@ def _runtime(ctx: BuildContext, name: str):
     return parse_scalar(text, path=ctx.path, row=ctx.line, field=RUNTIME_PREFIX + name)
 
 
+def _runtime_lengths(ctx: BuildContext, name: str) -> list[int] | None:
+    """A `Runtime …_values` column as a list of lengths: one sequence is written `300`, several `300;512`."""
+    value = _runtime(ctx, name)
+    if value is None or isinstance(value, list):
+        return value
+    return [value]
+
+
 def _causal_mask(slots: Slots, index: int) -> torch.Tensor:
     shape = slots.require(index, "atten_mask")
     rows, cols = shape[-2:]
@@ -129,11 +137,11 @@ def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
         or table_shape
     batch = batch_shape[0] if batch_shape else (query_shape[0] if len(query_shape) == 4 else None)
     if slots.shape(_SLOT["actual_seq_lengths"]) is not None:
-        lengths = _runtime(ctx, "actual_seq_lengths_values")
+        lengths = _runtime_lengths(ctx, "actual_seq_lengths_values")
         if lengths is None:
             lengths = _sequence_lengths(query_shape, batch, layout)
         kwargs["actual_seq_lengths"] = slots.record(_SLOT["actual_seq_lengths"], list(lengths))
-    kv_lengths = _runtime(ctx, "actual_seq_lengths_kv_values")
+    kv_lengths = _runtime_lengths(ctx, "actual_seq_lengths_kv_values")
     if paged:
         width = table_shape[1]
         blocks_each = max(1, min(width, blocks // max(batch, 1)))
