@@ -55,6 +55,14 @@ def device_conda_env(wildcards):
     return backend_conda_env(DEVICES[wildcards.device].backend)
 
 
+def workload_model_dims(wildcards):
+    """The workload model's own entry of models.yaml: editing another model must not re-profile."""
+    import yaml
+
+    with open(config["models"], encoding="utf-8") as handle:
+        return (yaml.safe_load(handle) or {}).get(config["workload"]["model"], {})
+
+
 def workload_database():
     """(device, stack, version_dir) of the database the reference workload feeds, or None."""
     workload = config.get("workload", {})

@@ -1,7 +1,6 @@
 rule profile_workload:
     """Profile the reference decoder workload on this host's back end (a raw profile for the parse stage)."""
     input:
-        models=config["models"],
         code=stage_code("workload"),
     output:
         profile=directory("results/workload/{device}/{stack}/{version_dir}/profile"),
@@ -13,7 +12,9 @@ rule profile_workload:
         "benchmarks/runs/workload/{device}/{stack}/{version_dir}.tsv"
     params:
         backend=config["workload"]["backend"],
+        models=config["models"],
         model=config["workload"]["model"],
+        model_dims=workload_model_dims,
         dtype=config["workload"]["dtype"],
         batch_size=config["workload"]["batch_size"],
         prefill_lengths=config["workload"]["prefill_lengths"],
@@ -23,7 +24,7 @@ rule profile_workload:
     resources:
         mem_mb=4000,
     shell:
-        "python scripts/profile_workload.py --backend {params.backend} --models {input.models} "
+        "python scripts/profile_workload.py --backend {params.backend} --models {params.models} "
         "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
         "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
         "--decode-context {params.decode_context} --output {output.profile} "

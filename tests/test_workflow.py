@@ -114,3 +114,23 @@ def test_editing_a_small_profile_reruns_its_database(workdir):
     matmul = (workdir / A3 / "MatMulV2.csv").read_text().splitlines()[1].split(",")
     # (285.504 + 186.823 + 187.724 + 190.544) / 4: the edited duration reached the database.
     assert "212.64875" in matmul
+
+
+def test_workload_reprofiles_only_when_its_own_model_changes(workdir):
+    """The CPU database re-collects when opperf-tiny's dimensions change, not when another model's do."""
+    config = {"grid": {"enabled": False}, "replay": {"backends": []}, "comm": {"enabled": False},
+              "workload": {"prefill_lengths": [8], "decode_steps": 1, "decode_context": 8}}
+    run_workflow(workdir, config=config)
+    cpu_databases = list((workdir / "data" / "CPU" / "torch").iterdir())
+    assert len(cpu_databases) == 1 and (cpu_databases[0] / "mm.csv").is_file()
+
+    models = workdir / "config" / "models.yaml"
+    text = models.read_text()
+    models.write_text(text.replace("vocab_size: 151936", "vocab_size: 151937", 1))
+    assert models.read_text() != text
+    assert run_workflow(workdir, dry_run=True, config=config) == []
+
+    models.write_text(text.replace("intermediate_size: 688", "intermediate_size: 704", 1))
+    plan = planned_rules(run_workflow(workdir, dry_run=True, config=config))
+    assert "profile_workload" in plan and "parse_profiles" in plan
+    assert all(w.get("device") in (None, "CPU") for _, w in run_workflow(workdir, dry_run=True, config=config))
