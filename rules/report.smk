@@ -5,10 +5,14 @@ rule replay_report:
         code=stage_code("report"),
     output:
         report="reports/{device}/{stack}/{version_dir}/replay_report.md",
-        gaps="reports/{device}/{stack}/{version_dir}/duration_gap.csv",
+        gaps=report("reports/{device}/{stack}/{version_dir}/duration_gap.csv", category="Replay",
+                    subcategory="{device}/{stack}/{version_dir}", labels={"file": "duration gaps"}),
         summary="reports/{device}/{stack}/{version_dir}/summary.json",
-        scatter="reports/{device}/{stack}/{version_dir}/replay_vs_profile.png",
-        statuses="reports/{device}/{stack}/{version_dir}/status_by_kernel.png",
+        scatter=report("reports/{device}/{stack}/{version_dir}/replay_vs_profile.png", caption="../report/replay_plot.rst",
+                       category="Replay", subcategory="{device}/{stack}/{version_dir}",
+                       labels={"file": "replay vs profile"}),
+        statuses=report("reports/{device}/{stack}/{version_dir}/status_by_kernel.png", category="Replay",
+                        subcategory="{device}/{stack}/{version_dir}", labels={"file": "status by kernel"}),
     conda:
         "../envs/cpu.yaml"
     log:
