@@ -6,7 +6,8 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from opperf.devices import load_catalog
-from opperf.versions import workload_version_dir
+from opperf.errors import OpperfError
+from opperf.versions import parse_version_dir, workload_version_dir
 
 
 validate(config, schema="../config/config.schema.yaml")
@@ -28,6 +29,12 @@ def _read_sources(path):
         if row["device"] not in DEVICES:
             raise WorkflowError(f"{path}, line {line}, field 'device': {row['device']!r} is not in "
                                 f"{config['devices']} (known: {', '.join(sorted(DEVICES))})")
+        try:
+            parse_version_dir(row["version_dir"])
+        except OpperfError as exc:
+            raise WorkflowError(f"{path}, line {line}, field 'version_dir': {exc}") from None
+        if not Path(row["path"]).exists():
+            raise WorkflowError(f"{path}, line {line}, field 'path': {row['path']!r} does not exist")
     return rows
 
 

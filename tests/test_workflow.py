@@ -134,3 +134,15 @@ def test_workload_reprofiles_only_when_its_own_model_changes(workdir):
     plan = planned_rules(run_workflow(workdir, dry_run=True, config=config))
     assert "profile_workload" in plan and "parse_profiles" in plan
     assert all(w.get("device") in (None, "CPU") for _, w in run_workflow(workdir, dry_run=True, config=config))
+
+
+@pytest.mark.parametrize("row, message", [
+    (("B200", "vllm_ascend", "vllm0.18.0_torch2.9.0_cann8.5", A3_SOURCE), "line 2, field 'device': 'B200'"),
+    (("A3", "vllm_ascend", "latest", A3_SOURCE), "line 2, field 'version_dir'"),
+    (("A3", "vllm_ascend", "vllm0.18.0_torch2.9.0_cann8.5", "resources/nowhere.csv"),
+     "line 2, field 'path': 'resources/nowhere.csv' does not exist"),
+])
+def test_bad_sources_sheet_rows_stop_the_workflow_naming_line_and_field(workdir, row, message):
+    sources = write_sources(workdir, [row])
+    with pytest.raises(Exception, match=message):
+        run_workflow(workdir, dry_run=True, config=offline_config(sources))
