@@ -34,12 +34,11 @@ def validate_rows(frame: pd.DataFrame, path: Path) -> None:
             shapes = contract.parse_shapes(record[shapes_col], path=path, row=index, field=shapes_col)
             for names_col in names_cols:
                 names = contract.parse_names(record[names_col])
-                if shapes and names and len(names) != len(shapes) and names != ["N/A"]:
-                    # Profilers sometimes list dtypes for trailing slots they left out of the shape
-                    # field (the real FlashAttentionScoreGrad rows do); only fewer names is an error.
-                    if len(names) < len(shapes):
-                        raise OpperfError(f"{len(names)} slot(s) but {shapes_col} has {len(shapes)}",
-                                          path=path, row=index, field=names_col)
+                # Profilers sometimes list dtypes for trailing slots they left out of the shape field
+                # (the real FlashAttentionScoreGrad rows do): only fewer names than slots is an error.
+                if names and names != ["N/A"] and len(names) < len(shapes):
+                    raise OpperfError(f"{len(names)} slot(s) but {shapes_col} has {len(shapes)}",
+                                      path=path, row=index, field=names_col)
 
 
 def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path) -> int:
