@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from opperf.comm.collectives import OPS
-from opperf.comm.results import BENCH_MODE, BUSBW, MESSAGE_BYTES, NUM_DEVICES, OP, read_comm_csv
+from opperf.comm.results import BENCH_MODE, BUSBW, DURATION, MESSAGE_BYTES, NUM_DEVICES, OP, read_comm_csv
 from opperf.comm.sizes import format_size
 from opperf.errors import OpperfError
-from opperf.io import write_text_atomic
+from opperf.io import atomic_output, write_text_atomic
 
 RUN = "run"
 
@@ -78,12 +78,9 @@ def plot_bus_bandwidth(frame: pd.DataFrame, output: str | Path, limit_gbps: floa
     axes[0][0].legend(fontsize=7, loc="center left")
     figure.suptitle(title or "Collective bus bandwidth vs message size")
     figure.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    figure.savefig(tmp, dpi=110)
+    with atomic_output(output, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=110)
     plt.close(figure)
-    tmp.replace(output)
 
 
 def largest_message_table(frame: pd.DataFrame, limit_gbps: float) -> str:
@@ -96,7 +93,7 @@ def largest_message_table(frame: pd.DataFrame, limit_gbps: float) -> str:
                                   key=lambda c: c.map(order) if c.name == OP else c)
     for _, row in largest.iterrows():
         lines.append(f"| {row[RUN]} | {row[BENCH_MODE]} | {row[OP]} | {row[NUM_DEVICES]} | "
-                     f"{format_size(int(row[MESSAGE_BYTES]))} | {row['Duration(us)']:.1f} | {row[BUSBW]:.1f} | "
+                     f"{format_size(int(row[MESSAGE_BYTES]))} | {row[DURATION]:.1f} | {row[BUSBW]:.1f} | "
                      f"{row[BUSBW] / limit_gbps:.1%} |")
     return "\n".join(lines) + "\n"
 
