@@ -15,7 +15,7 @@ import os
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from opperf.comm.collectives import (CollectiveCase, check_backend, collective, collective_file_name,
@@ -59,7 +59,6 @@ class BenchRequest:
     output_dir: Path | None = None
     output_csv: Path | None = None
     version_dir: str | None = None         # refuse to run unless this environment's comm version matches
-    unsupported: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for op in self.ops:
@@ -338,12 +337,13 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
                 contexts.append(_GroupContext(plan, group, coordination, rank))
         device_label = _device_label(request, backend)
         rows: dict[str, list[dict]] = {op: [] for op in request.ops}
+        unsupported: dict[str, str] = {}       # op → the back end's reason
         for op in request.ops:
             for context in contexts:
                 with span(f"comm.{op}", log, devices=context.plan.num_devices, tier=context.plan.tier):
                     reason = _unsupported_reason(context, op, request, device, _synchronizer(backend))
                     if reason:
-                        request.unsupported[op] = reason
+                        unsupported[op] = reason
                         if context.index == 0:
                             log.warning("%s is not supported by %s here, recorded as a header-only CSV: %s",
                                         op, backend, reason)
@@ -354,7 +354,7 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
             for op, path in paths.items():
                 write_comm_csv(path, rows[op])
                 log.info("wrote %s (%d rows)%s", path, len(rows[op]),
-                         f" — {op} UNSUPPORTED by {backend}" if op in request.unsupported else "")
+                         f" — {op} UNSUPPORTED by {backend}" if op in unsupported else "")
         dist.barrier(group=world_coordination)
     finally:
         dist.destroy_process_group()
