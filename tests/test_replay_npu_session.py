@@ -173,6 +173,17 @@ def test_prof_path_missing_only_fills_only_empty_rows_and_appends_nothing(tmp_pa
     assert not (database / "MatMulV3.csv").exists() and result.unmatched == {"MatMulV3": 1}
 
 
+def test_prof_path_missing_only_keeps_a_filled_row_beside_an_empty_twin(tmp_path):
+    database = tmp_path / "db"
+    database.mkdir()
+    filled_twin = dict(PROFILED_V2, **{contract.REPLAY_AVERAGE: "5.5"})     # same call, already measured
+    write_csv_atomic(database / "MatMulV2.csv", pd.DataFrame([PROFILED_V2, filled_twin]).fillna(""))
+    result = backfill_database(database, PROF_ROOT, update_mode="missing-only", kernel_types=["MatMulV2"])
+    rows = read_database_csv(database / "MatMulV2.csv").to_dict(orient="records")
+    assert [r[contract.REPLAY_AVERAGE] for r in rows] == ["210.4", "5.5"]
+    assert result.files["MatMulV2"].updated == 1 and result.files["MatMulV2"].untouched == 1
+
+
 def test_prof_path_errors_leave_the_database_unchanged(tmp_path):
     database = _database(tmp_path)
     before = {p.name: p.read_bytes() for p in database.iterdir()}

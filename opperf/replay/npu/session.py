@@ -24,7 +24,7 @@ from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic
 from opperf.log import get_logger
 from opperf.replay.engine import (STATUS_EXECUTED, STATUS_FAILED_NO_SAMPLES, STATUS_OK, UPDATE_MODES, RowOutcome,
-                                  has_valid_duration)
+                                  replay_key)
 from opperf.replay.npu import msprof, op_summary
 from opperf.replay.writeback import WritebackReport, write_back
 
@@ -186,6 +186,7 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
         else:
             result.unmatched[kernel_type] = len(by_signature)
             continue
+        # Every matching row gets an outcome; write_back's missing-only leaves the rows already filled.
         outcomes: dict[tuple[str, ...], RowOutcome] = {}
         matched: set[contract.Signature] = set()
         for row in (frame.to_dict(orient="records") if frame is not None else []):
@@ -193,12 +194,9 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
             if signature not in by_signature:
                 continue
             matched.add(signature)
-            if update_mode == "missing-only" and has_valid_duration(row.get(contract.REPLAY_AVERAGE, "")):
-                continue
-            timing = by_signature[signature]
-            columns = timing.result_columns()
-            key = signature + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
-            outcomes[key] = RowOutcome(STATUS_OK, columns=columns)
+            key = replay_key(row, kernel_type)
+            if key not in outcomes:
+                outcomes[key] = RowOutcome(STATUS_OK, columns=by_signature[signature].result_columns())
         unmatched = [t for s, t in by_signature.items() if s not in matched]
         if unmatched:
             result.unmatched[kernel_type] = len(unmatched)
@@ -208,7 +206,8 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
             frame = pd.DataFrame(columns=list(contract.BASE_COLUMNS))
             result.created.append(kernel_type)
         updated, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
-                                     prune_empty_duration_rows=prune_empty_duration_rows, appended_rows=appended)
+                                     prune_empty_duration_rows=prune_empty_duration_rows, appended_rows=appended,
+                                     update_mode=update_mode)
         write_csv_atomic(path, updated)
         result.files[kernel_type] = report
         log.info("%s: %s", path, report.summary())
