@@ -22,7 +22,7 @@ from opperf.comm.collectives import (CollectiveCase, check_backend, collective, 
                                      comm_version_dir)
 from opperf.comm.results import per_call_durations, result_row, write_comm_csv
 from opperf.comm.sizes import CommDtype, format_size
-from opperf.comm.timing import TimedCase, make_timer
+from opperf.comm.timing import TimedCase, device_synchronizer, make_timer
 from opperf.comm.topology import build_group, default_tier, format_grid_shape
 from opperf.errors import OpperfError
 from opperf.log import LOGGER_NAME, get_logger, span
@@ -184,16 +184,6 @@ def _device_label(request: BenchRequest, backend: str) -> str:
     return torch.cuda.get_device_name() if backend == "nccl" else torch.npu.get_device_name()
 
 
-def _synchronizer(backend: str):
-    import torch
-
-    if backend == "nccl":
-        return torch.cuda.synchronize
-    if backend == "hccl":
-        return torch.npu.synchronize
-    return lambda: None
-
-
 class _GroupContext:
     """One benchmark group on this rank: its process group (the back end) and a gloo twin for host-side
     barriers and result exchange, which launch no device kernels inside a profiled session."""
@@ -242,7 +232,7 @@ def _iterations(context: _GroupContext, case: CollectiveCase, synchronize, reque
 
 def _bench_group(request: BenchRequest, backend: str, op: str, context: _GroupContext, device: str,
                  device_label: str) -> list[dict]:
-    synchronize = _synchronizer(backend)
+    synchronize = device_synchronizer(backend)
     timer = make_timer(backend, request.bench_mode, op, context.barrier)
     plan = context.plan
     # kernel mode: one profiler session over all sizes (CANN cannot restart its profiler in a process)
@@ -341,7 +331,7 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
         for op in request.ops:
             for context in contexts:
                 with span(f"comm.{op}", log, devices=context.plan.num_devices, tier=context.plan.tier):
-                    reason = _unsupported_reason(context, op, request, device, _synchronizer(backend))
+                    reason = _unsupported_reason(context, op, request, device, device_synchronizer(backend))
                     if reason:
                         unsupported[op] = reason
                         if context.index == 0:

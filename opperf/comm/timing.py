@@ -207,23 +207,14 @@ class NpuKernelTimer(Timer):
         return split_kernel_durations(durations, cases, f"kernel_details.csv {self.kernel_type} rows")
 
 
-def make_timer(backend: str, bench_mode: str, op: str, barrier: Callable[[], None]) -> Timer:
-    """The timer of a back end and mode; what a back end cannot time is an error that says so."""
-    if bench_mode not in BENCH_MODES:
-        raise OpperfError(f"unknown bench mode {bench_mode!r} (choose from {', '.join(BENCH_MODES)})",
-                          field="--bench-mode")
+def device_synchronizer(backend: str) -> Callable[[], None]:
+    """What waits for this rank's device work; nothing on gloo, whose calls return when they are done."""
     if backend == "gloo":
-        if bench_mode == "kernel":
-            raise OpperfError("bench mode 'kernel' reads device-kernel time, and gloo (CPU) runs no device "
-                              "kernels; use --bench-mode event (host wall clock) with gloo", field="--bench-mode")
-        return HostClockTimer(lambda: None, barrier)
+        return lambda: None
     if backend == "nccl":
         import torch
 
-        sync = torch.cuda.synchronize
-        if bench_mode == "kernel":
-            return CudaKernelTimer(sync, barrier)
-        return DeviceEventTimer(lambda: torch.cuda.Event(enable_timing=True), sync, barrier, "cuda_event")
+        return torch.cuda.synchronize
     if backend == "hccl":
         try:
             import torch
@@ -231,8 +222,27 @@ def make_timer(backend: str, bench_mode: str, op: str, barrier: Callable[[], Non
         except ImportError as exc:
             raise DeviceUnavailableError("the hccl back end needs torch_npu (Ascend NPU), which is not "
                                          f"installed here: {exc}") from exc
-        sync = torch.npu.synchronize
-        if bench_mode == "kernel":
-            return NpuKernelTimer(op, sync, barrier)
-        return DeviceEventTimer(lambda: torch.npu.Event(enable_timing=True), sync, barrier, "npu_event")
+        return torch.npu.synchronize
     raise OpperfError(f"unknown back end {backend!r}", field="--backend")
+
+
+def make_timer(backend: str, bench_mode: str, op: str, barrier: Callable[[], None]) -> Timer:
+    """The timer of a back end and mode; what a back end cannot time is an error that says so."""
+    if bench_mode not in BENCH_MODES:
+        raise OpperfError(f"unknown bench mode {bench_mode!r} (choose from {', '.join(BENCH_MODES)})",
+                          field="--bench-mode")
+    if backend == "gloo" and bench_mode == "kernel":
+        raise OpperfError("bench mode 'kernel' reads device-kernel time, and gloo (CPU) runs no device "
+                          "kernels; use --bench-mode event (host wall clock) with gloo", field="--bench-mode")
+    sync = device_synchronizer(backend)
+    if backend == "gloo":
+        return HostClockTimer(sync, barrier)
+    import torch
+
+    if backend == "nccl":
+        if bench_mode == "kernel":
+            return CudaKernelTimer(sync, barrier)
+        return DeviceEventTimer(lambda: torch.cuda.Event(enable_timing=True), sync, barrier, "cuda_event")
+    if bench_mode == "kernel":
+        return NpuKernelTimer(op, sync, barrier)
+    return DeviceEventTimer(lambda: torch.npu.Event(enable_timing=True), sync, barrier, "npu_event")
