@@ -119,6 +119,10 @@ def test_backfill_peer_record_form(tmp_path):
     ('{"input_shapes": "1,2", "actual_seq_lengths": [1, "x"]}', "actual_seq_lengths"),
     ('[1, 2, 3]', None),
     ('{"input_shapes": ', None),
+    ('{"input_shapes": [[1, 2], 3]}', "input_shapes"),
+    ('{"query_shape": 5}', "query_shape"),
+    ('{"query_shape": ["a"]}', "query_shape"),
+    ('{"query_shape": [1, 2], "actual_seq_lengths_kv": 5}', "actual_seq_lengths_kv"),
 ])
 def test_bad_jsonl_names_the_line_and_writes_nothing(tmp_path, bad_line, field):
     parse_profiles([_fia_profile(tmp_path)], tmp_path / "out")

@@ -142,12 +142,16 @@ def add_fia_profile_metadata(database, inputs, tables) -> None:
 # --- backfill from a JSONL runtime log -------------------------------------------------------------------
 
 
-def _shape_text(value) -> str:
+def _shape_text(value, *, path=None, line=None, field=None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return ",".join(d.strip() for d in value.split(","))
-    return ",".join(str(int(d)) for d in value)
+    try:
+        return ",".join(str(int(d)) for d in value)
+    except (TypeError, ValueError):
+        raise OpperfError(f"must be a shape string or a list of integers, got {value!r}", path=path, row=line,
+                          field=field) from None
 
 
 def _canonical_shapes(text: str) -> str:
@@ -161,14 +165,14 @@ def runtime_key(record: dict, *, path=None, line=None) -> tuple:
     if "input_shapes" in record:
         shapes = record["input_shapes"]
         if isinstance(shapes, list):
-            shapes = ";".join(_shape_text(s) for s in shapes)
+            shapes = ";".join(_shape_text(s, path=path, line=line, field="input_shapes") for s in shapes)
         if not isinstance(shapes, str):
             raise OpperfError("input_shapes must be a string or a list", path=path, row=line, field="input_shapes")
         return ("input_shapes", _canonical_shapes(shapes))
-    seq_kv = record.get("actual_seq_lengths_kv")
-    return ("slots", _shape_text(record.get("query_shape")), _shape_text(record.get("key_shape")),
-            _shape_text(record.get("value_shape")), _shape_text(record.get("atten_mask_shape")),
-            _shape_text(record.get("block_table_shape")), len(seq_kv) if seq_kv is not None else None)
+    seq_kv = _int_list(record.get("actual_seq_lengths_kv"), path=path, line=line, field="actual_seq_lengths_kv")
+    slot_shapes = (_shape_text(record.get(key), path=path, line=line, field=key)
+                   for key in ("query_shape", "key_shape", "value_shape", "atten_mask_shape", "block_table_shape"))
+    return ("slots", *slot_shapes, len(seq_kv) if seq_kv is not None else None)
 
 
 def row_keys(input_shapes: str) -> list[tuple]:
