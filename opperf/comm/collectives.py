@@ -190,13 +190,15 @@ class CollectiveCase:
         values.add_(shift).remainder_(modulus)
         return values
 
-    def _input_pattern(self, rank_index: int):
-        n, count = self.num_devices, self.elements
-        if self.op == "all_reduce":
-            return self._pattern(count, rank_index, reduction_modulus(n, self.dtype))
-        if self.op == "reduce_scatter":
-            return self._pattern(n * count, rank_index, reduction_modulus(n, self.dtype))
-        return self._pattern(count, GATHER_RANK_STEP * rank_index, GATHER_MODULUS)
+    def _input_pattern(self, rank_index: int, start: int = 0, count: int | None = None):
+        """Elements start..start+count of rank `rank_index`'s input (all of it by default), built alone:
+        the expected output needs only a slice of each peer's input, not the whole of it."""
+        length = self.num_devices * self.elements if self.op == "reduce_scatter" else self.elements
+        if self.op in ("all_reduce", "reduce_scatter"):
+            shift, modulus = rank_index, reduction_modulus(self.num_devices, self.dtype)
+        else:
+            shift, modulus = GATHER_RANK_STEP * rank_index, GATHER_MODULUS
+        return self._pattern(length - start if count is None else count, shift + start, modulus)
 
     def fill(self) -> None:
         """Write this rank's known input, and poison an out-of-place output so unwritten elements show."""
@@ -210,15 +212,14 @@ class CollectiveCase:
         n, count, j = self.num_devices, self.elements, self.group_index
         if self.op in ("all_reduce", "reduce_scatter"):
             start = j * count if self.op == "reduce_scatter" else 0
-            total = None
-            for k in range(n):
-                part = self._input_pattern(k)[start:start + count]
-                total = part.clone() if total is None else total.add_(part)
+            total = self._input_pattern(0, start, count)
+            for k in range(1, n):
+                total.add_(self._input_pattern(k, start, count))
             return total
         if self.op == "all_gather":
             return torch.cat([self._input_pattern(k) for k in range(n)])
         chunk = count // n     # all_to_all: my chunk k is rank k's chunk j
-        return torch.cat([self._input_pattern(k)[j * chunk:(j + 1) * chunk] for k in range(n)])
+        return torch.cat([self._input_pattern(k, j * chunk, chunk) for k in range(n)])
 
     def check(self) -> str | None:
         """None when the output equals the op's definition on the known inputs, else what differs."""
