@@ -56,3 +56,15 @@ def test_summary_and_gaps_exact(tmp_path):
     assert "| cat | 2 | failed_build | no dtype |" in report
     assert "| replay | 2 | 4.00 | 2.50 |" in report
     assert (out / "replay_vs_profile.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_stage_timings_take_only_this_databases_benchmark_files(tmp_path):
+    from opperf.report.build import stage_timings
+
+    for relative, seconds in (("replay/A3/vllm_ascend/v/mm.tsv", 2.0), ("grid/A3/vllm_ascend/v.tsv", 1.0),
+                              ("replay/XA3/vllm_ascend/v/mm.tsv", 50.0),        # another device
+                              ("replay/A3/vllm_ascend/v_shape_generated/mm.tsv", 70.0)):   # another version_dir
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(f"s\th:m:s\n{seconds}\t0:00:00\n")
+    assert stage_timings(tmp_path, ("A3", "vllm_ascend", "v")) == {
+        "grid": {"jobs": 1, "total_s": 1.0, "max_s": 1.0}, "replay": {"jobs": 1, "total_s": 2.0, "max_s": 2.0}}

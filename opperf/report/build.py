@@ -97,12 +97,12 @@ def stage_timings(benchmarks_root: Path, database_key: Sequence[str]) -> dict[st
     timings: dict[str, dict[str, float]] = {}
     if not benchmarks_root.is_dir():
         return timings
-    needle = "/".join(database_key)
     for path in sorted(benchmarks_root.rglob("*.tsv")):
-        relative = path.relative_to(benchmarks_root).as_posix()
-        if needle not in relative:
+        # {stage}/{device}/{stack}/{version_dir}.tsv or {stage}/{device}/{stack}/{version_dir}/{job}.tsv:
+        # compared part by part, so A3 does not take XA3's files, nor v those of v_shape_generated.
+        stage, *key = path.relative_to(benchmarks_root).with_suffix("").parts[:4]
+        if tuple(key) != tuple(database_key):
             continue
-        stage = relative.split("/", 1)[0]
         try:
             with open(path, newline="", encoding="utf-8") as handle:
                 records = list(csv.DictReader(handle, delimiter="\t"))
