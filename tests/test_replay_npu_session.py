@@ -197,6 +197,22 @@ def test_prof_path_errors_leave_the_database_unchanged(tmp_path):
     assert {p.name: p.read_bytes() for p in database.iterdir()} == before
 
 
+def test_prof_path_a_bad_type_after_good_ones_leaves_the_database_unchanged(tmp_path):
+    database = _database(tmp_path)
+    before = {p.name: p.read_bytes() for p in database.iterdir()}
+    prof = tmp_path / "PROF_9" / "mindstudio_profiler_output"
+    prof.mkdir(parents=True)
+    lines = next(PROF_ROOT.rglob("op_summary_*.csv")).read_text(encoding="utf-8").splitlines()
+    (prof / "op_summary_1.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cast_line = next(line for line in lines if ",Cast,dynamic," in line)
+    bad = prof / "op_summary_2.csv"       # a Type that cannot name a CSV, sorted after every good one
+    bad.write_text(f"{lines[0]}\n{cast_line.replace(',Cast,dynamic,', ',zz/bad,dynamic,')}\n", encoding="utf-8")
+    with pytest.raises(OpperfError) as error:
+        backfill_database(database, tmp_path / "PROF_9")
+    assert error.value.path == str(bad) and error.value.field == "OP Type"
+    assert {p.name: p.read_bytes() for p in database.iterdir()} == before
+
+
 def test_custom_opp_check_says_exactly_what_is_missing(tmp_path):
     vendor = tmp_path / "vllm_ascend" / "_cann_ops_custom" / "vendors" / "vllm-ascend"
     (vendor / "op_api" / "lib").mkdir(parents=True)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic
@@ -176,8 +178,10 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
     result = BackfillResult(summary_files=msprof.collect_op_summaries(prof_path, msprof=msprof_executable))
     tables = [op_summary.read_profiler_table(path) for path in result.summary_files]
     timings = op_summary.aggregate_tables(tables, kernel_types=kernel_types, ep_size=ep_size)
+    # Every CSV is read and updated before any is written: a bad Type or CSV leaves the database unchanged.
+    pending: list[tuple[Path, pd.DataFrame, WritebackReport]] = []
     for kernel_type, by_signature in op_summary.timings_by_kernel_type(timings).items():
-        contract.check_kernel_type(kernel_type, path=result.summary_files[0], field="OP Type")
+        contract.check_kernel_type(kernel_type, path=next(iter(by_signature.values())).sources[0], field="OP Type")
         path = database_dir / f"{kernel_type}.csv"
         if path.is_file():
             frame = read_database_csv(path, required=contract.SIGNATURE_COLUMNS)
@@ -202,13 +206,14 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
             result.unmatched[kernel_type] = len(unmatched)
         appended = [_timing_row(t, collected_at) for t in unmatched] if update_mode == "all" else []
         if frame is None:
-            import pandas as pd
             frame = pd.DataFrame(columns=list(contract.BASE_COLUMNS))
             result.created.append(kernel_type)
         updated, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
                                      prune_empty_duration_rows=prune_empty_duration_rows, appended_rows=appended,
                                      update_mode=update_mode)
-        write_csv_atomic(path, updated)
+        pending.append((path, updated, report))
         result.files[kernel_type] = report
+    for path, updated, report in pending:
+        write_csv_atomic(path, updated)
         log.info("%s: %s", path, report.summary())
     return result
