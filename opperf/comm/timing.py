@@ -164,15 +164,19 @@ def hccl_kernel_durations(kernel_details: str | Path, kernel_type: str) -> list[
             row = {k.strip(): (v or "").strip() for k, v in raw.items() if k is not None}
             if not row["Type"].startswith(kernel_type) or "AivKernel" in row["Name"]:
                 continue
-            try:
-                duration = float(row["Duration(us)"])
-                start = float(row.get("Start Time(us)") or line)
-            except ValueError as exc:
-                raise OpperfError(f"not a number: {exc}", path=path, row=line, field="Duration(us)") from exc
+            duration = _number(row["Duration(us)"], path, line, "Duration(us)")
+            start = _number(row["Start Time(us)"], path, line, "Start Time(us)") if row.get("Start Time(us)") else line
             if duration > 0:
                 rows.append((start, duration))
     rows.sort()
     return [duration for _, duration in rows]
+
+
+def _number(text: str, path: Path, line: int, field: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise OpperfError(f"not a number: {text!r}", path=path, row=line, field=field) from None
 
 
 class NpuKernelTimer(Timer):
