@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -181,6 +182,7 @@ def test_prof_path_missing_only_keeps_a_filled_row_beside_an_empty_twin(tmp_path
     result = backfill_database(database, PROF_ROOT, update_mode="missing-only", kernel_types=["MatMulV2"])
     rows = read_database_csv(database / "MatMulV2.csv").to_dict(orient="records")
     assert [r[contract.REPLAY_AVERAGE] for r in rows] == ["210.4", "5.5"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", rows[0][contract.COLLECTED_AT])      # UTC, as replays write
     assert result.files["MatMulV2"].updated == 1 and result.files["MatMulV2"].untouched == 1
 
 

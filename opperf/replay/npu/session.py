@@ -174,7 +174,7 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
     database_dir = Path(database_dir)
     if not database_dir.is_dir():
         raise OpperfError("database directory not found", path=database_dir)
-    collected_at = collected_at or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    collected_at = collected_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())     # as the replay job writes it
     result = BackfillResult(summary_files=msprof.collect_op_summaries(prof_path, msprof=msprof_executable))
     tables = [op_summary.read_profiler_table(path) for path in result.summary_files]
     timings = op_summary.aggregate_tables(tables, kernel_types=kernel_types, ep_size=ep_size)
