@@ -67,6 +67,11 @@ def test_bad_inputs_name_the_file(tmp_path):
         validate_alignment(good, tmp_path / "missing.csv")
     with pytest.raises(OpperfError, match="tolerance must be positive"):
         validate_alignment(good, good, tolerance=0)
+    text = tmp_path / "c.csv"
+    text.write_text(HEADER.replace("\n", ",busbw_gbps\n") + "1024,2,DT_BF16,1,10.0,0.1,fast\n")
+    with pytest.raises(OpperfError, match="not a number: 'fast'") as error:
+        validate_alignment(text, text, column="busbw_gbps")
+    assert (error.value.path, error.value.row, error.value.field) == (str(text), 2, "busbw_gbps")
 
 
 def test_script_exit_codes(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from opperf.comm.collectives import BACKENDS, OPS, op_of_file_name
-from opperf.comm.results import DURATION, KEY_COLUMNS, read_comm_csv
+from opperf.comm.results import DURATION, KEY_COLUMNS, number_column, read_comm_csv
 from opperf.errors import OpperfError
 from opperf.io import write_csv_atomic
 
@@ -117,7 +117,7 @@ def validate_alignment(measured: str | Path, reference: str | Path, tolerance: f
         for path, frame in ((measured_file, measured_frame), (reference_file, reference_frame)):
             if column not in frame.columns:
                 raise OpperfError(f"no column {column!r}", path=path, field=column)
-            frame[column] = pd.to_numeric(frame[column], errors="raise")
+            frame[column] = number_column(frame, column, path)
         rows += compare_frames(collective, measured_frame, reference_frame, tolerance, column)
     summary = AlignmentSummary(pd.DataFrame(rows, columns=list(REPORT_COLUMNS)))
     if report is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from opperf.comm.collectives import OPS
-from opperf.comm.results import BENCH_MODE, BUSBW, DURATION, MESSAGE_BYTES, NUM_DEVICES, OP, read_comm_csv
+from opperf.comm.results import (BENCH_MODE, BUSBW, DURATION, MESSAGE_BYTES, NUM_DEVICES, OP, number_column,
+                                 read_comm_csv)
 from opperf.comm.sizes import format_size
 from opperf.errors import OpperfError
 from opperf.io import atomic_output, write_text_atomic
@@ -30,7 +31,7 @@ def load_runs(runs: Sequence[tuple[str, str | Path]]) -> pd.DataFrame:
                 if column not in frame.columns:
                     raise OpperfError(f"no column {column!r} (written by opperf's collective benchmark)",
                                       path=path, field=column)
-            frame[BUSBW] = pd.to_numeric(frame[BUSBW])
+            frame[BUSBW] = number_column(frame, BUSBW, path)
             frame[RUN] = label
             frames.append(frame)
     return pd.concat(frames, ignore_index=True)

@@ -11,7 +11,6 @@ mode, the last-arriving rank's kernel in kernel mode.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -122,6 +121,19 @@ _INTEGER_COLUMNS = (MESSAGE_BYTES, NUM_DEVICES, TOPOLOGY_TIER)
 _NUMBER_COLUMNS = (DURATION, BANDWIDTH)
 
 
+def number_column(frame: pd.DataFrame, column: str, path: str | Path, integer: bool = False) -> pd.Series:
+    """A text column of a collective CSV as int64 or float64; a cell that is not one is an error naming
+    file, line and field."""
+    values = []
+    for line, text in enumerate(frame[column], start=2):
+        try:
+            values.append(int(text) if integer else float(text))
+        except ValueError:
+            raise OpperfError(f"not {'an integer' if integer else 'a number'}: {text!r}",
+                              path=path, row=line, field=column) from None
+    return pd.Series(values, index=frame.index, dtype="int64" if integer else "float64")
+
+
 def read_comm_csv(path: str | Path) -> pd.DataFrame:
     """A collective CSV with its contract columns checked and typed (ints, floats); extra columns as text.
 
@@ -129,17 +141,13 @@ def read_comm_csv(path: str | Path) -> pd.DataFrame:
     """
     frame = read_database_csv(path, required=CONTRACT_COLUMNS)
     for column in _INTEGER_COLUMNS + _NUMBER_COLUMNS:
-        typed = []
-        for index, text in enumerate(frame[column]):
-            try:
-                value = int(text) if column in _INTEGER_COLUMNS else float(text)
-            except ValueError:
-                raise OpperfError(f"not {'an integer' if column in _INTEGER_COLUMNS else 'a number'}: {text!r}",
-                                  path=path, row=index + 2, field=column) from None
-            if column == DURATION and not (math.isfinite(value) and value > 0):
-                raise OpperfError(f"duration must be positive, got {text!r}", path=path, row=index + 2, field=column)
-            typed.append(value)
-        frame[column] = pd.Series(typed, index=frame.index, dtype="int64" if column in _INTEGER_COLUMNS else "float64")
+        typed = number_column(frame, column, path, integer=column in _INTEGER_COLUMNS)
+        if column == DURATION:
+            bad = np.flatnonzero(~(np.isfinite(typed.to_numpy()) & (typed.to_numpy() > 0)))
+            if len(bad):
+                raise OpperfError(f"duration must be positive, got {frame[column].iloc[bad[0]]!r}",
+                                  path=path, row=int(bad[0]) + 2, field=column)
+        frame[column] = typed
     duplicated = frame.duplicated(subset=list(KEY_COLUMNS))
     if duplicated.any():
         line = int(np.flatnonzero(duplicated.to_numpy())[0]) + 2
