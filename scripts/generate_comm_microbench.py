@@ -13,7 +13,7 @@ from opperf.comm.bench import BenchRequest, plan_text, run_benchmarks  # noqa: E
 from opperf.comm.collectives import OPS  # noqa: E402
 from opperf.comm.sizes import DTYPES, comm_dtype, parse_bytes_grid  # noqa: E402
 from opperf.comm.timing import BENCH_MODES  # noqa: E402
-from opperf.devices import resolve_device  # noqa: E402
+from opperf.devices import load_catalog, resolve_device  # noqa: E402
 
 SEED_GRID_SHAPE = (48, 8, 2)
 EXAMPLES = """
@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     device_key = ""
     grid_shape = args.grid_shape
     if args.device:
-        device = resolve_device(args.device, None if args.devices is None else _catalog(args.devices))
+        device = resolve_device(args.device, None if args.devices is None else load_catalog(args.devices))
         device_key = device.name
         grid_shape = grid_shape or list(device.comm_grid_shape)
     request = BenchRequest(
@@ -93,12 +93,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     run_benchmarks(request)
     return 0
-
-
-def _catalog(path):
-    from opperf.devices import load_catalog
-
-    return load_catalog(path)
 
 
 if __name__ == "__main__":
