@@ -79,11 +79,10 @@ def _sequence_lengths(shape: tuple[int, ...], batch: int, layout: str) -> list[i
 
 def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
     slots = Slots(ctx)
-    if slots.count > len(FIA_SLOT_NAMES):
-        extra = [i for i in range(len(FIA_SLOT_NAMES), slots.count) if slots.shape(i) is not None]
-        if extra:
-            raise ctx.error(f"input slots {extra} are beyond the {len(FIA_SLOT_NAMES)} FusedInferAttentionScore "
-                            "arguments this replay knows")
+    extra = [i for i in range(len(FIA_SLOT_NAMES), slots.count) if slots.shape(i) is not None]
+    if extra:
+        raise ctx.error(f"input slots {extra} are beyond the {len(FIA_SLOT_NAMES)} FusedInferAttentionScore "
+                        "arguments this replay knows")
     query_shape = slots.require(_SLOT["query"], "query")
     key_shape = slots.require(_SLOT["key"], "key")
     slots.require(_SLOT["value"], "value")
@@ -131,7 +130,8 @@ def _fused_infer_attention(ctx: BuildContext) -> NpuCall:
     if slots.shape(_SLOT["atten_mask"]) is not None:
         kwargs["atten_mask"] = _causal_mask(slots, _SLOT["atten_mask"])
         sparse_mode = 3 if slots.shape(_SLOT["atten_mask"])[-2:] == (_CAUSAL_MASK, _CAUSAL_MASK) else 0
-    sparse_mode = _runtime(ctx, "sparse_mode") if _runtime(ctx, "sparse_mode") is not None else sparse_mode
+    runtime_sparse_mode = _runtime(ctx, "sparse_mode")      # 0 is a value here, not a missing one
+    sparse_mode = runtime_sparse_mode if runtime_sparse_mode is not None else sparse_mode
 
     batch_shape = slots.shape(_SLOT["actual_seq_lengths"]) or slots.shape(_SLOT["actual_seq_lengths_kv"]) \
         or table_shape
@@ -234,22 +234,23 @@ _FA_LAYOUTS = {3: ("SBH", "BSH"), 4: ("BNSD", "BSND")}
 _FA_MASK = 6
 
 
-def _fa_geometry(ctx: BuildContext, query_shape: tuple[int, ...], softmax_shape: tuple[int, ...]) -> tuple[str, int]:
-    """(input_layout, head_num) from the query and the (B, N, S, 8) softmax statistics."""
+def _fa_geometry(ctx: BuildContext, query_shape: tuple[int, ...],
+                 softmax_shape: tuple[int, ...]) -> tuple[str, int, int]:
+    """(input_layout, head_num, head_dim) from the query and the (B, N, S, 8) softmax statistics."""
     batch, heads, seq = softmax_shape[:3]
     if len(query_shape) == 3:
         if query_shape[-1] % heads:
             raise ctx.error(f"query hidden size {query_shape[-1]} is not a multiple of the {heads} heads the "
                             f"softmax statistics {softmax_shape} show")
         if query_shape[:2] == (seq, batch):
-            return "SBH", heads
+            return "SBH", heads, query_shape[-1] // heads
         if query_shape[:2] == (batch, seq):
-            return "BSH", heads
+            return "BSH", heads, query_shape[-1] // heads
     elif len(query_shape) == 4:
         if query_shape[:3] == (batch, heads, seq):
-            return "BNSD", heads
+            return "BNSD", heads, query_shape[-1]
         if query_shape[:3] == (batch, seq, heads):
-            return "BSND", heads
+            return "BSND", heads, query_shape[-1]
     raise ctx.error(f"query {query_shape} fits no layout of {_FA_LAYOUTS.get(len(query_shape), ())} with softmax "
                     f"statistics {softmax_shape} (batch, heads, seq, 8)")
 
@@ -266,9 +267,8 @@ def _flash_attention(ctx: BuildContext) -> NpuCall:
     slots.require(1, "key")
     slots.require(2, "value")
     softmax_shape = slots.require_output(0, "softmax_max")
-    layout, heads = _fa_geometry(ctx, query_shape, softmax_shape)
-    head_dim = query_shape[-1] // heads if layout in ("SBH", "BSH") else query_shape[-1]
-    unsupported = [i for i in (3, 4, 5, 7, 8, 9) if i < slots.count and slots.shape(i) is not None]
+    layout, heads, head_dim = _fa_geometry(ctx, query_shape, softmax_shape)
+    unsupported = [i for i in (3, 4, 5, 7, 8, 9) if slots.shape(i) is not None]
     if unsupported:
         raise ctx.error(f"input slots {unsupported} (pse / dropout / padding / prefix / varlen) are not replayed")
     kwargs = {"atten_mask": _fa_mask(slots, _FA_MASK), "scale": head_dim ** -0.5, "keep_prob": 1.0,
@@ -308,8 +308,7 @@ def _flash_attention_grad(ctx: BuildContext) -> NpuCall:
         roles[role] = index
     if "softmax_max" not in roles or "softmax_sum" not in roles or "attention_in" not in roles:
         raise ctx.error(f"needs softmax_max, softmax_sum and attention_in slots, found {sorted(roles)}")
-    layout, heads = _fa_geometry(ctx, query_shape, slots.shape(roles["softmax_max"]))
-    head_dim = query_shape[-1] // heads if layout in ("SBH", "BSH") else query_shape[-1]
+    layout, heads, head_dim = _fa_geometry(ctx, query_shape, slots.shape(roles["softmax_max"]))
     kwargs = {"atten_mask": _causal_mask(slots, roles["atten_mask"]) if "atten_mask" in roles else None,
               "softmax_max": slots.tensor(roles["softmax_max"], "softmax_max", values="positive"),
               "softmax_sum": slots.tensor(roles["softmax_sum"], "softmax_sum", values="positive"),

@@ -39,7 +39,7 @@ def _add_rms_norm_bias(ctx: BuildContext) -> NpuCall:
         raise ctx.error(f"gamma {gamma_shape} must be ({x1_shape[-1]},), the hidden size")
     x1 = slots.tensor(0, "x1")
     x2 = slots.tensor(1, "x2", shape=x1_shape)
-    beta = slots.optional(3, "beta") if slots.count > 3 else None
+    beta = slots.optional(3, "beta")
     return slots.call("torch.ops._C_ascend.npu_add_rms_norm_bias",
                       (x1, x2, slots.tensor(2, "gamma"), beta, RMS_NORM_EPSILON),
                       import_modules=CUSTOM_OP_IMPORTS, notes=notes)
@@ -111,8 +111,7 @@ def _kv_rms_norm_rope_cache(ctx: BuildContext) -> NpuCall:
     args.append(_cache_slots(slots, 4, "index", k_cache_shape))
     args += [slots.tensor(5, "k_cache"), slots.tensor(6, "ckv_cache")]
     optional = ("k_rope_scale", "c_kv_scale", "k_rope_offset", "c_kv_offset")
-    kwargs = {name: (slots.optional(7 + i, name, values="positive") if slots.count > 7 + i else None)
-              for i, name in enumerate(optional)}
+    kwargs = {name: slots.optional(7 + i, name, values="positive") for i, name in enumerate(optional)}
     kwargs.update(epsilon=KV_RMS_NORM_EPSILON, cache_mode="PA_BNSD", is_output_kv=slots.output_count >= 4)
     return slots.call("torch_npu.npu_kv_rmsnorm_rope_cache", args, kwargs)
 

@@ -49,7 +49,7 @@ def _matmul(ctx: BuildContext) -> NpuCall:
     k = _contraction(slots, a_shape, b_shape, m, n)
     a = _operand(slots, 0, "x", m, k)
     b = _operand(slots, 1, "weight", k, n)
-    bias = slots.optional(2, "bias") if slots.count > 2 else None
+    bias = slots.optional(2, "bias")
     if slots.count > 3:
         raise ctx.error(f"MatMul rows have 2 or 3 input slots (x, weight[, bias]), this one has {slots.count}")
     if bias is not None:
@@ -67,7 +67,7 @@ def _batch_matmul(ctx: BuildContext) -> NpuCall:
     k = _contraction(slots, a_shape, b_shape, m, n)
     a = _operand(slots, 0, "x1", m, k)
     b = _operand(slots, 1, "x2", k, n)
-    if slots.count > 2 and slots.shape(2) is not None:
+    if slots.shape(2) is not None:
         raise ctx.error("BatchMatMulV2 with a bias slot is not replayed (torch.matmul has no bias)")
     return slots.call("torch.matmul", (a, b))
 
@@ -122,7 +122,7 @@ def _ascend_quant(ctx: BuildContext) -> NpuCall:
     quant_dtype = getattr(torch, _QUANTIZED_DTYPES[canonical])
     x = slots.tensor(0, "x")
     scales = slots.tensor(1, "scales", values="positive")
-    zero_points = slots.optional(2, "zero_points") if slots.count > 2 else None
+    zero_points = slots.optional(2, "zero_points")
     return slots.call("torch_npu.npu_quantize", (x, scales, zero_points, quant_dtype, -1, False))
 
 

@@ -124,7 +124,7 @@ def _moe_token_unpermute(ctx: BuildContext) -> NpuCall:
     permuted = slots.tensor(0, "permuted_tokens")
     sorted_indices = slots.index(1, "sorted_indices", permuted_shape[0], unique=True)
     kwargs = {}
-    if slots.count > 2 and slots.shape(2) is not None:
+    if slots.shape(2) is not None:
         kwargs["probs"] = slots.tensor(2, "probs", values="uniform")
     return slots.call("torch_npu.npu_moe_token_unpermute", (permuted, sorted_indices), kwargs)
 

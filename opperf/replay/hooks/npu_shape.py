@@ -103,7 +103,7 @@ def _masked_fill(ctx: BuildContext) -> NpuCall:
     slots.require(1, "mask")
     x = slots.tensor(0, "x")
     mask = slots.tensor(1, "mask", dtype=torch.bool)
-    value_shape = slots.shape(2) if slots.count > 2 else None
+    value_shape = slots.shape(2)
     if value_shape is not None and numel(value_shape) != 1:
         raise ctx.error(f"value slot has shape {value_shape}; masked_fill takes a one-element value")
     value = slots.tensor(2, "value", shape=()) if value_shape is not None else 0.0
