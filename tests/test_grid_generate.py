@@ -14,9 +14,9 @@ from opperf.contract import (ACCELERATOR_CORE, EP_SIZE, INPUT_DTYPES, INPUT_FORM
                              OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, SOURCE,
                              SOURCE_GENERATED, SOURCE_PROFILED, row_signature)
 from opperf.grid import generate_kernel_rows, load_grid_config, load_models, prepare_settings
-from opperf.grid.generators.attention import RUNTIME_ACTUAL_SEQ_LENGTHS, RUNTIME_ACTUAL_SEQ_LENGTHS_KV
 from opperf.grid.memory import BYTES_PER_GB, MemoryEstimator, tensor_bytes
 from opperf.grid.templates import nd_to_fractal_nz
+from opperf.parse.fia_metadata import RUNTIME_SEQ_LENGTHS_KV_VALUES, RUNTIME_SEQ_LENGTHS_VALUES
 
 GRID = load_grid_config("config/grid.yaml")
 MODELS = load_models("config/models.yaml")
@@ -121,11 +121,11 @@ def test_fia_rows_have_the_full_slot_layout_and_actual_sequence_lengths():
     prefill, decode = generated
     assert prefill[INPUT_SHAPES] == "256,8,128;256,1,128;256,1,128;;2048,2048;2;2" + ";" * 24
     assert prefill[OUTPUT_SHAPES] == "256,8,128;"
-    assert (prefill[RUNTIME_ACTUAL_SEQ_LENGTHS], prefill[RUNTIME_ACTUAL_SEQ_LENGTHS_KV]) == ("128,256", "128,128")
+    assert (prefill[RUNTIME_SEQ_LENGTHS_VALUES], prefill[RUNTIME_SEQ_LENGTHS_KV_VALUES]) == ("128,256", "128,128")
     # Decode: 4 sequences of 300 tokens in 128-token blocks: 3 blocks each, 12 in the cache.
     assert decode[INPUT_SHAPES] == "4,8,128;12,1,128,128;12,1,128,128;;;4;4;;;;;;;;4,3" + ";" * 16
     assert decode[OUTPUT_SHAPES] == "4,8,128;"
-    assert (decode[RUNTIME_ACTUAL_SEQ_LENGTHS], decode[RUNTIME_ACTUAL_SEQ_LENGTHS_KV]) == ("1,2,3,4",
+    assert (decode[RUNTIME_SEQ_LENGTHS_VALUES], decode[RUNTIME_SEQ_LENGTHS_KV_VALUES]) == ("1,2,3,4",
                                                                                            "300,300,300,300")
     assert decode[INPUT_DTYPES] == FIA_TEMPLATE[INPUT_DTYPES] and decode[OUTPUT_DTYPES] == "DT_BF16;FLOAT"
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from opperf.grid import generate_kernel_rows, load_grid_config, load_models, prepare_settings
-from opperf.grid.generators.attention import RUNTIME_ACTUAL_SEQ_LENGTHS_KV
+from opperf.parse.fia_metadata import RUNTIME_SEQ_LENGTHS_KV_VALUES
 from opperf.replay.definitions import definition_for, load_definitions
 from opperf.replay.inputs import BuildContext, build_argument
 
@@ -67,7 +67,7 @@ def build(kernel_type: str, row: dict, line: int) -> None:
 
 
 def single_sequence_fia(kernel_type: str, row: dict) -> bool:
-    return kernel_type == "FusedInferAttentionScore" and "," not in row.get(RUNTIME_ACTUAL_SEQ_LENGTHS_KV, ",")
+    return kernel_type == "FusedInferAttentionScore" and "," not in row.get(RUNTIME_SEQ_LENGTHS_KV_VALUES, ",")
 
 
 def test_every_replay_example_type_but_two_has_a_pattern():

@@ -22,8 +22,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, order_columns, parse_shapes, strip_profiler_quotes
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
@@ -105,6 +103,8 @@ def _operator_fia_shapes(path: Path) -> list[str]:
 
 def add_fia_profile_metadata(database, inputs, tables) -> None:
     """Give every FusedInferAttentionScore row the profile-derived Runtime columns (module docstring, 1)."""
+    import polars as pl     # here, not at the top: the grid imports this module for its column names only
+
     from opperf.parse.aggregate import add_columns
     from opperf.parse.kernel_details import TYPE
 

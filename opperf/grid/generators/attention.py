@@ -28,18 +28,13 @@ from collections.abc import Iterator
 from opperf.grid.candidates import Candidate
 from opperf.grid.generators.base import INT, INT_LIST, Generator, ParamSpec
 from opperf.grid.values import ValueGrids
+from opperf.parse.fia_metadata import (RUNTIME_BLOCK_SIZE, RUNTIME_INPUT_LAYOUT, RUNTIME_NUM_HEADS,
+                                       RUNTIME_NUM_KEY_VALUE_HEADS, RUNTIME_SEQ_LENGTHS_KV_VALUES,
+                                       RUNTIME_SEQ_LENGTHS_VALUES, RUNTIME_SOURCE_PROFILE, RUNTIME_SPARSE_MODE,
+                                       SLOT_ATTEN_MASK, SLOT_BLOCK_TABLE, SLOT_KEY, SLOT_QUERY, SLOT_SEQ_LENGTHS,
+                                       SLOT_SEQ_LENGTHS_KV, SLOT_VALUE)
 
-QUERY, KEY, VALUE, ATTEN_MASK, ACTUAL_SEQ_LENGTHS, ACTUAL_SEQ_LENGTHS_KV = 0, 1, 2, 4, 5, 6
-BLOCK_TABLE, QUERY_ROPE, KEY_ROPE = 14, 24, 25
-
-RUNTIME_SOURCE = "Runtime source_profile"
-RUNTIME_ACTUAL_SEQ_LENGTHS = "Runtime actual_seq_lengths_values"
-RUNTIME_ACTUAL_SEQ_LENGTHS_KV = "Runtime actual_seq_lengths_kv_values"
-RUNTIME_NUM_HEADS = "Runtime num_heads"
-RUNTIME_NUM_KV_HEADS = "Runtime num_key_value_heads"
-RUNTIME_INPUT_LAYOUT = "Runtime input_layout"
-RUNTIME_SPARSE_MODE = "Runtime sparse_mode"
-RUNTIME_BLOCK_SIZE = "Runtime block_size"
+SLOT_QUERY_ROPE, SLOT_KEY_ROPE = 24, 25
 
 
 def _slots(count: int, filled: dict[int, tuple[int, ...]]) -> tuple[tuple[int, ...] | None, ...]:
@@ -63,18 +58,18 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _runtime(scene: str, *, q_lengths, kv_lengths, heads, kv_heads, layout, sparse_mode, block_size=""):
-    return ((RUNTIME_SOURCE, f"shape_grid:{scene}"), (RUNTIME_ACTUAL_SEQ_LENGTHS, _int_list(q_lengths)),
-            (RUNTIME_ACTUAL_SEQ_LENGTHS_KV, _int_list(kv_lengths)), (RUNTIME_NUM_HEADS, str(heads)),
-            (RUNTIME_NUM_KV_HEADS, str(kv_heads)), (RUNTIME_INPUT_LAYOUT, layout),
+    return ((RUNTIME_SOURCE_PROFILE, f"shape_grid:{scene}"), (RUNTIME_SEQ_LENGTHS_VALUES, _int_list(q_lengths)),
+            (RUNTIME_SEQ_LENGTHS_KV_VALUES, _int_list(kv_lengths)), (RUNTIME_NUM_HEADS, str(heads)),
+            (RUNTIME_NUM_KEY_VALUE_HEADS, str(kv_heads)), (RUNTIME_INPUT_LAYOUT, layout),
             (RUNTIME_SPARSE_MODE, str(sparse_mode)), (RUNTIME_BLOCK_SIZE, str(block_size)))
 
 
 def dense_prefill(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, *, slots: int,
                   mask_size: int) -> Candidate:
     tokens = batch * seq_len
-    inputs = _slots(slots, {QUERY: (tokens, heads, head_dim), KEY: (tokens, kv_heads, head_dim),
-                            VALUE: (tokens, kv_heads, head_dim), ATTEN_MASK: (mask_size, mask_size),
-                            ACTUAL_SEQ_LENGTHS: (batch,), ACTUAL_SEQ_LENGTHS_KV: (batch,)})
+    inputs = _slots(slots, {SLOT_QUERY: (tokens, heads, head_dim), SLOT_KEY: (tokens, kv_heads, head_dim),
+                            SLOT_VALUE: (tokens, kv_heads, head_dim), SLOT_ATTEN_MASK: (mask_size, mask_size),
+                            SLOT_SEQ_LENGTHS: (batch,), SLOT_SEQ_LENGTHS_KV: (batch,)})
     columns = _runtime("dense_prefill", q_lengths=_cumulative([seq_len] * batch), kv_lengths=[seq_len] * batch,
                        heads=heads, kv_heads=kv_heads, layout="TND", sparse_mode=3)
     return Candidate(inputs, ((tokens, heads, head_dim), None), columns)
@@ -84,9 +79,9 @@ def dense_decode(batch: int, context: int, heads: int, kv_heads: int, head_dim: 
                  block_size: int) -> Candidate:
     blocks_per_sequence = _ceil_div(context, block_size)
     cache = (batch * blocks_per_sequence, kv_heads, block_size, head_dim)
-    inputs = _slots(slots, {QUERY: (batch, heads, head_dim), KEY: cache, VALUE: cache,
-                            ACTUAL_SEQ_LENGTHS: (batch,), ACTUAL_SEQ_LENGTHS_KV: (batch,),
-                            BLOCK_TABLE: (batch, blocks_per_sequence)})
+    inputs = _slots(slots, {SLOT_QUERY: (batch, heads, head_dim), SLOT_KEY: cache, SLOT_VALUE: cache,
+                            SLOT_SEQ_LENGTHS: (batch,), SLOT_SEQ_LENGTHS_KV: (batch,),
+                            SLOT_BLOCK_TABLE: (batch, blocks_per_sequence)})
     columns = _runtime("dense_decode", q_lengths=_cumulative([1] * batch), kv_lengths=[context] * batch,
                        heads=heads, kv_heads=kv_heads, layout="TND", sparse_mode=0, block_size=block_size)
     return Candidate(inputs, ((batch, heads, head_dim), None), columns)
@@ -95,10 +90,12 @@ def dense_decode(batch: int, context: int, heads: int, kv_heads: int, head_dim: 
 def mla_decode(batch: int, context: int, heads: int, kv_lora_rank: int, rope_dim: int, *, slots: int,
                block_size: int) -> Candidate:
     blocks = batch * _ceil_div(context, block_size)
-    inputs = _slots(slots, {QUERY: (batch, heads, 1, kv_lora_rank), KEY: (blocks, 1, block_size, kv_lora_rank),
-                            VALUE: (blocks, 1, block_size, kv_lora_rank), ACTUAL_SEQ_LENGTHS_KV: (batch,),
-                            BLOCK_TABLE: (batch, _ceil_div(context, block_size)),
-                            QUERY_ROPE: (batch, heads, 1, rope_dim), KEY_ROPE: (blocks, 1, block_size, rope_dim)})
+    inputs = _slots(slots, {SLOT_QUERY: (batch, heads, 1, kv_lora_rank),
+                            SLOT_KEY: (blocks, 1, block_size, kv_lora_rank),
+                            SLOT_VALUE: (blocks, 1, block_size, kv_lora_rank), SLOT_SEQ_LENGTHS_KV: (batch,),
+                            SLOT_BLOCK_TABLE: (batch, _ceil_div(context, block_size)),
+                            SLOT_QUERY_ROPE: (batch, heads, 1, rope_dim),
+                            SLOT_KEY_ROPE: (blocks, 1, block_size, rope_dim)})
     columns = _runtime("mla_decode", q_lengths=[], kv_lengths=[context] * batch, heads=heads, kv_heads=1,
                        layout="BNSD", sparse_mode=0, block_size=block_size)
     return Candidate(inputs, ((batch, heads, 1, kv_lora_rank), None), columns)
