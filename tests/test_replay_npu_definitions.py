@@ -18,6 +18,7 @@ from opperf.errors import OpperfError
 from opperf.replay.definitions import definition_for, load_definitions
 from opperf.replay.hooks.npu_common import NpuCall, to_case
 from opperf.replay.inputs import BuildContext, build_argument, torch_dtype
+from opperf.replay.npu import environment
 
 REPO = Path(__file__).resolve().parents[1]
 NPU_DEFINITIONS = REPO / "config" / "kernels" / "npu"
@@ -43,6 +44,7 @@ def test_every_required_kernel_type_has_exactly_one_npu_definition():
     covered = {t for d in DEFINITIONS.values() for t in d.kernel_types}
     assert REQUIRED_TYPES <= covered
     assert {d.type for d in DEFINITIONS.values() if d.requires_custom_opp} == CUSTOM_OPP
+    assert environment.CUSTOM_OPP_KERNELS == CUSTOM_OPP       # the environment check filters on its own copy
     assert set(definition_for(DEFINITIONS, "MatMulV3").kernel_types) == {"MatMulV2", "MatMulV3", "MatMulCommon"}
 
 
