@@ -35,8 +35,7 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
         budget = memory_budget_for(device.memory_gb, backend, args.memory_fraction)
     else:
         budget = memory_budget_for(float("inf"), backend, args.memory_fraction) if backend == "cpu" else None
-    device_ids = parse_device_ids(args.device_ids) if args.device_ids else \
-        (default_device_ids(backend) if backend != "cpu" else [])
+    device_ids = parse_device_ids(args.device_ids) if args.device_ids else default_device_ids(backend)
     settings = ReplaySettings(
         backend=backend, repeat_count=args.repeat_count, warmup_count=args.warmup_count,
         update_mode=args.update_mode, timeout_s=args.timeout_s, max_restarts=args.max_restarts,
@@ -47,13 +46,20 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
     return settings
 
 
+def _definition_source(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(definitions directory, definition file): --definition FILE, or '' for "none exists", overrides --definitions."""
+    if args.definition is None:
+        return args.definitions, None
+    return None, args.definition or None
+
+
 def npu_session(args: argparse.Namespace, kernel_type: str, scratch: Path):
     """The msprof session of an NPU job, after checking msprof, the device and the custom OPP it needs."""
     from opperf.replay.npu import environment, msprof
     from opperf.replay.npu.session import MsprofSession
 
     environment.check_msprof(args.msprof)
-    definition = find_definition(kernel_type, "npu", args.definitions, getattr(args, "definition", None) or None)
+    definition = find_definition(kernel_type, "npu", *_definition_source(args))
     if definition is not None and definition.requires_custom_opp:
         environment.check_custom_opp([definition.type])
     torchrun = None
@@ -70,10 +76,10 @@ def npu_session(args: argparse.Namespace, kernel_type: str, scratch: Path):
 def _replay_one(args, settings: ReplaySettings, rows: Path, kernel_type: str, output: Path, version_dir: str | None,
                 trace_dir: str | None, scratch: Path) -> KernelJobResult:
     session = npu_session(args, kernel_type, scratch) if settings.backend == "npu" else None
-    definitions_dir = None if getattr(args, "definition", None) is not None else args.definitions
+    definitions_dir, definition_path = _definition_source(args)
     return replay_kernel_csv(rows, kernel_type, definitions_dir, output, settings, version_dir=version_dir,
                              trace_dir=trace_dir, session=session, task_id=args.task_id,
-                             definition_path=getattr(args, "definition", None) or None)
+                             definition_path=definition_path)
 
 
 def database_dir_from_args(args: argparse.Namespace, device: Device | None) -> Path:
@@ -111,8 +117,6 @@ def run_database_form(args: argparse.Namespace) -> int:
     """Every (or each --op) kernel CSV of a database directory, replayed and updated in place."""
     device = _device(args, Path(args.database_path) if args.database_path else None)
     database_dir = database_dir_from_args(args, device)
-    if device is None:
-        device = _device(args, database_dir)
     if not database_dir.is_dir():
         raise OpperfError("database directory not found", path=database_dir)
     version_dir = database_dir.name
@@ -145,7 +149,8 @@ def run_database_form(args: argparse.Namespace) -> int:
     from opperf.report.build import write_database_report
 
     reports_dir = Path(args.reports_dir) if args.reports_dir else database_dir / "reports"
-    written = write_database_report(database_dir, reports_dir, kernels=kernels)
+    written = write_database_report(database_dir, reports_dir, kernels=kernels, backend=settings.backend,
+                                    device_ids=settings.device_ids)
     print(f"report: {', '.join(str(p) for p in written)}")
     return 0
 

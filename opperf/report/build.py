@@ -263,7 +263,9 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
 
 
 def write_database_report(database_dir: Path, reports_dir: Path, *, kernels: Sequence[str] | None = None,
-                          band: tuple[float, float] = DEFAULT_BAND, backend: str = "cpu") -> list[Path]:
-    """The report of a database directory (the replay CLI's database form)."""
+                          band: tuple[float, float] = DEFAULT_BAND, backend: str = "cpu",
+                          device_ids: Sequence[int] = ()) -> list[Path]:
+    """The report of a database directory (the replay CLI's database form: one kernel type after another)."""
     files = [database_dir / f"{k}.csv" for k in kernels] if kernels else sorted(database_dir.glob("*.csv"))
-    return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band)
+    return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band,
+                        device_ids=device_ids, max_concurrency=1)
