@@ -88,7 +88,6 @@ def _kill_group(process: subprocess.Popen) -> None:
 def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s: float, max_restarts: int = 3,
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
                  wrap_command: Callable[[list[str], int], list[str]] | None = None,
-                 on_outcome: Callable[[int, RowOutcome], None] | None = None,
                  stop_on_failure: bool = False) -> dict[int, RowOutcome]:
     """Replay rows `indices` in child processes; every index gets an outcome.
 
@@ -136,8 +135,6 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                             outcome = RowOutcome.from_json(record["outcome"])
                             outcomes[record["index"]] = outcome
                             remaining.remove(record["index"])
-                            if on_outcome is not None:
-                                on_outcome(record["index"], outcome)
                             current, started_at = None, None
                             if stop_on_failure and outcome.status in FAILED_STATUSES:
                                 _kill_group(process)
@@ -173,15 +170,11 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                 # Died before starting any row (import error, bad environment): restarting cannot help.
                 for index in remaining:
                     outcomes[index] = RowOutcome(STATUS_NOT_RUN, error=f"never started: {message}")
-                    if on_outcome is not None:
-                        on_outcome(index, outcomes[index])
                 remaining = []
                 break
             if current is not None:
                 outcomes[current] = RowOutcome(status, error=message)
                 remaining.remove(current)
-                if on_outcome is not None:
-                    on_outcome(current, outcomes[current])
             restarts += 1
             if remaining and stop_on_failure:
                 for index in remaining:
@@ -191,7 +184,5 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                 for index in remaining:
                     outcomes[index] = RowOutcome(STATUS_NOT_RUN, error=f"not replayed: the replay process failed "
                                                                         f"{restarts} times (last: {message})")
-                    if on_outcome is not None:
-                        on_outcome(index, outcomes[index])
                 remaining = []
     return outcomes

@@ -12,7 +12,7 @@ import datetime as _dt
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,9 +98,7 @@ def memory_budget_for(device_memory_gb: float, backend: str, fraction: float = 0
 
 
 def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, rows_path: str | Path,
-                settings: ReplaySettings, *, session=None,
-                on_outcome: Callable[[int, RowOutcome], None] | None = None
-                ) -> tuple[list[WorkItem], dict[tuple[str, ...], RowOutcome]]:
+                settings: ReplaySettings, *, session=None) -> tuple[list[WorkItem], dict[tuple[str, ...], RowOutcome]]:
     """Replay the distinct calls of `frame` (read from `rows_path`) in isolated children; outcomes by replay key.
 
     `session` (NPU): an `opperf.replay.npu.session.MsprofSession`; each child runs inside one msprof
@@ -124,7 +122,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         env.update(visible_devices_env(settings.backend, device_id))
         outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
                                 max_restarts=settings.max_restarts, env=env,
-                                wrap_command=session.wrap_command if session else None, on_outcome=on_outcome,
+                                wrap_command=session.wrap_command if session else None,
                                 stop_on_failure=settings.fail_fast)
     by_key = outcomes_by_key(items, outcomes)
     if session is not None:
@@ -133,6 +131,10 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         by_key = resolve_outcomes(by_key, session.summaries(), kernel_types=definition.kernel_types,
                                   kernel_type=kernel_type, repeat_count=settings.repeat_count)
     return items, by_key
+
+
+def _utc_timestamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_definition(kernel_type: str, backend: str, definitions_dir: str | Path | None = None,
@@ -168,7 +170,7 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
         check_stack_matches(version_dir, settings.backend)
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
     definition = find_definition(kernel_type, settings.backend, definitions_dir, definition_path)
-    collected_at = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    collected_at = _utc_timestamp()
     with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
         items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)
         result.update(calls=len(items), ok=sum(o.status == STATUS_OK for o in outcomes.values()))
@@ -184,9 +186,8 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
                                  prune_empty_duration_rows=settings.prune_empty_duration_rows,
                                  update_mode=settings.update_mode)
     write_csv_atomic(output_path, written)
-    log.info("%s: %s; statuses %s", kernel_type, report.summary(),
-             json.dumps(KernelJobResult(kernel_type, items, outcomes, report).status_counts()))
     job = KernelJobResult(kernel_type, items, outcomes, report)
+    log.info("%s: %s; statuses %s", kernel_type, report.summary(), json.dumps(job.status_counts()))
     if trace_dir is not None:
         job.trace_files = write_traces(Trace(trace_dir, kernel_type, task_id), job, frame, definition, settings,
                                        rows_path, output_path, definitions_dir)
@@ -262,7 +263,7 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
         definition_path=str(Path(definition.path).resolve()) if definition else "",
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),
-        generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        generated_at=_utc_timestamp())
     write_text_atomic(path, text)
     path.chmod(0o755)
     return path

@@ -92,7 +92,7 @@ def write_back(frame: pd.DataFrame, kernel_type: str, outcomes: Mapping[tuple[st
         kept.append(row)
     for extra in appended_rows:
         row = {c: "" for c in columns}
-        row.update({k: v for k, v in extra.items()})
+        row.update(extra)
         for column in extra:
             if column not in columns:
                 columns.append(column)
