@@ -80,13 +80,17 @@ def replay_key(row: Mapping[str, str], kernel_type: str) -> tuple[str, ...]:
     return contract.row_signature(row, kernel_type) + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
 
 
-def has_valid_duration(value: str) -> bool:
-    """A duration cell that holds a usable measurement (a finite number > 0)."""
+def duration_value(value: str) -> float | None:
+    """A duration cell's usable measurement (a finite number > 0), else None."""
     try:
         number = float(contract.strip_profiler_quotes(value))
     except ValueError:
-        return False
-    return math.isfinite(number) and number > 0
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def has_valid_duration(value: str) -> bool:
+    return duration_value(value) is not None
 
 
 def plan_work(rows: Sequence[Mapping[str, str]], kernel_type: str, update_mode: str) -> list[WorkItem]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import atomic_output, read_database_csv, write_text_atomic
 from opperf.log import get_logger
+from opperf.replay.engine import STATUS_OK, duration_value
 
 log = get_logger("report")
 DEFAULT_BAND = (0.8, 1.2)
@@ -32,14 +32,6 @@ REPORT_FILES = ("replay_report.md", "duration_gap.csv", "summary.json", "replay_
                 "status_by_kernel.png")
 GAP_COLUMNS = ("Type", "line", *contract.SIGNATURE_COLUMNS, contract.PROFILING_AVERAGE, contract.REPLAY_AVERAGE,
                "replay_over_profile", "band", contract.SOURCE)
-
-
-def _number(value: str) -> float | None:
-    try:
-        number = float(contract.strip_profiler_quotes(value))
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and number > 0 else None
 
 
 @dataclass
@@ -55,7 +47,7 @@ class KernelSummary:
 
     @property
     def passed(self) -> int:
-        return self.statuses.get("ok", 0)
+        return self.statuses.get(STATUS_OK, 0)
 
     def profile(self) -> dict | None:
         if not self.pairs:
@@ -74,8 +66,8 @@ def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], ga
         summary.statuses[status] = summary.statuses.get(status, 0) + 1
         if row.get(contract.REPLAY_ERROR):
             summary.errors.append((line, status, row[contract.REPLAY_ERROR]))
-        replayed = _number(row.get(contract.REPLAY_AVERAGE, ""))
-        profiled = _number(row.get(contract.PROFILING_AVERAGE, ""))
+        replayed = duration_value(row.get(contract.REPLAY_AVERAGE, ""))
+        profiled = duration_value(row.get(contract.PROFILING_AVERAGE, ""))
         if replayed is not None:
             summary.replayed_us.append(replayed)
         if replayed is not None and profiled is not None:
@@ -188,7 +180,7 @@ def _markdown(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dic
              "| Type | rows | ok | other statuses | mean replay (us) | mean profiled (us) | profiled/replay |",
              "|---|---:|---:|---|---:|---:|---:|"]
     for s in summaries:
-        others = ", ".join(f"{k} {v}" for k, v in s.statuses.items() if k != "ok") or "-"
+        others = ", ".join(f"{k} {v}" for k, v in s.statuses.items() if k != STATUS_OK) or "-"
         profile = s.profile()
         mean_replay = f"{statistics.fmean(s.replayed_us):.3f}" if s.replayed_us else "-"
         lines.append(f"| {s.kernel_type} | {s.rows} | {s.passed} | {others} | {mean_replay} | "
