@@ -186,14 +186,15 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
         if path.is_file():
             frame = read_database_csv(path, required=contract.SIGNATURE_COLUMNS)
         elif update_mode == "all":
-            frame = None
+            frame = pd.DataFrame(columns=list(contract.BASE_COLUMNS))
+            result.created.append(kernel_type)
         else:
             result.unmatched[kernel_type] = len(by_signature)
             continue
         # Every matching row gets an outcome; write_back's missing-only leaves the rows already filled.
         outcomes: dict[tuple[str, ...], RowOutcome] = {}
         matched: set[contract.Signature] = set()
-        for row in (frame.to_dict(orient="records") if frame is not None else []):
+        for row in frame.to_dict(orient="records"):
             signature = contract.row_signature(row, kernel_type)
             if signature not in by_signature:
                 continue
@@ -205,9 +206,6 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
         if unmatched:
             result.unmatched[kernel_type] = len(unmatched)
         appended = [_timing_row(t, collected_at) for t in unmatched] if update_mode == "all" else []
-        if frame is None:
-            frame = pd.DataFrame(columns=list(contract.BASE_COLUMNS))
-            result.created.append(kernel_type)
         updated, report = write_back(frame, kernel_type, outcomes, collected_at=collected_at,
                                      prune_empty_duration_rows=prune_empty_duration_rows, appended_rows=appended,
                                      update_mode=update_mode)
