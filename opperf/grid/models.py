@@ -199,10 +199,8 @@ def _check_divisibility(model: ModelConfig, path: Path) -> None:
             fail("tp_sizes", f"TP size {tp} does not divide num_attention_heads {model.num_attention_heads}")
         if not model.is_mla and (kv_heads % tp if tp <= kv_heads else tp % kv_heads):
             fail("tp_sizes", f"TP size {tp} neither divides nor is a multiple of num_key_value_heads {kv_heads}")
-        for width_field in ("intermediate_size",):
-            width = getattr(model, width_field)
-            if model.has_dense_mlp and width % tp:
-                fail("tp_sizes", f"TP size {tp} does not divide {width_field} {width}")
+        if model.has_dense_mlp and model.intermediate_size % tp:
+            fail("tp_sizes", f"TP size {tp} does not divide intermediate_size {model.intermediate_size}")
     for ep in model.ep_sizes:
         if model.is_moe and model.num_experts % ep:
             fail("ep_sizes", f"EP size {ep} does not divide the {model.num_experts} routed experts")

@@ -36,7 +36,7 @@ def _experts(grids: ValueGrids, kernel: str):
     return grids.values("model.experts", field=f"generator moe ({kernel})")
 
 
-def _grouped_matmul(tokens, hidden, width, experts, weight_in, weight_out):
+def _grouped_matmul(tokens, experts, weight_in, weight_out):
     inputs = [None] * _GROUPED_MATMUL_SLOTS
     inputs[0], inputs[1], inputs[_GROUP_LIST_SLOT] = (tokens, weight_in), (experts, weight_in, weight_out), (experts,)
     return Candidate(tuple(inputs), ((tokens, weight_out),))
@@ -56,8 +56,8 @@ def moe(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
     for ep, experts, top_k, hidden, width in _experts(grids, kernel):
         for t in tokens_grid:
             if kernel == "grouped_matmul":
-                yield _grouped_matmul(t, hidden, width, experts, hidden, 2 * width)
-                yield _grouped_matmul(t, hidden, width, experts, width, hidden)
+                yield _grouped_matmul(t, experts, hidden, 2 * width)
+                yield _grouped_matmul(t, experts, width, hidden)
             elif kernel == "token_permute":
                 yield Candidate(((t, hidden), (t, top_k)), ((t * top_k, hidden), (t * top_k,)))
             elif kernel == "token_unpermute":
