@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from opperf.contract import kernel_type_problem
+from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
 from opperf.parse.aggregate import ParsedDatabase
 from opperf.trace import Trace
 
@@ -78,11 +78,10 @@ def write_parse_traces(trace_dir: str | Path, database: ParsedDatabase, task_id:
         spec += [f"{path}\t{count} rows" for path, count in sources.items()]
         trace.record(PARSE_STEP, "PARSE", "spec", "\n".join(spec))
         rows = database.rows[kernel_type]
-        samples = sum(int(r.get("Profiling Sample Count") or 0) for r in rows)
-        result = [f"PARSE {kernel_type}: {len(rows)} groups from {samples} rows",
-                  "\t".join(["Input Shapes", "Output Shapes", "Profiling Sample Count", "Profiling Average Duration(us)"])]
-        result += ["\t".join([r["Input Shapes"], r["Output Shapes"], r.get("Profiling Sample Count", ""),
-                              r.get("Profiling Average Duration(us)", "")]) for r in rows]
+        samples = sum(int(r.get(PROFILING_SAMPLE_COUNT) or 0) for r in rows)
+        columns = [INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_SAMPLE_COUNT, PROFILING_AVERAGE]
+        result = [f"PARSE {kernel_type}: {len(rows)} groups from {samples} rows", "\t".join(columns)]
+        result += ["\t".join(r.get(c, "") for c in columns) for r in rows]
         trace.record(PARSE_STEP, "PARSE", "result", "\n".join(result))
         skipped = database.skipped_by_type.get(kernel_type, [])
         error_log = [f"PARSE {kernel_type}: {len(skipped)} rows skipped"] + [s.describe() for s in skipped]
