@@ -113,14 +113,12 @@ def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
         if not (kernel_details or op_summaries or traces):
             raise OpperfError("no kernel_details*.csv, op_summary_*.csv or *.pt.trace.json found under this "
                               "directory", path=given)
+        metadata = [(p, _bundle_root(p)) for p in files if p.name in (OPERATOR_DETAILS, TRACE_VIEW)]
         for path in kernel_details:
-            bundle = Bundle(root=_bundle_root(path))
-            for sibling in files:
-                if _bundle_root(sibling) == bundle.root and sibling.name == OPERATOR_DETAILS:
-                    bundle.operator_details.append(sibling)
-                elif _bundle_root(sibling) == bundle.root and sibling.name == TRACE_VIEW:
-                    bundle.trace_views.append(sibling)
-            inputs.bundles[path] = bundle
+            root = _bundle_root(path)
+            inputs.bundles[path] = Bundle(
+                root=root, operator_details=[p for p, r in metadata if r == root and p.name == OPERATOR_DETAILS],
+                trace_views=[p for p, r in metadata if r == root and p.name == TRACE_VIEW])
         inputs.tables += kernel_details + op_summaries
         inputs.torch_traces += traces
     for path, why in inputs.ignored:
