@@ -12,7 +12,6 @@ from opperf.devices import DEFAULT_CATALOG, load_catalog, resolve_device  # noqa
 from opperf.errors import OpperfError  # noqa: E402
 from opperf.grid import load_grid_config, load_models, prepare_settings, run_grid  # noqa: E402
 from opperf.grid.config import DEFAULT_GRID_CONFIG  # noqa: E402
-from opperf.versions import npu_version_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
@@ -75,9 +74,10 @@ def _directories(args: argparse.Namespace) -> tuple[Path, Path]:
     if not (args.vllm_version or args.torch_version or args.cann_version):
         raise OpperfError("say which database: --data-dir, --input-dir/--output-dir, or --device with "
                           "--vllm-version/--torch-version/--cann-version", field="--data-dir")
-    version_dir = npu_version_dir(args.vllm_version, args.torch_version, args.cann_version)
-    device = resolve_device(args.device or SEED_DEFAULT_DEVICE, load_catalog(args.devices))
-    directory = Path(args.database_root) / device.name / "vllm_ascend" / version_dir
+    from opperf.parse.stage import database_path_for
+
+    directory = database_path_for(args.device or SEED_DEFAULT_DEVICE, args.vllm_version, args.torch_version,
+                                  args.cann_version, args.database_root, catalog=load_catalog(args.devices))
     return directory, directory
 
 

@@ -71,10 +71,10 @@ def _log_skips(database: ParsedDatabase) -> None:
 
 
 def database_path_for(device: str, vllm_version: str | None, torch_version: str | None, cann_version: str | None,
-                      data_root: str | Path = "data") -> Path:
+                      data_root: str | Path = "data", catalog: dict | None = None) -> Path:
     """The seed's derived output: `{data_root}/{device key}/vllm_ascend/vllm{v}_torch{t}_cann{c}`."""
     from opperf.devices import resolve_device
     from opperf.versions import npu_version_dir
 
     version_dir = npu_version_dir(vllm_version or "", torch_version or "", cann_version or "")
-    return Path(data_root) / resolve_device(device).name / "vllm_ascend" / version_dir
+    return Path(data_root) / resolve_device(device, catalog).name / "vllm_ascend" / version_dir
