@@ -84,3 +84,20 @@ def test_a_type_without_definition_keeps_every_row_as_no_definition(tmp_path):
     assert written[contract.PROFILING_AVERAGE].tolist() == ["7", "7", "7"]
     reproducer = next((tmp_path / "traces" / "Mystery").glob("*_verify/replay_Mystery.py"))
     assert "no kernel definition replays" in reproducer.read_text()
+
+
+def test_the_reproducer_replays_as_the_job_did(tmp_path):
+    import subprocess
+    import sys
+
+    rows = mm_csv(tmp_path / "mm.csv", ["", ""])
+    code = replay("--rows", str(rows), "--kernel", "mm", "--output", str(tmp_path / "out.csv"), "--version-dir",
+                  cpu_version_dir(), "--trace-dir", str(tmp_path / "traces"), "--repeat-count", "2",
+                  "--cpu-threads", "1", "--definitions", str(REPO / "config" / "kernels"))
+    assert code == 0
+    reproducer = next((tmp_path / "traces" / "mm").glob("*_verify/replay_mm.py"))
+    usage = subprocess.run([sys.executable, str(reproducer), "--help"], capture_output=True, text=True, check=True)
+    assert "(default: 1, as the job" in usage.stdout             # the job's --cpu-threads, not torch's default
+    done = subprocess.run([sys.executable, str(reproducer), "--repeat-count", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("line 2: ok ") and "(job: ok " in done.stdout

@@ -259,7 +259,9 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
                       "row": {c: str(row[c]) for c in columns if c in row}})
     text = environment.get_template(REPRODUCER_TEMPLATE).render(
         kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
-        warmup_count=settings.warmup_count,
+        warmup_count=settings.warmup_count, l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
+        cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
+        seed=settings.seed,
         definition_path=str(Path(definition.path).resolve()) if definition else "",
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),

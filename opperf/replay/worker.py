@@ -45,10 +45,7 @@ def main(argv=None) -> int:
     definition = load_definition(args.definition)
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        cpu_threads=args.cpu_threads)
-    format_cast = None
-    if args.backend == "npu":
-        import torch_npu  # noqa: F401  (registers the npu device)
-        format_cast = _npu_format_cast
+    format_cast = format_cast_for(args.backend)
     with open(args.indices, encoding="utf-8") as handle:
         indices = [int(line) for line in handle if line.strip()]
     with open(args.progress, "a", encoding="utf-8") as progress:
@@ -65,6 +62,14 @@ def main(argv=None) -> int:
                                  path=args.rows, line=index + 2, seed=args.seed + index)
             emit({"index": index, "event": "done", "outcome": outcome.to_json()})
     return 0
+
+
+def format_cast_for(backend: str):
+    """The back end's storage-format cast for `replay_row` (npu: torch_npu's), None where tensors stay ND."""
+    if backend != "npu":
+        return None
+    import torch_npu  # noqa: F401  (registers the npu device)
+    return _npu_format_cast
 
 
 def _npu_format_cast(tensor, fmt: str):
