@@ -10,7 +10,6 @@ over the rows that have both, `speedup = base_time / gen_time`.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import platform
@@ -239,11 +238,10 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
         "stage_timings_s": timings,
     }
     written = []
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, GAP_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(gaps)
-    write_text_atomic(output_dir / "duration_gap.csv", buffer.getvalue())
+    with atomic_output(output_dir / "duration_gap.csv") as handle:
+        writer = csv.DictWriter(handle, GAP_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(gaps)
     written.append(output_dir / "duration_gap.csv")
     write_text_atomic(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     written.append(output_dir / "summary.json")
