@@ -134,14 +134,13 @@ def _iterator(key, value, path, where: str, known_sources: set[str]) -> Iterator
 
 
 def _pattern(name: str, raw, path, known_sources: set[str]) -> Pattern:
-    """One pattern, validated; every error message starts with the pattern's name."""
+    """One pattern, validated; every error message starts with the pattern's name (added here, once)."""
     try:
         return _pattern_body(name, raw, path, known_sources)
     except OpperfError as exc:
-        prefix = f"pattern {name!r}: "
-        if exc.reason.startswith(prefix) or exc.reason.startswith(f"pattern {name!r} "):
+        if exc.reason.startswith(f"pattern {name!r}"):
             raise
-        raise OpperfError(prefix + exc.reason, path=exc.path, row=exc.row, field=exc.field) from None
+        raise OpperfError(f"pattern {name!r}: {exc.reason}", path=exc.path, row=exc.row, field=exc.field) from None
 
 
 def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
@@ -150,35 +149,34 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
         _fail(path, where, f"pattern {name!r} must be a mapping")
     unknown = sorted(set(raw) - _PATTERN_KEYS)
     if unknown:
-        _fail(path, f"{where}.{unknown[0]}", f"pattern {name!r}: unknown key {unknown[0]!r} "
-                                             f"(allowed: {', '.join(sorted(_PATTERN_KEYS))})")
+        _fail(path, f"{where}.{unknown[0]}",
+              f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_PATTERN_KEYS))})")
     match = raw.get("match", MATCH_SLOTS if "generator" in raw else MATCH_TENSORS)
     if match not in MATCH_MODES:
-        _fail(path, f"{where}.match", f"pattern {name!r}: match must be one of {MATCH_MODES}, got {match!r}")
+        _fail(path, f"{where}.match", f"match must be one of {MATCH_MODES}, got {match!r}")
     required = raw.get("require_template", {}) or {}
     if not isinstance(required, dict) or not all(isinstance(v, str) for v in required.values()):
-        _fail(path, f"{where}.require_template",
-              f"pattern {name!r}: require_template must map column → regular expression")
+        _fail(path, f"{where}.require_template", "require_template must map column → regular expression")
     require_template = []
     for column, expression in required.items():
         try:
             require_template.append((str(column), re.compile(expression)))
         except re.error as exc:
-            _fail(path, f"{where}.require_template.{column}", f"pattern {name!r}: bad regular expression: {exc}")
+            _fail(path, f"{where}.require_template.{column}", f"bad regular expression: {exc}")
     require_template = tuple(require_template)
     if "generator" in raw:
         from opperf.grid.generators import GENERATORS
 
         extra = sorted(set(raw) & {"iterators", "constants", "constraints", "inputs", "outputs", "columns"})
         if extra:
-            _fail(path, f"{where}.{extra[0]}", f"pattern {name!r}: a generator pattern takes params, not {extra[0]}")
+            _fail(path, f"{where}.{extra[0]}", f"a generator pattern takes params, not {extra[0]}")
         generator = raw["generator"]
         if generator not in GENERATORS:
-            _fail(path, f"{where}.generator", f"pattern {name!r}: unknown generator {generator!r} "
-                                              f"(known: {', '.join(sorted(GENERATORS))})")
+            _fail(path, f"{where}.generator",
+                  f"unknown generator {generator!r} (known: {', '.join(sorted(GENERATORS))})")
         params = raw.get("params", {}) or {}
         if not isinstance(params, dict):
-            _fail(path, f"{where}.params", f"pattern {name!r}: params must be a mapping")
+            _fail(path, f"{where}.params", "params must be a mapping")
         GENERATORS[generator].check_params(params, path=path, where=f"{where}.params")
         return Pattern(name=name, match=match, generator=generator, params=params,
                        require_template=require_template)
@@ -188,40 +186,40 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
             _fail(path, f"{where}.{required}", f"pattern {name!r} needs {required!r} (or a generator)")
     iterators_raw = raw["iterators"]
     if not isinstance(iterators_raw, dict) or not iterators_raw:
-        _fail(path, f"{where}.iterators", f"pattern {name!r}: iterators must be a non-empty mapping")
+        _fail(path, f"{where}.iterators", "iterators must be a non-empty mapping")
     iterators = tuple(_iterator(k, v, path, f"{where}.iterators.{k}", known_sources)
                       for k, v in iterators_raw.items())
     constants_raw = raw.get("constants", {}) or {}
     if not isinstance(constants_raw, dict):
-        _fail(path, f"{where}.constants", f"pattern {name!r}: constants must be a mapping")
+        _fail(path, f"{where}.constants", "constants must be a mapping")
     constants = {}
     for key, value in constants_raw.items():
         if isinstance(value, bool) or not isinstance(value, int):
-            _fail(path, f"{where}.constants.{key}", f"pattern {name!r}: constant {key!r} must be an integer")
+            _fail(path, f"{where}.constants.{key}", f"constant {key!r} must be an integer")
         constants[str(key)] = value
     bound = [n for it in iterators for n in it.names] + list(constants)
     duplicates = sorted({n for n in bound if bound.count(n) > 1})
     if duplicates:
-        _fail(path, f"{where}.iterators", f"pattern {name!r}: name {duplicates[0]!r} is bound twice")
+        _fail(path, f"{where}.iterators", f"name {duplicates[0]!r} is bound twice")
     known_names = set(bound) | set(BUILTIN_NAMES)
 
     def checked(expression, field_where: str):
         unknown_names = sorted(expression.names - known_names)
         if unknown_names:
-            _fail(path, field_where, f"pattern {name!r}: unknown name {unknown_names[0]!r} in {expression.text!r} "
-                                     f"(bound: {', '.join(sorted(known_names))})")
+            _fail(path, field_where, f"unknown name {unknown_names[0]!r} in {expression.text!r} "
+                  f"(bound: {', '.join(sorted(known_names))})")
         return expression
 
     constraints_raw = raw.get("constraints", []) or []
     if not isinstance(constraints_raw, list):
-        _fail(path, f"{where}.constraints", f"pattern {name!r}: constraints must be a list of expressions")
+        _fail(path, f"{where}.constraints", "constraints must be a list of expressions")
     constraints = tuple(checked(_compile(compile_expression, c, path, f"{where}.constraints[{i}]"),
                                 f"{where}.constraints[{i}]") for i, c in enumerate(constraints_raw))
     shapes = {}
     for side in ("inputs", "outputs"):
         slots = raw[side]
         if not isinstance(slots, list):
-            _fail(path, f"{where}.{side}", f"pattern {name!r}: {side} must be a list of shape expressions")
+            _fail(path, f"{where}.{side}", f"{side} must be a list of shape expressions")
         compiled = []
         for index, slot in enumerate(slots):
             slot_where = f"{where}.{side}[{index}]"
@@ -231,10 +229,10 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
             compiled.append(shape)
         shapes[side] = tuple(compiled)
     if not any(s.dims for s in shapes["inputs"]):
-        _fail(path, f"{where}.inputs", f"pattern {name!r}: inputs need at least one tensor slot")
+        _fail(path, f"{where}.inputs", "inputs need at least one tensor slot")
     columns_raw = raw.get("columns", {}) or {}
     if not isinstance(columns_raw, dict):
-        _fail(path, f"{where}.columns", f"pattern {name!r}: columns must map column name → expression")
+        _fail(path, f"{where}.columns", "columns must map column name → expression")
     columns = tuple((str(column), checked(_compile(compile_expression, text, path, f"{where}.columns.{column}"),
                                           f"{where}.columns.{column}"))
                     for column, text in columns_raw.items())
