@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.parse.fia_metadata import COMPLETENESS_RUNTIME, fill_fia_runtime_metadata  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,18 +27,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jsonl-path", required=True, type=Path, help="JSONL runtime log (one object per FIA call)")
     parser.add_argument("--output-path", type=Path, default=None,
                         help="where to write the result (default: replace --csv-path, atomically)")
-    parser.add_argument("--metadata-tag", default="runtime_values_dumped",
+    parser.add_argument("--metadata-tag", default=COMPLETENESS_RUNTIME,
                         help="value of 'Runtime metadata_completeness' on matched rows (default: %(default)s)")
     add_logging_args(parser)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    from opperf.parse.fia_metadata import fill_fia_runtime_metadata
-
     result = fill_fia_runtime_metadata(args.csv_path, args.jsonl_path, args.output_path, args.metadata_tag)
     print(f"backfilled {result.matched}/{result.rows} rows into {result.output_path} "
-          f"({result.unmatched} unmatched, runtime columns left empty)")
+          f"({result.unmatched} unmatched, their runtime columns left as they were)")
     return 0
 
 
