@@ -113,7 +113,7 @@ def test_slot_count_mismatch_and_unknown_dtype_are_errors_naming_the_field():
 
 def test_row_tensor_bytes_counts_logical_shapes():
     r = row("16,8,16,16;4", "DT_BF16;DT_INT8", formats="FRACTAL_NZ;ND", out_shapes="128,256", out_dtypes="DT_FLOAT")
-    assert row_tensor_bytes(r) == 128 * 256 * 2 + 4 + 128 * 256 * 4
+    assert row_tensor_bytes(parse_row_slots(r)) == 128 * 256 * 2 + 4 + 128 * 256 * 4
 
 
 def verify(r, result, spec=OutputSpec()):
@@ -142,3 +142,11 @@ def test_verify_normalises_fractal_nz_and_flags_missing_or_extra_outputs():
     two = (torch.zeros(128, 256, dtype=torch.float16), torch.zeros(3))
     assert "2 outputs" in verify(r, two).message
     assert verify(r, two, OutputSpec(extra="ignore")).ok
+
+
+def test_formats_are_read_in_one_spelling_whatever_the_profiler_wrote():
+    r = row("16,8,16,16", "DT_BF16", formats="format_fractal_nz", out_shapes="16,8,16,16", out_dtypes="DT_BF16",
+            out_formats="FORMAT_FRACTAL_NZ")
+    slots = parse_row_slots(r)
+    assert (slots.input_formats, slots.output_formats) == (["FRACTAL_NZ"], ["FRACTAL_NZ"])
+    assert verify(r, torch.zeros(128, 256, dtype=torch.bfloat16)).ok       # compared as the ND matrix

@@ -141,9 +141,9 @@ def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend:
                           error=f"{definition.path} lists back ends {list(definition.backends)}, not {backend}")
     try:
         slots = parse_row_slots(row, path=path, line=line)
-        needed = row_tensor_bytes(row)
     except OpperfError as exc:
         return RowOutcome(STATUS_FAILED_BUILD, error=str(exc))
+    needed = row_tensor_bytes(slots)
     if memory_budget_bytes is not None and needed > memory_budget_bytes:
         return RowOutcome(STATUS_SKIPPED_MEMORY,
                           error=f"inputs+outputs need {needed / 2**30:.2f} GiB, over the device memory budget of "

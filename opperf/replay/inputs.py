@@ -20,6 +20,7 @@ import torch
 
 from opperf import contract
 from opperf.errors import OpperfError
+from opperf.grid.memory import tensor_bytes
 from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition
 
 # Canonical profiler dtype name → torch dtype.
@@ -91,7 +92,8 @@ def parse_scalar(text: str, *, path=None, row=None, field=None) -> Any:
 
 @dataclass(frozen=True)
 class RowSlots:
-    """A row's input and output slots, parsed: shapes (None = empty slot), dtypes, formats, scalars."""
+    """A row's input and output slots, parsed: shapes (None = empty slot), dtypes, formats (upper case, without
+    the older `FORMAT_` prefix: `FRACTAL_NZ`, `ND`), scalars."""
 
     input_shapes: list
     input_dtypes: list[str]
@@ -106,6 +108,10 @@ def _slot(values: Sequence[str], index: int) -> str:
     return values[index] if index < len(values) else ""
 
 
+def _format_names(field_value: str) -> list[str]:
+    return [name.upper().removeprefix("FORMAT_") for name in contract.parse_names(field_value)]
+
+
 def parse_row_slots(row: Mapping[str, str], *, path=None, line=None) -> RowSlots:
     """Parse the shape/dtype/format/scalar fields of one row (errors name the file, line and field)."""
     input_shapes = contract.parse_shapes(row.get(contract.INPUT_SHAPES, ""), path=path, row=line,
@@ -117,11 +123,11 @@ def parse_row_slots(row: Mapping[str, str], *, path=None, line=None) -> RowSlots
     return RowSlots(
         input_shapes=input_shapes,
         input_dtypes=contract.parse_names(row.get(contract.INPUT_DTYPES, "")),
-        input_formats=contract.parse_names(row.get(contract.INPUT_FORMATS, "")),
+        input_formats=_format_names(row.get(contract.INPUT_FORMATS, "")),
         input_scalars=scalars,
         output_shapes=output_shapes,
         output_dtypes=contract.parse_names(row.get(contract.OUTPUT_DTYPES, "")),
-        output_formats=contract.parse_names(row.get(contract.OUTPUT_FORMATS, "")),
+        output_formats=_format_names(row.get(contract.OUTPUT_FORMATS, "")),
     )
 
 
@@ -133,26 +139,13 @@ def torch_dtype(name: str, *, path=None, row=None, field=None) -> torch.dtype:
     return TORCH_DTYPES[canonical]
 
 
-def row_tensor_bytes(row: Mapping[str, str]) -> int:
-    """Bytes the row's input and output tensors occupy (logical ND shapes), for the memory budget check.
-
-    Slots with unknown dtypes count 4 bytes per element: the check must err on the side of skipping.
-    """
-    total = 0.0
-    for shapes_column, dtypes_column, formats_column in (
-            (contract.INPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS),
-            (contract.OUTPUT_SHAPES, contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS)):
-        shapes = contract.parse_shapes(row.get(shapes_column, ""), field=shapes_column)
-        dtypes = contract.parse_names(row.get(dtypes_column, ""))
-        formats = contract.parse_names(row.get(formats_column, ""))
-        for index, shape in enumerate(shapes):
-            if shape is None:
-                continue
-            shape = contract.logical_shape(shape, _slot(formats, index))
-            dtype = _slot(dtypes, index)
-            per_element = contract.dtype_bytes(dtype) if contract.is_known_dtype(dtype) else 4
-            total += math.prod(shape) * per_element
-    return int(math.ceil(total))
+def row_tensor_bytes(slots: RowSlots) -> int:
+    """Bytes the row's input and output tensors occupy, for the memory budget check: the grid stage's count
+    (`grid.memory.tensor_bytes`, unknown dtypes at its widest size) without its workspace margin."""
+    return sum(tensor_bytes(shape, _slot(dtypes, index), _slot(formats, index))
+               for shapes, dtypes, formats in ((slots.input_shapes, slots.input_dtypes, slots.input_formats),
+                                               (slots.output_shapes, slots.output_dtypes, slots.output_formats))
+               for index, shape in enumerate(shapes))
 
 
 # --- tensor construction ------------------------------------------------------------------------------
@@ -181,7 +174,7 @@ class BuildContext:
         return torch_dtype(name, path=self.path, row=self.line, field=contract.INPUT_DTYPES)
 
     def input_format(self, index: int) -> str:
-        return _slot(self.slots.input_formats, index).upper().removeprefix("FORMAT_")
+        return _slot(self.slots.input_formats, index)
 
     def input_shape(self, index: int) -> tuple[int, ...] | None:
         """The slot's logical (ND) shape; None for an empty slot."""

@@ -71,7 +71,7 @@ def verify_outputs(row: Mapping[str, str], slots: RowSlots, result: Any, spec: O
         if shape is None:
             continue
         fmt = slots.output_formats[index] if index < len(slots.output_formats) else ""
-        want_shape = contract.logical_shape(shape, fmt.upper().removeprefix("FORMAT_"))
+        want_shape = contract.logical_shape(shape, fmt)
         if index >= len(outputs) or outputs[index] is None:
             problems.append(f"output slot {index}: expected shape {list(want_shape)}, the call produced nothing")
             continue
