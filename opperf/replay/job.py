@@ -27,7 +27,7 @@ from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FA
                                   STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
-from opperf.replay.writeback import WritebackReport, outcomes_by_key, write_back
+from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
 from opperf.versions import check_stack_matches
 
@@ -176,7 +176,7 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
         result.update(calls=len(items), ok=sum(o.status == STATUS_OK for o in outcomes.values()))
     if settings.fail_fast:
         failed = [(item, outcomes[item.key]) for item in items
-                  if item.key in outcomes and outcomes[item.key].status in FAILED_STATUSES | {STATUS_NO_DEFINITION}]
+                  if item.key in outcomes and outcomes[item.key].status in INVALID_STATUSES]
         if failed:
             item, outcome = failed[0]
             raise OpperfError(f"--fail-fast: {outcome.status}: {outcome.error}", path=rows_path, row=item.line,
