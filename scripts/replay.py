@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, L2_POLICIES, UPDATE_MODES  # noqa: E402
+from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--memory-fraction", type=float, default=0.8,
                      help="rows whose tensors exceed this fraction of device memory are skipped (default: 0.8)")
     how.add_argument("--device-ids", help="devices concurrent jobs share, e.g. 0,1,2,3 (default: all visible)")
-    how.add_argument("--slots-dir", default=".snakemake/opperf-slots", help="device-slot lock files")
+    how.add_argument("--slots-dir", default=str(DEFAULT_SLOTS_DIR), help="device-slot lock files (default: %(default)s)")
     how.add_argument("--devices-catalog", default="config/devices.yaml")
     how.add_argument("--task-id", help="trace task id (default: $OPPERF_TASK_ID or a timestamp)")
     npu = parser.add_argument_group("npu (msprof; DispatchFFNCombine under torchrun)")
