@@ -96,7 +96,8 @@ def baseline_parse(source: Path, out_dir: Path) -> None:
     from opperf.contract import BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD, \
         PROFILING_SAMPLE_COUNT, SOURCE, SOURCE_PROFILED, normalise_kernel_type, order_columns, \
         profiling_counter_column, strip_profiler_quotes
-    from opperf.parse.aggregate import format_number, BOOKKEEPING_COLUMNS, canonical_names_field
+    from opperf.parse.aggregate import BOOKKEEPING_COLUMNS, canonical_names_field
+    from opperf.stats import format_number
 
     groups: dict = {}
     counters: list[str] = []

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from opperf.contract import BASE_COLUMNS
 from opperf.parse import parse_profiles
-from opperf.parse.aggregate import format_number
+from opperf.stats import format_number
 from test_parse_helpers import (FIXTURE, expected_groups, expected_number, fixture_table, parsed_groups, read_csv,
                                 read_header, run_parse, write_table)
 

@@ -25,6 +25,7 @@ from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SC
                              is_known_dtype, kernel_type_problem, normalise_kernel_type, order_columns,
                              parse_shapes, profiling_counter_column, strip_profiler_quotes)
 from opperf.errors import OpperfError
+from opperf.stats import format_number
 from opperf.parse.kernel_details import BOOKKEEPING_COLUMNS, DURATION, TYPE, ProfileTable
 
 __all__ = ["BOOKKEEPING_COLUMNS", "ParsedDatabase", "SkippedRow", "aggregate", "canonical_names_field",
@@ -45,14 +46,6 @@ TYPE_REASONS = (SKIP_EMPTY_TYPE, SKIP_UNSAFE_TYPE, SKIP_COMMUNICATION)
 REASONS = (*TYPE_REASONS, SKIP_NA_SHAPE, SKIP_BAD_SHAPE, SKIP_BAD_DURATION, SKIP_NEGATIVE_DURATION)
 
 EXAMPLES_PER_REASON = 20
-
-
-def format_number(value: float | None) -> str:
-    """A statistic as text: rounded to 6 decimals, trailing zeros dropped; None/NaN → empty."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    text = f"{value:.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
 
 
 def canonical_names_field(value: str, column: str) -> str:

@@ -17,7 +17,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import KernelDefinition
-from opperf.replay.npu.op_summary import duration_stats, format_number
+from opperf.stats import duration_stats, format_number
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
     from opperf.replay.inputs import FormatCast

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from opperf import contract
 from opperf.errors import OpperfError
+from opperf.replay.engine import sample_columns
+from opperf.stats import DurationStats, duration_stats, format_number
 
 # Logical column -> its spellings: msprof op_summary, torch_npu kernel_details, then older msprof.
 _COLUMN_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -78,18 +80,6 @@ class ProfilerTable:
     skipped: tuple[tuple[int, str], ...]   # (line, reason): communication tasks, N/A durations
 
 
-@dataclass(frozen=True)
-class DurationStats:
-    """The statistics of one row's measured calls, named for what they are (microseconds)."""
-
-    mean_us: float
-    median_us: float
-    p10_us: float
-    p90_us: float
-    cv: float                              # population standard deviation / mean (0 for one sample)
-    sample_count: int
-
-
 @dataclass
 class SignatureTiming:
     """The measured samples of one (reported OP Type, signature) group, ready to write back."""
@@ -110,38 +100,11 @@ class SignatureTiming:
 
     def result_columns(self) -> dict[str, str]:
         """The database columns this group fills: `Average Duration(us)`, our statistics, `MicroBench <counter>`."""
-        # Imported here: the engine imports this module for its statistics.
-        from opperf.replay.engine import sample_columns
-
         columns = sample_columns(self.durations_us, self.timing_method, NO_L2_POLICY)
         for counter in self.counter_columns:
             if counter in self.counters:
                 columns[contract.microbench_counter_column(counter)] = format_number(self.counters[counter])
         return columns
-
-
-def format_number(value: float) -> str:
-    """A measured value as written into a database CSV: up to 6 decimals, no trailing zeros."""
-    text = f"{value:.6f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
-
-
-def _percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Linear-interpolation percentile of sorted values (numpy's default method)."""
-    position = (len(ordered) - 1) * fraction
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def duration_stats(durations_us: Sequence[float]) -> DurationStats:
-    if not durations_us:
-        raise ValueError("no samples to summarise")
-    ordered = sorted(durations_us)
-    mean = statistics.fmean(ordered)
-    cv = statistics.pstdev(ordered) / mean if len(ordered) > 1 and mean > 0 else 0.0
-    return DurationStats(mean_us=mean, median_us=statistics.median(ordered), p10_us=_percentile(ordered, 0.10),
-                         p90_us=_percentile(ordered, 0.90), cv=cv, sample_count=len(ordered))
 
 
 # --- reading ------------------------------------------------------------------------------------
