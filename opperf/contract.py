@@ -64,6 +64,9 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_STATUS, REPLAY_ERROR, COLLECTED_AT,
 )
 
+# The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.
+KERNEL_TYPES_MANIFEST = "kernel_types.txt"
+
 SOURCE_PROFILED = "profiled"
 SOURCE_GENERATED = "generated"
 

@@ -10,6 +10,8 @@ import yaml
 from opperf.errors import OpperfError
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "config" / "devices.yaml"
+# The seed's CLIs default --device to this full name (an A3 die) when deriving a database directory.
+SEED_DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
 BACKENDS = ("cpu", "cuda", "npu")
 _REQUIRED = ("full_name", "backend", "memory_gb", "peak_tflops", "memory_bandwidth_gbps")
 

@@ -12,6 +12,11 @@ from collections.abc import Iterator
 LOGGER_NAME = "opperf"
 
 
+def utc_timestamp() -> str:
+    """Now, as every stage writes `collected_at`: ISO 8601 in UTC with a trailing Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def setup_logging(level: str | None = None) -> logging.Logger:
     """`info` by default; `debug` via --log-level or OPPERF_LOG_LEVEL."""
     level = (level or os.environ.get("OPPERF_LOG_LEVEL") or "info").upper()

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.devices import load_catalog
 from opperf.errors import OpperfError
 from opperf.versions import parse_version_dir, workload_version_dir
@@ -141,7 +142,7 @@ def stage_code(*modules):
 def kernel_types(device, stack, version_dir):
     """The kernel types of a database, from the parse checkpoint's manifest."""
     parsed = checkpoints.parse_profiles.get(device=device, stack=stack, version_dir=version_dir).output.parsed
-    manifest = Path(parsed) / "kernel_types.txt"
+    manifest = Path(parsed) / KERNEL_TYPES_MANIFEST
     return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 

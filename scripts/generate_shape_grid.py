@@ -8,13 +8,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.devices import DEFAULT_CATALOG, load_catalog, resolve_device  # noqa: E402
+from opperf.devices import DEFAULT_CATALOG, SEED_DEFAULT_DEVICE, load_catalog, resolve_device  # noqa: E402
 from opperf.errors import OpperfError  # noqa: E402
 from opperf.grid import load_grid_config, load_models, prepare_settings, run_grid  # noqa: E402
 from opperf.grid.config import DEFAULT_GRID_CONFIG  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED_DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.devices import SEED_DEFAULT_DEVICE  # noqa: E402
 
-DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--database-path", type=Path, default=None,
                         help="output directory for {KernelType}.csv + kernel_types.txt (default: derived from "
                              "--device and the version flags)")
-    parser.add_argument("--device", default=DEFAULT_DEVICE,
+    parser.add_argument("--device", default=SEED_DEFAULT_DEVICE,
                         help=f"device catalog key or full name, used only to derive the output directory "
-                             f"(default: {DEFAULT_DEVICE})")
+                             f"(default: {SEED_DEFAULT_DEVICE})")
     parser.add_argument("--vllm-version", help="vLLM-Ascend version, e.g. 0.18.0 (derives the output directory)")
     parser.add_argument("--torch-version", help="PyTorch version, e.g. 2.9.0 (derives the output directory)")
     parser.add_argument("--cann-version", help="CANN version, e.g. 8.5 (derives the output directory)")

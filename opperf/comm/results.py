@@ -12,7 +12,6 @@ mode, the last-arriving rank's kernel in kernel mode.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import pandas as pd
 from opperf.comm.collectives import collective
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic
+from opperf.log import utc_timestamp
 
 MESSAGE_BYTES = "message_bytes"
 NUM_DEVICES = "num_devices"
@@ -100,7 +100,7 @@ def result_row(*, op: str, message_bytes: int, num_devices: int, dtype_csv: str,
         DURATION_MIN: _fmt(stats["min"]), SAMPLE_COUNT: str(stats["count"]), OP: op, BACKEND: backend,
         BENCH_MODE: bench_mode, TIMING_METHOD: timing_method, GROUP_RANKS: " ".join(map(str, group_ranks)),
         GRID_SHAPE: grid_shape, DEVICE: device, VERIFIED: "true",
-        COLLECTED_AT: collected_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        COLLECTED_AT: collected_at or utc_timestamp(),
     }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opperf.contract import (INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
+from opperf.contract import (KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
                              OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
                              order_columns, parse_names, row_signature)
 from opperf.errors import OpperfError
@@ -35,7 +35,7 @@ from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span
 from opperf.trace import Trace
 
-MANIFEST = "kernel_types.txt"
+MANIFEST = KERNEL_TYPES_MANIFEST
 SUMMARY = "grid_summary.tsv"
 TRACE_STEP = 2          # S01 is the parse, S02 the grid
 STATUS_GENERATED = "generated"

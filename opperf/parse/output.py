@@ -9,11 +9,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
+from opperf.contract import KERNEL_TYPES_MANIFEST, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
 from opperf.parse.aggregate import ParsedDatabase
 from opperf.trace import Trace
 
-MANIFEST = "kernel_types.txt"
+MANIFEST = KERNEL_TYPES_MANIFEST
 PARSE_STEP = 1
 
 

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ import jinja2
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
-from opperf.log import get_logger, span
+from opperf.log import get_logger, span, utc_timestamp
 from opperf.replay.definitions import KernelDefinition, definition_for, load_definition, load_definitions
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
@@ -133,10 +132,6 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
     return items, by_key
 
 
-def _utc_timestamp() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def find_definition(kernel_type: str, backend: str, definitions_dir: str | Path | None = None,
                     definition_path: str | Path | None = None) -> KernelDefinition | None:
     """The definition replaying `kernel_type` on `backend`: the given file (checked), or searched in a directory."""
@@ -170,7 +165,7 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
         check_stack_matches(version_dir, settings.backend)
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
     definition = find_definition(kernel_type, settings.backend, definitions_dir, definition_path)
-    collected_at = _utc_timestamp()
+    collected_at = utc_timestamp()
     with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
         items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)
         result.update(calls=len(items), ok=sum(o.status == STATUS_OK for o in outcomes.values()))
@@ -265,7 +260,7 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
         definition_path=str(Path(definition.path).resolve()) if definition else "",
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),
-        generated_at=_utc_timestamp())
+        generated_at=utc_timestamp())
     write_text_atomic(path, text)
     path.chmod(0o755)
     return path

@@ -14,7 +14,6 @@ written back into every `{OP Type}.csv` of a database directory, by signature.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic
-from opperf.log import get_logger
+from opperf.log import get_logger, utc_timestamp
 from opperf.replay.engine import (STATUS_EXECUTED, STATUS_FAILED_NO_SAMPLES, STATUS_OK, UPDATE_MODES, RowOutcome,
                                   replay_key)
 from opperf.replay.npu import msprof, op_summary
@@ -174,7 +173,7 @@ def backfill_database(database_dir: str | Path, prof_path: str | Path, *, kernel
     database_dir = Path(database_dir)
     if not database_dir.is_dir():
         raise OpperfError("database directory not found", path=database_dir)
-    collected_at = collected_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())     # as the replay job writes it
+    collected_at = collected_at or utc_timestamp()
     result = BackfillResult(summary_files=msprof.collect_op_summaries(prof_path, msprof=msprof_executable))
     tables = [op_summary.read_profiler_table(path) for path in result.summary_files]
     timings = op_summary.aggregate_tables(tables, kernel_types=kernel_types, ep_size=ep_size)
