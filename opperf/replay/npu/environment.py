@@ -8,6 +8,7 @@ vendor directory, `LD_LIBRARY_PATH` holding its `op_api/lib`).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -16,16 +17,23 @@ from pathlib import Path
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 
-# Kernels shipped by vLLM-Ascend as custom operator packages (seed 2.9), not by CANN itself.
-CUSTOM_OPP_KERNELS = frozenset({
-    "AddRmsNormBias", "DispatchFFNCombine", "KvRmsNormRopeCache", "RINGMLAPrefillBF16Kernel",
-    "split_qkv_rmsnorm_rope_kernel",
-})
 CUSTOM_OPP_VARIABLE = "ASCEND_CUSTOM_OPP_PATH"
 LIBRARY_PATH_VARIABLE = "LD_LIBRARY_PATH"
 VISIBLE_DEVICES_VARIABLE = "ASCEND_RT_VISIBLE_DEVICES"
 _VENDOR_SUBDIR = Path("_cann_ops_custom") / "vendors" / "vllm-ascend"
 _OP_API_LIB = Path("op_api") / "lib"
+
+
+@functools.lru_cache(maxsize=None)
+def custom_opp_kernels() -> frozenset[str]:
+    """Kernel types shipped by vLLM-Ascend as custom operator packages (seed 2.9), not by CANN itself.
+
+    The NPU kernel definitions' `requires_custom_opp` flag is the one source of this list.
+    """
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definitions
+
+    definitions = load_definitions(DEFAULT_DEFINITIONS_DIR / "npu", backend="npu")
+    return frozenset(t for d in definitions.values() if d.requires_custom_opp for t in d.kernel_types)
 
 
 def _path_entries(value: str | None) -> list[str]:
@@ -50,7 +58,7 @@ def custom_opp_problems(kernel_types: Iterable[str], environ: Mapping[str, str] 
     `vendor_dir` is vLLM-Ascend's vendor directory if known (used to suggest exact values).
     """
     environ = os.environ if environ is None else environ
-    needing = sorted(set(kernel_types) & CUSTOM_OPP_KERNELS)
+    needing = sorted(set(kernel_types) & custom_opp_kernels())
     if not needing:
         return []
     problems: list[str] = []
@@ -79,7 +87,7 @@ def custom_opp_problems(kernel_types: Iterable[str], environ: Mapping[str, str] 
 def check_custom_opp(kernel_types: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
     """Raise an OpperfError naming every missing piece before any custom-OPP kernel is replayed."""
     kernel_types = list(kernel_types)
-    if not set(kernel_types) & CUSTOM_OPP_KERNELS:
+    if not set(kernel_types) & custom_opp_kernels():
         return
     problems = custom_opp_problems(kernel_types, environ, vendor_dir=_vllm_ascend_vendor_dir())
     if problems:
