@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +76,53 @@ def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> "pd.D
 def csv_header(path: str | Path) -> list[str]:
     with open(path, newline="", encoding="utf-8-sig") as handle:
         return next(csv.reader(handle), [])
+
+
+@contextlib.contextmanager
+def staged_directory(target: str | Path, *, replace_whole: bool = False) -> Iterator[Path]:
+    """A temporary sibling of `target` to fill; on success its files are published into `target`.
+
+    A new `target` appears by one rename, complete. An existing one is either swapped whole
+    (`replace_whole`: renamed aside, the new one renamed in, the old one put back if that fails) or
+    kept existing throughout: each file replaced atomically (the kernel-types manifest last, so a
+    reader that trusts it never sees a type whose CSV is not there yet), then the CSVs of kernel
+    types the old manifest listed and the new one lacks removed. On error nothing new is published.
+    """
+    from opperf.contract import KERNEL_TYPES_MANIFEST, kernel_type_problem
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield staging
+        for path in staging.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.chmod(staging, 0o755)
+        if not target.exists():
+            os.rename(staging, target)
+            return
+        if replace_whole:
+            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            os.replace(target, aside / target.name)
+            try:
+                os.rename(staging, target)
+            except BaseException:
+                os.replace(aside / target.name, target)
+                raise
+            finally:
+                shutil.rmtree(aside, ignore_errors=True)
+            return
+        old_manifest = target / KERNEL_TYPES_MANIFEST
+        old_types = set(old_manifest.read_text(encoding="utf-8").split()) if old_manifest.is_file() else set()
+        new_manifest = staging / KERNEL_TYPES_MANIFEST
+        new_types = set(new_manifest.read_text(encoding="utf-8").split()) if new_manifest.is_file() else set()
+        for path in sorted(staging.iterdir(), key=lambda p: p.name == KERNEL_TYPES_MANIFEST):
+            os.replace(path, target / path.name)
+        for kernel_type in old_types - new_types:
+            if kernel_type_problem(kernel_type) is None:
+                with contextlib.suppress(FileNotFoundError):
+                    (target / f"{kernel_type}.csv").unlink()
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -9,12 +9,8 @@ until every type has been computed, so bad input leaves no partial output.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +27,7 @@ from opperf.grid.memory import MemoryEstimator
 from opperf.grid.models import ModelConfig, select_models
 from opperf.grid.templates import Template, templates_from_rows
 from opperf.grid.values import ValueGrids
-from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
+from opperf.io import read_database_csv, staged_directory, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span
 from opperf.trace import Trace
 
@@ -262,25 +258,11 @@ def _write_outputs(input_dir: Path, output_dir: Path, frames: dict[str, pd.DataF
             write_csv_atomic(output_dir / f"{kernel_type}.csv", frame)
         log.debug("grid summary:\n%s", summary_text)
         return
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir, replace_whole=True) as staging:
         for kernel_type, frame in frames.items():
             write_csv_atomic(staging / f"{kernel_type}.csv", frame)
         write_text_atomic(staging / MANIFEST, manifest_text)
         write_text_atomic(staging / SUMMARY, summary_text)
-        os.chmod(staging, 0o755)
-        if output_dir.exists():
-            previous = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old.", dir=output_dir.parent))
-            os.replace(output_dir, previous / output_dir.name)
-            os.replace(staging, output_dir)
-            shutil.rmtree(previous)
-        else:
-            os.replace(staging, output_dir)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
-        raise
 
 
 def _write_traces(trace_dir: Path, results: Sequence[KernelGridResult], settings: GridSettings) -> None:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from opperf.contract import KERNEL_TYPES_MANIFEST, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
+from opperf.io import staged_directory
 from opperf.parse.aggregate import ParsedDatabase
 from opperf.trace import Trace
 
@@ -24,13 +21,6 @@ def _write_table(path: Path, columns: list[str], rows: list[dict[str, str]]) -> 
         writer.writerows({c: row.get(c, "") for c in columns} for row in rows)
 
 
-def _old_manifest(directory: Path) -> list[str]:
-    manifest = directory / MANIFEST
-    if not manifest.is_file():
-        return []
-    return [line.strip() for line in manifest.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def write_parsed_directory(directory: str | Path, database: ParsedDatabase) -> list[Path]:
     """`{Type}.csv` per kernel type + `kernel_types.txt`, built in a temporary sibling and moved into place.
 
@@ -42,30 +32,10 @@ def write_parsed_directory(directory: str | Path, database: ParsedDatabase) -> l
         problem = kernel_type_problem(kernel_type)
         if problem:
             raise ValueError(problem)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
+    with staged_directory(directory) as staging:
         for kernel_type in database.kernel_types:
             _write_table(staging / f"{kernel_type}.csv", database.columns[kernel_type], database.rows[kernel_type])
         (staging / MANIFEST).write_text("".join(f"{t}\n" for t in database.kernel_types), encoding="utf-8")
-        for path in staging.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        if not directory.exists():
-            os.rename(staging, directory)
-        else:
-            stale = set(_old_manifest(directory)) - set(database.kernel_types)
-            for kernel_type in database.kernel_types:
-                os.replace(staging / f"{kernel_type}.csv", directory / f"{kernel_type}.csv")
-            os.replace(staging / MANIFEST, directory / MANIFEST)
-            for kernel_type in stale:
-                if kernel_type_problem(kernel_type) is None:
-                    with contextlib.suppress(FileNotFoundError):
-                        (directory / f"{kernel_type}.csv").unlink()
-            staging.rmdir()
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return [directory / f"{t}.csv" for t in database.kernel_types] + [directory / MANIFEST]
 
 
