@@ -96,7 +96,8 @@ def baseline_parse(source: Path, out_dir: Path) -> None:
     from opperf.contract import BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD, \
         PROFILING_SAMPLE_COUNT, SOURCE, SOURCE_PROFILED, normalise_kernel_type, order_columns, \
         profiling_counter_column, strip_profiler_quotes
-    from opperf.parse.aggregate import BOOKKEEPING_COLUMNS, canonical_names_field
+    from opperf.contract import canonical_field
+    from opperf.parse.aggregate import BOOKKEEPING_COLUMNS
     from opperf.stats import format_number
 
     groups: dict = {}
@@ -127,7 +128,7 @@ def baseline_parse(source: Path, out_dir: Path) -> None:
         record = {column: strip_profiler_quotes(first.get(column, "")) for column in BASE_COLUMNS}
         record["Input Shapes"], record["Output Shapes"] = in_shapes, out_shapes
         for column in ("Input Data Types", "Output Data Types", "Input Formats", "Output Formats"):
-            record[column] = canonical_names_field(record[column], column)
+            record[column] = canonical_field(column, record[column])
         record[PROFILING_AVERAGE] = format_number(statistics.mean(durations))
         record[PROFILING_MEDIAN] = format_number(statistics.median(durations))
         record[PROFILING_STD] = format_number(statistics.pstdev(durations))

@@ -310,10 +310,11 @@ def is_known_dtype(name: str) -> bool:
 Signature = tuple[str, ...]
 
 
-def _canonical_field(column: str, value: object) -> str:
+def canonical_field(column: str, value: object) -> str:
+    """A field in one spelling, slots kept: `FLOAT16` → `DT_FLOAT16`, `FORMAT_ND` → `ND`, quotes and spaces dropped."""
     text = strip_profiler_quotes(value)
     if column in (INPUT_DTYPES, OUTPUT_DTYPES):
-        return ";".join(canonical_dtype(s) if is_known_dtype(s) else s for s in text.split(";")) if text else ""
+        return ";".join(canonical_dtype(s) if is_known_dtype(s) else s.strip() for s in text.split(";")) if text else ""
     if column in (INPUT_FORMATS, OUTPUT_FORMATS):
         return ";".join(s.strip().upper().removeprefix("FORMAT_") for s in text.split(";")) if text else ""
     if column in (INPUT_SHAPES, OUTPUT_SHAPES):
@@ -329,7 +330,7 @@ def row_signature(row: Mapping[str, object], kernel_type: str | None = None) -> 
     plus EP Size for DispatchFFNCombine. Spellings are canonicalised (FLOAT16 ≡ DT_FLOAT16,
     FORMAT_ND ≡ ND, literal profiler quotes dropped) so old and new files match.
     """
-    signature = tuple(_canonical_field(c, row.get(c, "")) for c in SIGNATURE_COLUMNS)
+    signature = tuple(canonical_field(c, row.get(c, "")) for c in SIGNATURE_COLUMNS)
     if kernel_type in EP_SIGNATURE_KERNELS:
         ep = strip_profiler_quotes(row.get(EP_SIZE, ""))
         try:

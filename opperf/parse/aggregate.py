@@ -21,15 +21,14 @@ import polars as pl
 
 from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
                              OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_MEDIAN,
-                             PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE, SOURCE_PROFILED, canonical_dtype,
-                             is_known_dtype, kernel_type_problem, normalise_kernel_type, order_columns,
+                             PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE, SOURCE_PROFILED, canonical_field,
+                             kernel_type_problem, normalise_kernel_type, order_columns,
                              parse_shapes, profiling_counter_column, strip_profiler_quotes)
 from opperf.errors import OpperfError
 from opperf.stats import format_number
 from opperf.parse.kernel_details import BOOKKEEPING_COLUMNS, DURATION, TYPE, ProfileTable
 
-__all__ = ["BOOKKEEPING_COLUMNS", "ParsedDatabase", "SkippedRow", "aggregate", "canonical_names_field",
-           "format_number"]
+__all__ = ["BOOKKEEPING_COLUMNS", "ParsedDatabase", "SkippedRow", "aggregate"]
 
 HCOM_PREFIX = "hcom_"
 
@@ -46,19 +45,6 @@ TYPE_REASONS = (SKIP_EMPTY_TYPE, SKIP_UNSAFE_TYPE, SKIP_COMMUNICATION)
 REASONS = (*TYPE_REASONS, SKIP_NA_SHAPE, SKIP_BAD_SHAPE, SKIP_BAD_DURATION, SKIP_NEGATIVE_DURATION)
 
 EXAMPLES_PER_REASON = 20
-
-
-def canonical_names_field(value: str, column: str) -> str:
-    """Dtype/format slots in one spelling (`FLOAT16` → `DT_FLOAT16`, `FORMAT_ND` → `ND`), slots kept as they are."""
-    text = strip_profiler_quotes(value)
-    if not text or text.upper() == "N/A":
-        return text
-    slots = [s.strip() for s in text.split(";")]
-    if column in (INPUT_DTYPES, OUTPUT_DTYPES):
-        return ";".join(canonical_dtype(s) if s and is_known_dtype(s) else s for s in slots)
-    if column in (INPUT_FORMATS, OUTPUT_FORMATS):
-        return ";".join(s.upper().removeprefix("FORMAT_") for s in slots)
-    return text
 
 
 @dataclass
@@ -296,7 +282,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         name = kernel.values[kernel.codes[row_index]]
         row = {c: _strip_or_empty(first_values[c][group]) for c in firsts}
         for column in (INPUT_DTYPES, OUTPUT_DTYPES, INPUT_FORMATS, OUTPUT_FORMATS):
-            row[column] = canonical_names_field(row[column], column)
+            row[column] = canonical_field(column, row[column])
         row[INPUT_SHAPES] = in_shapes.values[in_shapes.codes[row_index]]
         row[OUTPUT_SHAPES] = out_shapes.values[out_shapes.codes[row_index]]
         row[PROFILING_AVERAGE] = format_number(float(means[group]))
