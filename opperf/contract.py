@@ -71,6 +71,18 @@ SOURCE_PROFILED = "profiled"
 SOURCE_GENERATED = "generated"
 
 
+# Raw profiler columns (kernel_details.csv, msprof op_summary_*.csv, every CANN spelling) that describe
+# a launch rather than measure it: never averaged into `Profiling Average <counter>` / `MicroBench <counter>`.
+# Any other numeric column of a profiler table is a counter.
+PROFILER_BOOKKEEPING_COLUMNS = frozenset({
+    "Step Id", "Model ID", "Model Name", "Infer ID", "Task ID", "Stream ID", "Name", "Op Name", "Type", "OP Type",
+    "Op Type", "Task Type", "Start Time(us)", "Task Start Time(us)", "Task Start Time", "Duration(us)",
+    "Task Duration(us)", "Wait Time(us)", "Task Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim",
+    "Mix Block Num", "HF32 Eligible", "Context ID", "Device_id", "Device Id", "Device ID", "Op Flag",
+    "Subtask ID", "Thread ID", "Rank ID", "Input Scalars", *BASE_COLUMNS,
+})
+
+
 def profiling_counter_column(counter: str) -> str:
     return PROFILING_COUNTER_PREFIX + counter
 

@@ -174,3 +174,18 @@ def test_prof_dir_discovery_errors_say_what_is_missing(tmp_path):
                     prof / "mindstudio_profiler_output")
     assert msprof.find_prof_dirs(prof) == [prof]                # a PROF_* directory given directly
     assert [p.name for p in msprof.collect_op_summaries(tmp_path)] == ["op_summary_20261122072001.csv"]
+
+
+def test_op_type_spelling_and_bookkeeping_columns_match_the_parse_stage(tmp_path):
+    """`Op Type` (an older msprof spelling) is read, and Subtask/Thread/Rank IDs are never counters."""
+    [path] = msprof.collect_op_summaries(MSPROF_RUN)
+    header, *lines = path.read_text(encoding="utf-8").splitlines()
+    renamed = tmp_path / "op_summary_0_1.csv"
+    extra = ",Subtask ID,Thread ID,Rank ID"
+    renamed.write_text("\n".join([header.replace("OP Type", "Op Type") + extra]
+                                 + [line + ",7,8,0" for line in lines]) + "\n", encoding="utf-8")
+    table = op_summary.read_profiler_table(renamed)
+    reference = _msprof_table()
+    assert [s.kernel_type for s in table.samples] == [s.kernel_type for s in reference.samples]
+    assert table.counter_columns == reference.counter_columns
+    assert not {"Subtask ID", "Thread ID", "Rank ID"} & set(table.counter_columns)

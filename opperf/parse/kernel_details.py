@@ -18,7 +18,8 @@ from pathlib import Path
 import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_SHAPES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES)
+                             INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+                             PROFILER_BOOKKEEPING_COLUMNS)
 from opperf.errors import OpperfError
 
 TYPE = "Type"
@@ -36,13 +37,7 @@ ACCELERATOR_CORE_FALLBACK = "Task Type"
 REQUIRED_COLUMNS = (TYPE, DURATION, INPUT_SHAPES, INPUT_DTYPES, INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES,
                     OUTPUT_FORMATS)
 # Columns that describe a launch rather than measure it: never averaged into `Profiling Average <counter>`.
-BOOKKEEPING_COLUMNS = frozenset({
-    "Step Id", "Model ID", "Task ID", "Stream ID", "Name", "Op Name", TYPE, "OP Type", "Op Type", OP_STATE,
-    ACCELERATOR_CORE, "Task Type", "Start Time(us)", "Task Start Time(us)", DURATION, "Task Duration(us)",
-    "Wait Time(us)", "Task Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim", "Mix Block Num",
-    "HF32 Eligible", "Context ID", "Device_id", "Device Id", "Device ID", "Op Flag", "Subtask ID", "Thread ID",
-    "Rank ID", "Input Scalars", *BASE_COLUMNS,
-})
+BOOKKEEPING_COLUMNS = PROFILER_BOOKKEEPING_COLUMNS
 
 
 @dataclass

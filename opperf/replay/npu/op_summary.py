@@ -31,19 +31,15 @@ from opperf.stats import DurationStats, duration_stats, format_number
 
 # Logical column -> its spellings: msprof op_summary, torch_npu kernel_details, then older msprof.
 _COLUMN_SPELLINGS: dict[str, tuple[str, ...]] = {
-    "op_type": ("OP Type", "Type"),
+    "op_type": ("OP Type", "Op Type", "Type"),
     "op_name": ("Op Name", "Name"),
     "task_type": ("Task Type", "Accelerator Core"),
     "start_us": ("Task Start Time(us)", "Start Time(us)", "Task Start Time"),
     "duration_us": ("Task Duration(us)", "Duration(us)"),
 }
 # Columns that describe a task rather than measure it. Any other column is a profiler counter.
-_DESCRIPTIVE_COLUMNS = frozenset({
-    "Device_id", "Model Name", "Model ID", "Task ID", "Stream ID", "Infer ID", "Step Id", "Context ID",
-    "OP State", "Task Wait Time(us)", "Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim",
-    "Mix Block Num", "HF32 Eligible", *contract.BASE_COLUMNS,
-    *(spelling for pair in _COLUMN_SPELLINGS.values() for spelling in pair),
-})
+_DESCRIPTIVE_COLUMNS = contract.PROFILER_BOOKKEEPING_COLUMNS | {
+    spelling for pair in _COLUMN_SPELLINGS.values() for spelling in pair}
 _SIGNATURE_FIELDS = (contract.OP_STATE, *contract.BASE_COLUMNS[2:])
 _MISSING_VALUES = frozenset({"", "N/A", "NA", "n/a"})
 
