@@ -113,7 +113,7 @@ def main() -> int:
                         "engine_per_row_ms": alone["per_row_ms"], "kernel_per_row_ms": alone["kernel_per_row_ms"],
                         "overhead_per_row_ms": alone["overhead_per_row_ms"]})
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
-               "load_average": os.getloadavg(), "note": "shared 2-core VM; other engineers' jobs ran concurrently"}
+               "load_average": os.getloadavg(), "note": "2-core VM; see the load average for other work running meanwhile"}
     table = ["| kernel | rows | job fixed cost s (1-row job, median of 3) | job wall s | job rows/s | "
              "engine per row ms | kernel per row ms | overhead per row ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     table += [f"| {s['kernel']} | {s['rows']} | {s['job_fixed_s_median_of_3']} | {s['job_wall_s']} | "
