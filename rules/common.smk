@@ -182,19 +182,17 @@ def _stage_root(wildcards):
 
 
 def database_rows_input(wildcards):
-    """What a database CSV is made from: the replayed CSV, else the grid's or the parse's directory."""
+    """What a database CSV is made from: the replayed CSV, else what replay would have measured."""
     if replay_enabled(wildcards.device):
         return f"{_stage_root(wildcards)}/replayed/{wildcards.kernel}.csv"
-    if grid_enabled():
-        return f"{_stage_root(wildcards)}/grid"
-    checkpoints.parse_profiles.get(**wildcards)
-    return f"{_stage_root(wildcards)}/parsed"
+    return replay_rows_input(wildcards)
 
 
 def database_rows_file(wildcards):
     """The one CSV inside database_rows_input for this kernel type."""
-    rows = database_rows_input(wildcards)
-    return rows if rows.endswith(".csv") else f"{rows}/{wildcards.kernel}.csv"
+    if replay_enabled(wildcards.device):
+        return database_rows_input(wildcards)
+    return replay_rows_file(wildcards)
 
 
 def database_targets():
