@@ -58,9 +58,15 @@ COLLECTED_AT = "collected_at"
 # `;`-aligned with Input Shapes; empty where the slot is a tensor or nothing was recorded. Replay of
 # aten ops needs them (softmax dim, add alpha, ...); NPU profiles have none.
 INPUT_SCALARS = "Input Scalars"
+# Per input slot, the element strides a torch.profiler trace recorded, `;`-aligned with Input Shapes, written
+# only for slots that are not contiguous (a transposed weight, a chunk of a fused projection, a stride-0
+# expanded index); the whole field is empty when every slot is contiguous. A strided call runs another
+# kernel than the contiguous one (gather with an expanded index reads one row per output row), so the
+# strides are part of the row signature and replay builds the slot with exactly these strides.
+INPUT_STRIDES = "Input Strides"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    SOURCE, INPUT_SCALARS, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
+    SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
     REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_STATUS, REPLAY_ERROR, COLLECTED_AT,
 )
 
@@ -79,7 +85,7 @@ PROFILER_BOOKKEEPING_COLUMNS = frozenset({
     "Op Type", "Task Type", "Start Time(us)", "Task Start Time(us)", "Task Start Time", "Duration(us)",
     "Task Duration(us)", "Wait Time(us)", "Task Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim",
     "Mix Block Num", "HF32 Eligible", "Context ID", "Device_id", "Device Id", "Device ID", "Op Flag",
-    "Subtask ID", "Thread ID", "Rank ID", "Input Scalars", *BASE_COLUMNS,
+    "Subtask ID", "Thread ID", "Rank ID", "Input Scalars", "Input Strides", *BASE_COLUMNS,
 })
 
 
@@ -317,6 +323,65 @@ def is_known_dtype(name: str) -> bool:
     return name.strip().upper() in _DTYPES
 
 
+# --- strides -------------------------------------------------------------------------------------
+
+Strides = tuple[int, ...]
+
+
+def contiguous_strides(shape: Sequence[int]) -> Strides:
+    """Row-major element strides of a dense tensor of `shape`."""
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(int(dim), 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Dense row-major layout, ignoring the stride of size-1 dims (as torch's is_contiguous does)."""
+    if len(shape) != len(strides):
+        return False
+    return all(size == 1 or stride == expected
+               for size, stride, expected in zip(shape, strides, contiguous_strides(shape)))
+
+
+def parse_strides(slot: str, *, path=None, row=None, field=INPUT_STRIDES) -> Strides | None:
+    """One slot of Input Strides: '' → None (contiguous or not a tensor), '8192,32,512,1' → (8192, 32, 512, 1)."""
+    slot = slot.strip()
+    if slot == "":
+        return None
+    values = []
+    for part in slot.split(","):
+        part = part.strip()
+        if not part.isascii() or not part.isdigit():
+            raise OpperfError(f"bad stride {part!r} in {slot!r} (non-negative integers only)", path=path, row=row,
+                              field=field)
+        values.append(int(part))
+    return tuple(values)
+
+
+def strides_text(shapes: Sequence[Sequence[int] | None], strides: Sequence[Sequence[int] | None]) -> str:
+    """The Input Strides field for slot shapes and recorded strides: only non-contiguous slots are written,
+    and a row whose slots are all contiguous gets the empty field."""
+    slots = []
+    for shape, slot_strides in zip(shapes, strides):
+        written = (shape is not None and slot_strides is not None and len(slot_strides) == len(shape)
+                   and not is_contiguous(shape, slot_strides))
+        slots.append(",".join(str(int(s)) for s in slot_strides) if written else "")
+    return ";".join(slots) if any(slots) else ""
+
+
+def canonical_strides(strides_field: str, shapes_field: str) -> str:
+    """Input Strides in its one spelling (contiguous slots dropped), for signatures; unparseable text kept as is."""
+    try:
+        shapes = [parse_shape(s) for s in split_slots(shapes_field)]
+        strides = [parse_strides(s) for s in split_slots(strides_field)]
+    except OpperfError:
+        return strides_field
+    strides += [None] * (len(shapes) - len(strides))
+    return strides_text(shapes, strides[:len(shapes)])
+
+
 # --- row signatures ------------------------------------------------------------------------------
 
 Signature = tuple[str, ...]
@@ -339,10 +404,15 @@ def row_signature(row: Mapping[str, object], kernel_type: str | None = None) -> 
     """The key that matches a replay result to a database row.
 
     Five columns (Input Shapes, Input Data Types, Input Formats, Output Shapes, Output Data Types),
-    plus EP Size for DispatchFFNCombine. Spellings are canonicalised (FLOAT16 ≡ DT_FLOAT16,
-    FORMAT_ND ≡ ND, literal profiler quotes dropped) so old and new files match.
+    plus the non-contiguous Input Strides where a row has them, plus EP Size for DispatchFFNCombine.
+    Spellings are canonicalised (FLOAT16 ≡ DT_FLOAT16, FORMAT_ND ≡ ND, literal profiler quotes dropped,
+    contiguous strides ≡ none recorded) so old and new files match.
     """
     signature = tuple(canonical_field(c, row.get(c, "")) for c in SIGNATURE_COLUMNS)
+    strides = strip_profiler_quotes(row.get(INPUT_STRIDES, ""))
+    strides = canonical_strides(strides, strip_profiler_quotes(row.get(INPUT_SHAPES, ""))) if strides else ""
+    if strides:
+        signature += ("strides=" + strides,)
     if kernel_type in EP_SIGNATURE_KERNELS:
         ep = strip_profiler_quotes(row.get(EP_SIZE, ""))
         try:

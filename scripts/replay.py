@@ -19,7 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, L2_POLICIES, UPDATE_MODES  # noqa: E402
+from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
+from opperf.replay.methods import (CACHE_POLICIES, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
+                                   DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
@@ -67,9 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="drop rows that could not be built, run or verified (listed in the BACKFILL trace)")
     how.add_argument("--prune-empty-duration-rows", action="store_true",
                      help="drop rows with neither a replay nor a profiling duration after write-back")
-    how.add_argument("--l2-policy", choices=L2_POLICIES, default="flush", help="cuda: L2 between calls")
-    how.add_argument("--cuda-timing", choices=["kernel", "event"], default="kernel",
+    how.add_argument("--l2-policy", choices=CACHE_POLICIES, default=DEFAULT_CACHE_POLICY,
+                     help="cuda/npu: device cache state before each timed call. insitu (default): flushed, then the "
+                          "activation inputs made resident and weights left cold, as inside the model; flush: all "
+                          "cold; rotate: all cold by input copies; none: all warm")
+    how.add_argument("--cuda-timing", choices=CUDA_TIMINGS, default="kernel",
                      help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
+    how.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS,
+                     help="cuda: rows timed inside one profiler session (default: %(default)s)")
     how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "
                                                       "default; the rule passes its `threads`)")
     how.add_argument("--memory-fraction", type=float, default=0.8,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
+from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES,
                              OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_MEDIAN,
                              PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE, SOURCE_PROFILED, canonical_field,
                              kernel_type_problem, normalise_kernel_type, order_columns,
@@ -138,8 +138,12 @@ def _kernel_or_empty(value: str | None) -> str:
     return normalise_kernel_type(value) if value is not None else ""
 
 
-def _scalars_or_none(value: str | None) -> str | None:
-    """Input Scalars text; None (no column) where a row has none, e.g. all kernel_details rows."""
+# Columns of torch traces that tell calls of equal shapes apart (kernel_details rows have neither).
+CALL_KEY_COLUMNS = (INPUT_SCALARS, INPUT_STRIDES)
+
+
+def _text_or_none(value: str | None) -> str | None:
+    """Input Scalars / Input Strides text; None (no column) where a row has none, e.g. all kernel_details rows."""
     return value or None
 
 
@@ -218,8 +222,9 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
     kernel = _Column.of(frame.get_column(TYPE), _kernel_or_empty)
     in_shapes = _Column.of(frame.get_column(INPUT_SHAPES), _strip_or_empty)
     out_shapes = _Column.of(frame.get_column(OUTPUT_SHAPES), _strip_or_empty)
-    scalars = (_Column.of(frame.get_column(INPUT_SCALARS), _scalars_or_none) if INPUT_SCALARS in frame.columns
-               else _Column(codes=np.zeros(frame.height, dtype=np.int64), values=[None]))
+    call_keys = {column: (_Column.of(frame.get_column(column), _text_or_none) if column in frame.columns
+                          else _Column(codes=np.zeros(frame.height, dtype=np.int64), values=[None]))
+                 for column in CALL_KEY_COLUMNS}
     durations, duration_text = _durations(frame)
 
     # The first matching check names the row's skip reason and field (0 = keep the row).
@@ -249,7 +254,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
     if len(kept) == 0:
         return result
     group_ids, first_rows = _group_ids([kernel.codes[kept], in_shapes.codes[kept], out_shapes.codes[kept],
-                                              scalars.codes[kept]])
+                                        *(key.codes[kept] for key in call_keys.values())])
     groups = _GroupSums(group_ids, len(first_rows))
     kept_durations = durations[kept]
     counts = groups.counts
@@ -277,7 +282,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         result.source_rows.setdefault(name, {})[str(tables[file_index].path)] = int(per_file[code, file_index])
     type_counters = {name: [c for c in counters if any(c in tables[i].counters for i in sorted(files))]
                      for name, files in files_of.items()}
-    has_scalars: set[str] = set()
+    has_call_key: dict[str, set[str]] = {column: set() for column in CALL_KEY_COLUMNS}
     for group, row_index in enumerate(first_in_frame):
         name = kernel.values[kernel.codes[row_index]]
         row = {c: _strip_or_empty(first_values[c][group]) for c in firsts}
@@ -293,13 +298,14 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
             row[profiling_counter_column(counter)] = format_number(float(value))
         row[SOURCE] = SOURCE_PROFILED
         row[PROFILING_SAMPLE_COUNT] = str(int(counts[group]))
-        scalar_text = scalars.values[scalars.codes[row_index]]
-        if scalar_text is not None:
-            row[INPUT_SCALARS] = scalar_text
-            has_scalars.add(name)
+        for column, key in call_keys.items():
+            text = key.values[key.codes[row_index]]
+            if text is not None:
+                row[column] = text
+                has_call_key[column].add(name)
         result.rows.setdefault(name, []).append(row)
     for name in result.rows:
-        extra = [INPUT_SCALARS] if name in has_scalars else []
+        extra = [column for column in CALL_KEY_COLUMNS if name in has_call_key[column]]
         result.columns[name] = order_columns([*BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD,
                                               *map(profiling_counter_column, type_counters[name]), SOURCE, *extra,
                                               PROFILING_SAMPLE_COUNT])

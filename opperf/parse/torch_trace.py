@@ -12,6 +12,9 @@ Which op a row stands for:
 Type is the op name without `aten::` (`aten::mm` → `mm`; other namespaces `ns::op` → `ns.op`). Input
 slots follow the recorded arguments: a tensor gives its dims, a tensor list one slot per tensor, anything
 else an empty slot whose `Concrete Inputs` value goes into the `Input Scalars` column (slot-aligned).
+The recorded `Input Strides` of non-contiguous tensor slots go into the `Input Strides` column
+(`contract.strides_text`): a transposed weight or a chunk of a fused projection is another call than
+its contiguous twin.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
 failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
@@ -30,7 +33,7 @@ from pathlib import Path
 import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_SHAPES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+                             INPUT_SHAPES, INPUT_STRIDES, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
                              PROFILER_TYPE_TO_TORCH, TORCH_TO_PROFILER_DTYPE)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
@@ -53,7 +56,7 @@ VIEW_AND_ALLOCATION_OPS = frozenset({
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 TRACE_COLUMNS = ["Name", TYPE, OP_STATE, ACCELERATOR_CORE, "Start Time(us)", DURATION, INPUT_SHAPES, INPUT_DTYPES,
-                 INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, INPUT_SCALARS]
+                 INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, INPUT_SCALARS, INPUT_STRIDES]
 
 _SCALAR_TYPES: dict[int, object] = {}
 
@@ -128,36 +131,57 @@ class _Slots:
     dtypes: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
     scalars: list[str] = field(default_factory=list)
+    dims: list[list[int] | None] = field(default_factory=list)        # per slot, for the strides field
+    strides: list[list[int] | None] = field(default_factory=list)
     has_tensor: bool = False
+
+    def strides_field(self) -> str:
+        return strides_text(self.dims, self.strides)
 
 
 def _input_slots(args: dict) -> _Slots:
     dims_list = args.get("Input Dims") or []
     types = args.get("Input type") or []
     concrete = args.get("Concrete Inputs") or []
+    strides_list = args.get("Input Strides") or []
     slots = _Slots()
     for i, dims in enumerate(dims_list):
         type_name = types[i] if i < len(types) else ""
         value = concrete[i] if i < len(concrete) else ""
+        strides = strides_list[i] if i < len(strides_list) else None
         if type_name == "TensorList" and isinstance(dims, list) and all(isinstance(d, list) for d in dims):
-            for member in dims:       # one slot per tensor of the list (the trace records no member dtypes)
+            member_strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
+            for member, member_stride in zip(dims, member_strides):   # one slot per tensor (no member dtypes recorded)
                 slots.shapes.append(",".join(str(int(d)) for d in member))
                 slots.dtypes.append("")
                 slots.formats.append("ND")
                 slots.scalars.append("")
+                slots.dims.append([int(d) for d in member])
+                slots.strides.append(_int_list(member_stride))
                 slots.has_tensor |= len(member) > 0
         elif _is_tensor_arg(dims, type_name):
             slots.shapes.append(",".join(str(int(d)) for d in dims))
             slots.dtypes.append(_profiler_dtype(type_name))
             slots.formats.append("ND")
             slots.scalars.append("")
+            slots.dims.append([int(d) for d in dims])
+            slots.strides.append(_int_list(strides))
             slots.has_tensor |= len(dims) > 0
         else:
             slots.shapes.append("")
             slots.dtypes.append("")
             slots.formats.append("")
             slots.scalars.append(str(value).replace(";", ","))
+            slots.dims.append(None)
+            slots.strides.append(None)
     return slots
+
+
+def _int_list(value) -> list[int] | None:
+    """A recorded stride list, or None when the trace has none (older torch) or it is not a flat int list."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return value
 
 
 def _parse_scalar(text: str, type_name: str):
@@ -354,6 +378,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
             INPUT_SHAPES: ";".join(slots.shapes), INPUT_DTYPES: ";".join(slots.dtypes),
             INPUT_FORMATS: ";".join(slots.formats), OUTPUT_SHAPES: inferred[0], OUTPUT_DTYPES: inferred[1],
             OUTPUT_FORMATS: inferred[2], INPUT_SCALARS: ";".join(slots.scalars),
+            INPUT_STRIDES: slots.strides_field(),
         })
         conversion.events.append(op.index)
     return conversion
@@ -390,7 +415,7 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     for outcome, count in conversion.outcomes.most_common():
         log.info("%s: %d %s: %s", path, count,
                  "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
-    columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS]
+    columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]
     data = {c: [row[c] for row in conversion.rows] for c in columns}
     frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},
                           DURATION: pl.Series(DURATION, [float(r[DURATION]) for r in conversion.rows],

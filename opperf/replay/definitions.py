@@ -17,7 +17,9 @@ Schema (see docs/replay.md, "Kernel definition reference"):
     alternate_kernel_types: [MatMulV3, MatMulCommon]
     inputs:                           # one entry per slot of "Input Shapes", in order
       - {role: tensor}                # random values of the slot's shape/dtype
-      - {role: tensor, transpose: [0, 1]}          # view transform after building
+      - {role: tensor, transpose: [0, 1]}          # view transform after building (recorded Input Strides win)
+      - {role: tensor, cache: cold}   # in the workload it is read from memory (a weight); default warm:
+                                      # produced by the kernel just before, resident in L2 (the insitu policy)
       - {role: index, high: {slot: 0, dim: 0}}     # integers in [low, high)
       - {role: scalar, from: input_scalars}        # the row's `Input Scalars` slot
       - {role: scalar, value: 1.0e-6, name: eps}   # a fixed value, passed as keyword `eps`
@@ -50,13 +52,16 @@ CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activ
               "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
 ROLES = ("tensor", "index", "scalar", "device", "none")
 VALUE_KINDS = ("normal", "uniform", "positive", "ones", "zeros")
+# Where an input lives when the kernel runs inside the model: `warm` (an activation just written by the
+# previous kernel: in L2 as far as it fits) or `cold` (a weight, an embedding table: read from memory).
+CACHE_STATES = ("warm", "cold")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
              "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description"}
 _COMMON_KEYS = {"role", "name", "optional"}
 _ROLE_KEYS = {
-    "tensor": _COMMON_KEYS | {"transpose", "values", "contiguous"},
-    "index": _COMMON_KEYS | {"low", "high", "unique", "sorted"},
+    "tensor": _COMMON_KEYS | {"transpose", "values", "contiguous", "cache"},
+    "index": _COMMON_KEYS | {"low", "high", "unique", "sorted", "cache"},
     "scalar": _COMMON_KEYS | {"from", "value"},
     "device": _COMMON_KEYS,
     "none": _COMMON_KEYS | {"omit"},
@@ -96,6 +101,7 @@ class InputSpec:
     value: Any = None                          # scalar: fixed value
     omit: bool = False                         # none: leave the argument out entirely
     optional: bool = False                     # trailing slot a row may lack (e.g. an `out=` variant's out)
+    cache: str = "warm"                        # tensor/index: in-situ cache state (CACHE_STATES)
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,9 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
     name = raw.get("name")
     if name is not None and not (isinstance(name, str) and _IDENTIFIER_RE.match(name)):
         raise _fail(f"keyword name {name!r} is not an identifier", path, f"{field_name}.name")
+    cache = raw.get("cache", "warm")
+    if cache not in CACHE_STATES:
+        raise _fail(f"{cache!r} is not one of {CACHE_STATES}", path, f"{field_name}.cache")
     if role == "tensor":
         transpose = raw.get("transpose")
         if transpose is not None:
@@ -219,7 +228,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
         values = raw.get("values", "normal")
         if values not in VALUE_KINDS:
             raise _fail(f"{values!r} is not one of {VALUE_KINDS}", path, f"{field_name}.values")
-        return InputSpec(role=role, name=name, optional=optional, transpose=transpose, values=values,
+        return InputSpec(role=role, name=name, optional=optional, transpose=transpose, values=values, cache=cache,
                          contiguous=_boolean(raw.get("contiguous"), path, f"{field_name}.contiguous"))
     if role == "index":
         low = _integer(raw.get("low", 0), path, f"{field_name}.low")
@@ -228,7 +237,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
         if "high" not in raw:
             raise _fail("an index input needs `high` (a constant or {slot: i, dim: d}) so its values stay in "
                         "bounds", path, f"{field_name}.high")
-        return InputSpec(role=role, name=name, optional=optional, low=low,
+        return InputSpec(role=role, name=name, optional=optional, low=low, cache=cache,
                          high=_index_bound(raw["high"], path, f"{field_name}.high", slot_count),
                          unique=_boolean(raw.get("unique"), path, f"{field_name}.unique"),
                          sorted=_boolean(raw.get("sorted"), path, f"{field_name}.sorted"))

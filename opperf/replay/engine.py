@@ -17,11 +17,11 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import KernelDefinition
+from opperf.replay.methods import Timer, TimingResult
 from opperf.stats import duration_stats, format_number
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
-    from opperf.replay.inputs import FormatCast
-    from opperf.replay.timing import Timer
+    from opperf.replay.inputs import FormatCast, ReplayCase
 
 log = get_logger("replay.engine")
 
@@ -41,7 +41,6 @@ STATUS_UNSUPPORTED_BACKEND = "unsupported_backend"
 FAILED_STATUSES = frozenset({STATUS_FAILED_BUILD, STATUS_FAILED_RUN, STATUS_FAILED_VERIFY, STATUS_FAILED_CRASH,
                              STATUS_FAILED_TIMEOUT, STATUS_FAILED_NO_SAMPLES})
 UPDATE_MODES = ("all", "missing-only")
-L2_POLICIES = ("flush", "rotate", "none")       # cuda: what L2 holds before each timed call (timing.CudaTimer)
 DEFAULT_REPEAT_COUNT = 30
 DEFAULT_WARMUP_COUNT = 3
 
@@ -128,11 +127,33 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
-def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: "Timer",
-               repeat_count: int = DEFAULT_REPEAT_COUNT, warmup_count: int = DEFAULT_WARMUP_COUNT,
-               memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
-               path=None, line: int | None = None, seed: int = 0) -> RowOutcome:
-    """Replay one row and say what happened (never raises for a row-level problem)."""
+@dataclass
+class PreparedRow:
+    """A row whose call was built, run once and verified: ready to time (the case), with what to trace."""
+
+    case: "ReplayCase | None"
+    call: str
+    expected_outputs: str
+    produced_outputs: str
+
+    def outcome(self, timing: TimingResult | None, error: str = "") -> RowOutcome:
+        """The row's outcome once its timed calls are collected (None: the timer had no samples for it)."""
+        traced = {"call": self.call, "expected_outputs": self.expected_outputs,
+                  "produced_outputs": self.produced_outputs}
+        if timing is None:
+            return RowOutcome(STATUS_FAILED_RUN, error=error or "the timer returned no samples for this call",
+                              **traced)
+        if not timing.samples_us:
+            return RowOutcome(STATUS_EXECUTED, columns={contract.REPLAY_TIMING_METHOD: timing.method,
+                                                        contract.REPLAY_L2_POLICY: timing.l2_policy}, **traced)
+        return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy),
+                          other_samples=timing.other_samples_us, **traced)
+
+
+def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str,
+                timer: Timer, memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
+                path=None, line: int | None = None, seed: int = 0) -> PreparedRow | RowOutcome:
+    """Memory check, build, first call, verify: a PreparedRow to time, or the RowOutcome that ends the row."""
     from opperf.replay.inputs import build_case, parse_row_slots, row_tensor_bytes
     from opperf.replay.verify import verify_outputs
 
@@ -164,14 +185,37 @@ def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend:
     if not verdict.ok:
         return RowOutcome(STATUS_FAILED_VERIFY, error=verdict.message, call=case.description,
                           expected_outputs=verdict.expected, produced_outputs=verdict.produced)
+    return PreparedRow(case, case.description, verdict.expected, verdict.produced)
+
+
+def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: int,
+                     warmup_count: int) -> RowOutcome | None:
+    """Run the row's warm-up and timed calls (the first call, already run, counts as warm-up); the case's
+    tensors are released afterwards. A RowOutcome if the calls failed, else None (samples come at collect)."""
     try:
-        timing = timer.measure(case, max(warmup_count - 1, 0), repeat_count)
+        timer.measure(prepared.case, max(warmup_count - 1, 0), repeat_count, key)
     except Exception as exc:
-        return RowOutcome(STATUS_FAILED_RUN, error=_error_text(exc), call=case.description,
-                          expected_outputs=verdict.expected, produced_outputs=verdict.produced)
-    if not timing.samples_us:
-        return RowOutcome(STATUS_EXECUTED, columns={contract.REPLAY_TIMING_METHOD: timing.method},
-                          call=case.description, expected_outputs=verdict.expected, produced_outputs=verdict.produced)
-    return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy),
-                      call=case.description, expected_outputs=verdict.expected, produced_outputs=verdict.produced,
-                      other_samples=timing.other_samples_us)
+        return prepared.outcome(None, error=_error_text(exc))
+    finally:
+        prepared.case = None
+    return None
+
+
+def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: Timer,
+               repeat_count: int = DEFAULT_REPEAT_COUNT, warmup_count: int = DEFAULT_WARMUP_COUNT,
+               memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
+               path=None, line: int | None = None, seed: int = 0) -> RowOutcome:
+    """Replay one row and say what happened (never raises for a row-level problem); one row per timer batch."""
+    prepared = prepare_row(definition, row, backend=backend, device=device, timer=timer,
+                           memory_budget_bytes=memory_budget_bytes, format_cast=format_cast, path=path, line=line,
+                           seed=seed)
+    if isinstance(prepared, RowOutcome):
+        return prepared
+    failed = measure_prepared(prepared, timer, line, repeat_count=repeat_count, warmup_count=warmup_count)
+    if failed is not None:
+        return failed
+    try:
+        timings = timer.collect()
+    except Exception as exc:
+        return prepared.outcome(None, error=_error_text(exc))
+    return prepared.outcome(timings.get(line))

@@ -4,7 +4,11 @@ Strict: shapes go through `contract.parse_shapes`, scalars through `parse_scalar
 grammar, never `eval`), dtypes through the contract's dtype table. FRACTAL_NZ storage shapes are
 built as their ND matrix and handed to the back end's format cast (NPU only). Index-like inputs
 hold values inside the bound their definition names, so a gather/scatter/cache-slot input never
-reads or writes out of bounds.
+reads or writes out of bounds. A slot with recorded `Input Strides` is built with exactly those
+strides over a storage large enough for them (`as_strided`), as the workload laid it out: a
+transposed weight, a chunk of a fused projection, an expanded (stride-0) index whose rows repeat.
+Random values are drawn on the replay device (a seeded device generator): building a 2 GB input on
+the host first would cost seconds per row.
 """
 
 from __future__ import annotations
@@ -39,15 +43,31 @@ FormatCast = Callable[[torch.Tensor, str], torch.Tensor]
 
 @dataclass
 class ReplayCase:
-    """One ready-to-time call: `fn(*args, **kwargs)`; what hooks return from `build_case(row, ctx)`."""
+    """One ready-to-time call: `fn(*args, **kwargs)`; what hooks return from `build_case(row, ctx)`.
+
+    `warm`: the inputs that were just written by the previous kernel in the workload (activations),
+    made L2-resident before each timed call under the `insitu` policy; None means every tensor input.
+    """
 
     fn: Callable[..., Any]
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     description: str = ""                 # what was built, for traces and error messages
+    warm: tuple | None = None
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor argument (tensor lists flattened), in call order."""
+        found = []
+        for value in (*self.args, *self.kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else [value]
+            found += [t for t in items if isinstance(t, torch.Tensor)]
+        return found
+
+    def warm_tensors(self) -> list[torch.Tensor]:
+        return list(self.warm) if self.warm is not None else self.tensors()
 
 
 # --- strict scalar literals -----------------------------------------------------------------------
@@ -99,6 +119,7 @@ class RowSlots:
     input_dtypes: list[str]
     input_formats: list[str]
     input_scalars: list[Any]
+    input_strides: list                   # per slot: recorded non-contiguous strides, else None
     output_shapes: list
     output_dtypes: list[str]
     output_formats: list[str]
@@ -120,11 +141,20 @@ def parse_row_slots(row: Mapping[str, str], *, path=None, line=None) -> RowSlots
                                           field=contract.OUTPUT_SHAPES)
     scalars_text = contract.split_slots(row.get(contract.INPUT_SCALARS, ""))
     scalars = [parse_scalar(s, path=path, row=line, field=contract.INPUT_SCALARS) for s in scalars_text]
+    strides = [contract.parse_strides(s, path=path, row=line)
+               for s in contract.split_slots(row.get(contract.INPUT_STRIDES, ""))]
+    for index, slot_strides in enumerate(strides):
+        shape = input_shapes[index] if index < len(input_shapes) else None
+        if slot_strides is not None and (shape is None or len(shape) != len(slot_strides)):
+            raise OpperfError(f"slot {index} has strides {list(slot_strides)} but shape "
+                              f"{list(shape) if shape is not None else 'none'} (one stride per dimension)",
+                              path=path, row=line, field=contract.INPUT_STRIDES)
     return RowSlots(
         input_shapes=input_shapes,
         input_dtypes=contract.parse_names(row.get(contract.INPUT_DTYPES, "")),
         input_formats=_format_names(row.get(contract.INPUT_FORMATS, "")),
         input_scalars=scalars,
+        input_strides=strides,
         output_shapes=output_shapes,
         output_dtypes=contract.parse_names(row.get(contract.OUTPUT_DTYPES, "")),
         output_formats=_format_names(row.get(contract.OUTPUT_FORMATS, "")),
@@ -139,13 +169,27 @@ def torch_dtype(name: str, *, path=None, row=None, field=None) -> torch.dtype:
     return TORCH_DTYPES[canonical]
 
 
+def storage_extent(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements a storage needs so that a view of `shape` with `strides` stays inside it."""
+    if any(int(d) == 0 for d in shape):
+        return 0
+    return 1 + sum((int(d) - 1) * int(s) for d, s in zip(shape, strides))
+
+
 def row_tensor_bytes(slots: RowSlots) -> int:
     """Bytes the row's input and output tensors occupy, for the memory budget check: the grid stage's count
-    (`grid.memory.tensor_bytes`, unknown dtypes at its widest size) without its workspace margin."""
-    return sum(tensor_bytes(shape, _slot(dtypes, index), _slot(formats, index))
-               for shapes, dtypes, formats in ((slots.input_shapes, slots.input_dtypes, slots.input_formats),
-                                               (slots.output_shapes, slots.output_dtypes, slots.output_formats))
-               for index, shape in enumerate(shapes))
+    (`grid.memory.tensor_bytes`, unknown dtypes at its widest size) without its workspace margin; a strided
+    input counts the storage its strides span."""
+    total = 0
+    for shapes, dtypes, formats, strides in ((slots.input_shapes, slots.input_dtypes, slots.input_formats,
+                                              slots.input_strides),
+                                             (slots.output_shapes, slots.output_dtypes, slots.output_formats, [])):
+        for index, shape in enumerate(shapes):
+            slot_strides = strides[index] if index < len(strides) else None
+            if shape is not None and slot_strides is not None:
+                shape = (storage_extent(shape, slot_strides),)
+            total += tensor_bytes(shape, _slot(dtypes, index), _slot(formats, index))
+    return total
 
 
 # --- tensor construction ------------------------------------------------------------------------------
@@ -162,7 +206,7 @@ class BuildContext:
         self.path = path
         self.line = line
         self.slots = parse_row_slots(row, path=path, line=line)
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.generator = _device_generator(self.device, seed)
 
     # -- slot accessors
     def input_dtype(self, index: int) -> torch.dtype:
@@ -185,50 +229,67 @@ class BuildContext:
     def scalar(self, index: int) -> Any:
         return self.slots.input_scalars[index] if index < len(self.slots.input_scalars) else None
 
+    def input_strides(self, index: int) -> tuple[int, ...] | None:
+        """The slot's recorded strides when the workload's tensor was not contiguous, else None."""
+        return self.slots.input_strides[index] if index < len(self.slots.input_strides) else None
+
     def error(self, message: str, field_name: str = contract.INPUT_SHAPES) -> OpperfError:
         return OpperfError(message, path=self.path, row=self.line, field=field_name)
 
     # -- makers
-    def tensor(self, shape: Sequence[int], dtype: torch.dtype, values: str = "normal") -> torch.Tensor:
-        """A tensor of random (or constant) values, built on the CPU generator, then moved to the device."""
+    def tensor(self, shape: Sequence[int], dtype: torch.dtype, values: str = "normal",
+               strides: Sequence[int] | None = None) -> torch.Tensor:
+        """A tensor of random (or constant) values drawn on the device; with `strides`, a view of exactly those
+        strides over a storage that holds every element they reach (values fill the whole storage)."""
         shape = tuple(int(d) for d in shape)
+        if strides is not None:
+            storage = self.tensor((storage_extent(shape, strides),), dtype, values)
+            return storage.as_strided(shape, tuple(int(s) for s in strides))
+        options = {"device": self.device, "generator": self.generator}
         if values == "ones":
-            built = torch.ones(shape, dtype=dtype)
-        elif values == "zeros":
-            built = torch.zeros(shape, dtype=dtype)
-        elif dtype == torch.bool:
-            built = torch.randint(0, 2, shape, generator=self.generator).bool()
-        elif dtype.is_floating_point or dtype.is_complex:
+            return torch.ones(shape, dtype=dtype, device=self.device)
+        if values == "zeros":
+            return torch.zeros(shape, dtype=dtype, device=self.device)
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, **options).bool()
+        if dtype.is_floating_point or dtype.is_complex:
             base = torch.float32
             if values == "uniform":
-                built = torch.rand(shape, generator=self.generator, dtype=base)
+                built = torch.rand(shape, dtype=base, **options)
             elif values == "positive":
-                built = torch.rand(shape, generator=self.generator, dtype=base) + 0.5
+                built = torch.rand(shape, dtype=base, **options) + 0.5
             else:
-                built = torch.randn(shape, generator=self.generator, dtype=base)
-            built = built.to(dtype)
-        else:
-            low, high = (1, 8) if values == "positive" else (-8, 8)
-            if dtype == torch.uint8:
-                low = max(low, 0)
-            built = torch.randint(low, high, shape, generator=self.generator).to(dtype)
-        return built.to(self.device)
+                built = torch.randn(shape, dtype=base, **options)
+            return built.to(dtype)
+        low, high = (1, 8) if values == "positive" else (-8, 8)
+        if dtype == torch.uint8:
+            low = max(low, 0)
+        return torch.randint(low, high, shape, **options).to(dtype)
 
     def index_tensor(self, shape: Sequence[int], dtype: torch.dtype, low: int, high: int, *, unique: bool = False,
-                     sorted_values: bool = False, field_name: str = contract.INPUT_SHAPES) -> torch.Tensor:
-        """Integers in [low, high): valid indices for gather/index/scatter/cache slots/expert ids."""
+                     sorted_values: bool = False, strides: Sequence[int] | None = None,
+                     field_name: str = contract.INPUT_SHAPES) -> torch.Tensor:
+        """Integers in [low, high): valid indices for gather/index/scatter/cache slots/expert ids.
+
+        With `strides` the values fill the storage the strides span, so a stride-0 (expanded) index repeats
+        its values exactly as the workload's did (e.g. one token id per embedding row)."""
         if high <= low:
             raise self.error(f"index bound [{low}, {high}) is empty", field_name)
-        count = math.prod(shape)
+        shape = tuple(int(d) for d in shape)
+        count = storage_extent(shape, strides) if strides is not None else math.prod(shape)
+        options = {"device": self.device, "generator": self.generator}
         if unique:
             if count > high - low:
                 raise self.error(f"{count} distinct indices do not fit in [{low}, {high})", field_name)
-            values = torch.randperm(high - low, generator=self.generator)[:count] + low
+            values = torch.randperm(high - low, **options)[:count] + low
         else:
-            values = torch.randint(low, high, (count,), generator=self.generator)
+            values = torch.randint(low, high, (count,), **options)
         if sorted_values:
             values = values.sort().values
-        return values.reshape(tuple(shape)).to(dtype).to(self.device)
+        values = values.to(dtype)
+        if strides is not None:
+            return values.as_strided(shape, tuple(int(s) for s in strides))
+        return values.reshape(shape)
 
     def cast_format(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
         fmt = self.input_format(index)
@@ -238,6 +299,14 @@ class BuildContext:
 
 
 # --- declarative builder ------------------------------------------------------------------------------
+
+def _device_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A seeded generator on the replay device (the CPU one where the device has none of its own)."""
+    try:
+        return torch.Generator(device=device).manual_seed(seed)
+    except RuntimeError:
+        return torch.Generator(device="cpu").manual_seed(seed)
+
 
 def resolve_callable(dotted: str, import_modules: Sequence[str] = ()) -> Callable[..., Any]:
     """`torch.ops.aten.mm` / `torch_npu.npu_rms_norm` → the callable (importing what it needs first)."""
@@ -308,7 +377,7 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
         if shape is None:
             raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
         return ctx.index_tensor(shape, ctx.input_dtype(index), spec.low, _index_high(spec.high, ctx, index),
-                                unique=spec.unique, sorted_values=spec.sorted)
+                                unique=spec.unique, sorted_values=spec.sorted, strides=ctx.input_strides(index))
     # tensor
     if shape is None:
         # A 0-d tensor (wrapped Python number) has no shape text: use the value the trace recorded,
@@ -319,6 +388,9 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
         if _slot(ctx.slots.input_dtypes, index) and contract.is_known_dtype(_slot(ctx.slots.input_dtypes, index)):
             return ctx.tensor((), ctx.input_dtype(index), spec.values)
         return None
+    strides = ctx.input_strides(index)
+    if strides is not None:         # the workload's own layout: it says everything a transpose would
+        return ctx.cast_format(ctx.tensor(shape, ctx.input_dtype(index), spec.values, strides=strides), index)
     built = ctx.tensor(shape, ctx.input_dtype(index), spec.values)
     if spec.transpose is not None:
         if len(shape) < 2:
@@ -338,7 +410,7 @@ def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> R
         raise ctx.error(f"the row has {slot_count} input slots, the definition {definition.path} describes "
                         f"{expected}")
     fn = resolve_callable(definition.api, definition.import_modules)
-    args, kwargs = [], dict(definition.kwargs)
+    args, kwargs, warm = [], dict(definition.kwargs), []
     for index, spec in enumerate(definition.inputs[:slot_count]):
         value = build_argument(spec, index, ctx)
         if value is _NO_ARGUMENT:
@@ -347,7 +419,10 @@ def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> R
             kwargs[spec.name] = value
         else:
             args.append(value)
-    return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(definition.api, args, kwargs))
+        if isinstance(value, torch.Tensor) and spec.cache == "warm":
+            warm.append(value)
+    return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(definition.api, args, kwargs),
+                      warm=tuple(warm))
 
 
 def describe_value(value: Any) -> str:

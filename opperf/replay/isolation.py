@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opperf.log import get_logger
+from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
 log = get_logger("replay.isolation")
@@ -40,17 +41,19 @@ class WorkerSettings:
     repeat_count: int
     warmup_count: int
     memory_budget_bytes: int | None = None
-    l2_policy: str = "flush"
+    l2_policy: str = DEFAULT_CACHE_POLICY
     cuda_timing: str = "kernel"
     seed: int = 0
     cpu_threads: int | None = None
+    timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
 
     def command(self, indices_path: Path, progress_path: Path, python: str = sys.executable) -> list[str]:
         command = [python, "-m", "opperf.replay.worker", "--rows", self.rows_path, "--kernel", self.kernel_type,
                    "--definition", self.definition_path, "--backend", self.backend,
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
-                   "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing, "--seed", str(self.seed)]
+                   "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing, "--seed", str(self.seed),
+                   "--timing-batch-rows", str(self.timing_batch_rows)]
         if self.memory_budget_bytes is not None:
             command += ["--memory-budget-bytes", str(self.memory_budget_bytes)]
         if self.cpu_threads is not None:
@@ -131,11 +134,14 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                         if record["event"] == "start":
                             current, started_at = record["index"], time.monotonic()
                             started_any = True
+                        elif record["event"] == "measured":     # its samples come with its batch
+                            current, started_at = None, None
                         else:
                             outcome = RowOutcome.from_json(record["outcome"])
                             outcomes[record["index"]] = outcome
                             remaining.remove(record["index"])
-                            current, started_at = None, None
+                            if current == record["index"]:
+                                current, started_at = None, None
                             if stop_on_failure and outcome.status in FAILED_STATUSES:
                                 _kill_group(process)
                                 stopped = f"--fail-fast: stopped after line {record['index'] + 2} failed"

@@ -25,6 +25,7 @@ from opperf.replay.definitions import KernelDefinition, definition_for, load_def
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
+from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -49,7 +50,8 @@ class ReplaySettings:
     prune_invalid_rows: bool = False
     prune_empty_duration_rows: bool = False
     fail_fast: bool = False
-    l2_policy: str = "flush"
+    l2_policy: str = DEFAULT_CACHE_POLICY
+    timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
     cuda_timing: str = "kernel"
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
@@ -63,6 +65,8 @@ class ReplaySettings:
         if self.warmup_count < 1:
             raise OpperfError(f"must be >= 1 (the first call is verified), got {self.warmup_count}",
                               field="--warmup-count")
+        if self.timing_batch_rows < 1:
+            raise OpperfError(f"must be >= 1, got {self.timing_batch_rows}", field="--timing-batch-rows")
         if self.timeout_s <= 0:
             raise OpperfError(f"must be > 0, got {self.timeout_s}", field="--timeout-s")
 
@@ -115,6 +119,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
+                            timing_batch_rows=settings.timing_batch_rows,
                             cpu_threads=settings.cpu_threads)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)

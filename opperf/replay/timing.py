@@ -1,52 +1,36 @@
-"""Timers: how one replay case's calls are measured on each back end.
+"""Timers: how one replay case's calls are measured on each back end (names in `opperf.replay.methods`).
 
 - cpu: wall clock (`time.perf_counter_ns`) around each call.
-- cuda: per call, the device-kernel time the profiler (CUPTI) attributes to the call, and the
-  CUDA-event time around it; the L2 policy is explicit and recorded (`flush`: overwrite a buffer of
-  twice the L2 size before each call; `rotate`: cycle through enough input copies that the working
-  set exceeds twice the L2; `none`: warm L2).
+- cuda: per call, the device-kernel time CUPTI records for the kernels the call launched (default),
+  or CUDA events around it. The kernel timer keeps one torch.profiler session open over a batch of
+  rows and reads the raw Kineto events once at the end: each call runs in a `record_function` range
+  of its own row, each kernel is attributed to the range around the op that launched it.
 - npu: the calls run here, the timing comes from the msprof session around the whole process
-  (`opperf.replay.npu`), so this timer only executes them (`SessionExecutionTimer`).
+  (`opperf.replay.npu`), so this timer only executes them.
+
+The cache state before each timed call (`CacheState`, shared by the cuda and npu timers) follows the
+policy (`methods.CACHE_POLICIES`); its description is recorded per row in `Replay L2 Policy`.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Hashable
+from typing import Any
 
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
-from opperf.replay.engine import L2_POLICIES
-from opperf.replay.inputs import ReplayCase
+from opperf.replay.inputs import ReplayCase, storage_extent
+from opperf.replay.methods import (CACHE_POLICIES, CUDA_TIMINGS, DEFAULT_CACHE_POLICY, METHOD_CPU_WALL,
+                                   METHOD_CUDA_EVENT, METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
 
-METHOD_CPU_WALL = "cpu wall clock (perf_counter_ns) per call"
-METHOD_CUDA_KERNEL = "cuda profiler (CUPTI) device-kernel time per call"
-METHOD_CUDA_EVENT = "cuda events per call"
-METHOD_SESSION = "device profiler session (msprof)"
-
-
-@dataclass
-class TimingResult:
-    """The per-call samples of one case (microseconds) and how they were taken."""
-
-    samples_us: list[float]
-    method: str
-    l2_policy: str
-    other_samples_us: dict[str, list[float]] = field(default_factory=dict)   # e.g. CUDA-event samples
-
-
-class Timer(Protocol):
-    backend: str
-
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int) -> TimingResult: ...
-
-    def synchronize(self) -> None: ...
+NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
 
 
 class CpuWallClockTimer:
-    """Wall clock around each call on the host CPU (the L2/L3 is left warm: recorded as `none`).
+    """Wall clock around each call on the host CPU (the caches are left warm: recorded as `none`).
 
     `threads`: torch's intra-op thread count for the replay (None: torch's default); recorded in the
     timing method, since a CPU kernel's time depends on it.
@@ -60,11 +44,12 @@ class CpuWallClockTimer:
                 raise OpperfError(f"must be >= 1, got {threads}", field="--cpu-threads")
             torch.set_num_threads(threads)
         self.method = f"{METHOD_CPU_WALL}, {torch.get_num_threads()} threads"
+        self._results: dict[Hashable, TimingResult] = {}
 
     def synchronize(self) -> None:
         return None
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int) -> TimingResult:
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         for _ in range(warmup_count):
             case.run()
         samples = []
@@ -73,11 +58,15 @@ class CpuWallClockTimer:
             start = clock()
             case.run()
             samples.append((clock() - start) / 1000.0)
-        return TimingResult(samples, self.method, "none")
+        self._results[key] = TimingResult(samples, self.method, "none")
+
+    def collect(self) -> dict[Hashable, TimingResult]:
+        results, self._results = self._results, {}
+        return results
 
 
 def _clone_case(case: ReplayCase) -> ReplayCase:
-    """A copy of the case with fresh tensor inputs (for L2 input rotation)."""
+    """A copy of the case with fresh tensor inputs (for cache input rotation)."""
     def clone(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.clone()
@@ -88,121 +77,245 @@ def _clone_case(case: ReplayCase) -> ReplayCase:
                       kwargs={k: clone(v) for k, v in case.kwargs.items()}, description=case.description)
 
 
-def _tensor_bytes(case: ReplayCase) -> int:
-    total = 0
-    for value in (*case.args, *case.kwargs.values()):
-        items = value if isinstance(value, (list, tuple)) else [value]
-        total += sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
-    return total
+def storage_bytes_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A flat uint8 tensor over exactly the bytes of `tensor`'s storage that its view spans."""
+    start = tensor.storage_offset() * tensor.element_size()
+    length = storage_extent(tensor.shape, tensor.stride()) * tensor.element_size()
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage(), start, (length,))
 
 
-class CudaTimer:
-    """Device-kernel time (CUPTI via torch.profiler) and CUDA-event time per call, under an explicit L2 policy.
+class CacheState:
+    """Puts the device cache in the policy's state before each timed call; says what it did.
 
-    Each profiled call runs inside a `record_function` range; the profiler attributes every kernel
-    launched within it to that range, so the range's device time is the call's kernel time. The
-    L2 flush runs outside the range and outside the events. Validated on an H200 with
-    benchmarks/cuda_replay_check.py (results in benchmarks/results/cuda_replay_check.txt).
+    insitu: overwrite a buffer of twice the cache (everything cold, the write-back of dirty lines paid
+    here), then rewrite each warm input's bytes in place (`mul_(1)` on a byte view: values unchanged,
+    lines resident and dirty, as the previous kernel's output left them). Weights stay cold.
     """
 
-    backend = "cuda"
-    RANGE_NAME = "opperf_replay_call"
     MAX_ROTATION_COPIES = 64
 
-    def __init__(self, device: str | torch.device = "cuda", l2_policy: str = "flush", primary: str = "kernel"):
-        if not torch.cuda.is_available():
-            raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
-                                         f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
-        if l2_policy not in L2_POLICIES:
-            raise OpperfError(f"L2 policy {l2_policy!r} is not one of {L2_POLICIES}", field="l2_policy")
-        if primary not in ("kernel", "event"):
-            raise OpperfError(f"primary timing {primary!r} is not kernel or event", field="cuda_timing")
-        self.device = torch.device(device)
-        self.l2_policy = l2_policy
-        self.primary = primary
-        self.l2_bytes = int(torch.cuda.get_device_properties(self.device).L2_cache_size)
-        self._flush_buffer = None
+    def __init__(self, device: torch.device, policy: str, l2_bytes: int):
+        if policy not in CACHE_POLICIES:
+            raise OpperfError(f"cache policy {policy!r} is not one of {CACHE_POLICIES}", field="--l2-policy")
+        self.device, self.policy, self.l2_bytes = device, policy, int(l2_bytes)
+        self._flush_buffer: torch.Tensor | None = None
 
-    def synchronize(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if self._flush_buffer is None:
             self._flush_buffer = torch.empty(2 * self.l2_bytes, dtype=torch.int8, device=self.device)
         self._flush_buffer.zero_()
 
-    def _cases_for_policy(self, case: ReplayCase) -> tuple[list[ReplayCase], str]:
-        if self.l2_policy == "rotate":
-            per_copy = max(_tensor_bytes(case), 1)
+    def plan(self, case: ReplayCase) -> tuple[list[ReplayCase], list[torch.Tensor], str]:
+        """The cases to cycle through, the byte views to make resident before each call, and the description."""
+        cache = f"L2 {self.l2_bytes // 1024} KiB"
+        flush_mib = 2 * self.l2_bytes // 2**20
+        if self.policy == "rotate":
+            per_copy = max(sum(t.numel() * t.element_size() for t in case.tensors()), 1)
             copies = min(self.MAX_ROTATION_COPIES, max(1, -(-2 * self.l2_bytes // per_copy)))
             cases = [case] + [_clone_case(case) for _ in range(copies - 1)]
-            return cases, f"rotate x{copies} input copies (L2 {self.l2_bytes // 1024} KiB)"
-        if self.l2_policy == "flush":
-            return [case], f"flush {2 * self.l2_bytes // (1024 * 1024)} MiB before each call (L2 {self.l2_bytes // 1024} KiB)"
-        return [case], "none (warm L2)"
+            return cases, [], f"rotate x{copies} input copies ({cache})"
+        if self.policy == "flush":
+            return [case], [], f"flush {flush_mib} MiB before each call ({cache})"
+        if self.policy == "none":
+            return [case], [], "none (warm from the previous call)"
+        views, seen = [], set()
+        for tensor in case.warm_tensors():
+            if tensor.device != self.device or tensor.numel() == 0:
+                continue
+            view = storage_bytes_view(tensor)
+            identity = (view.untyped_storage().data_ptr(), view.storage_offset(), view.numel())
+            if identity not in seen:
+                seen.add(identity)
+                views.append(view)
+        warm_bytes = sum(v.numel() for v in views)
+        cold = len(case.tensors()) - len(case.warm_tensors())
+        return [case], views, (f"insitu: flush {flush_mib} MiB, then {len(views)} warm input(s) "
+                               f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold} cold input(s) "
+                               f"before each call ({cache})")
 
-    def _prepare(self, case: ReplayCase, index: int, cases: list[ReplayCase]) -> ReplayCase:
-        if self.l2_policy == "flush":
-            self._flush()
-        return cases[index % len(cases)]
+    def prepare(self, views: list[torch.Tensor]) -> None:
+        if self.policy in ("flush", "insitu"):
+            self.flush()
+        for view in views:
+            view.mul_(1)
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int) -> TimingResult:
-        """Two passes of `repeat_count` calls: CUDA events alone, then the profiler alone.
 
-        Separate passes keep each clean: the profiler's launch instrumentation would inflate event
-        times of short kernels, and events add nothing to the kernel ranges.
-        """
-        from torch.profiler import ProfilerActivity, profile, record_function
+def _device_l2_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    if device.type == "npu":
+        properties = torch.npu.get_device_properties(device)
+        return int(getattr(properties, "L2_cache_size", 0) or NPU_DEFAULT_L2_BYTES)
+    return 0
 
-        cases, policy = self._cases_for_policy(case)
+
+class CudaTimer:
+    """Device-kernel time (CUPTI, through torch.profiler) or CUDA-event time per call, under a cache policy.
+
+    kernel (default): one profiler session spans every call measured until `collect()`. A call runs in a
+    `record_function` range named after its case; a kernel belongs to the range that contains the CPU op
+    whose correlation id the kernel's record links to (the op that launched it). A call's sample is the
+    sum of its kernels' durations. The cache preparation runs outside the ranges.
+    event: CUDA events around each call (host launch gaps included); no profiler.
+    Validated against each other on an H200 with benchmarks/cuda_replay_check.py.
+    """
+
+    backend = "cuda"
+    RANGE_PREFIX = "opperf_replay#"
+
+    def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
+                 primary: str = "kernel"):
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
+                                         f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
+        if primary not in CUDA_TIMINGS:
+            raise OpperfError(f"timing {primary!r} is not one of {CUDA_TIMINGS}", field="--cuda-timing")
+        self.device = torch.device(device)
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.cache = CacheState(self.device, l2_policy, _device_l2_bytes(self.device))
+        self.primary = primary
+        self._profiler = None
+        self._pending: dict[int, tuple[Hashable, int, str]] = {}     # range token -> (key, repeat count, policy)
+        self._results: dict[Hashable, TimingResult] = {}
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+        cases, views, policy = self.cache.plan(case)
         for index in range(warmup_count):
+            self.cache.prepare(views)
             cases[index % len(cases)].run()
+        if self.primary == "event":
+            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count), METHOD_CUDA_EVENT,
+                                               policy)
+            return
+        from torch.profiler import record_function
+
+        self._start_session()
+        token = len(self._pending)
+        name = f"{self.RANGE_PREFIX}{token}"
+        for index in range(repeat_count):
+            self.cache.prepare(views)
+            with record_function(name):
+                cases[index % len(cases)].run()
+        self._pending[token] = (key, repeat_count, policy)
+
+    def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
         for index in range(repeat_count):
-            current = self._prepare(case, index, cases)
+            self.cache.prepare(views)
             starts[index].record()
-            current.run()
+            cases[index % len(cases)].run()
             ends[index].record()
         self.synchronize()
-        event_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for index in range(repeat_count):
-                current = self._prepare(case, index, cases)
-                with record_function(self.RANGE_NAME):
-                    current.run()
+        return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
+
+    def _start_session(self) -> None:
+        if self._profiler is None:
+            from torch.profiler import ProfilerActivity, profile
+
             self.synchronize()
-        kernel_us = [evt.device_time_total for evt in prof.events()
-                     if evt.name == self.RANGE_NAME and evt.device_type == torch.autograd.DeviceType.CPU]
-        if len(kernel_us) != repeat_count:
-            raise OpperfError(f"the profiler reported {len(kernel_us)} call ranges for {repeat_count} calls")
-        if self.primary == "kernel":
-            return TimingResult(kernel_us, METHOD_CUDA_KERNEL, policy, {METHOD_CUDA_EVENT: event_us})
-        return TimingResult(event_us, METHOD_CUDA_EVENT, policy, {METHOD_CUDA_KERNEL: kernel_us})
+            self._profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self._profiler.__enter__()
+
+    def collect(self) -> dict[Hashable, TimingResult]:
+        """Stop the session, attribute its kernels to the calls, and return every key's samples."""
+        results, self._results = self._results, {}
+        if self._profiler is None:
+            return results
+        self.synchronize()
+        profiler, pending = self._profiler, self._pending
+        self._profiler, self._pending = None, {}
+        profiler.__exit__(None, None, None)
+        per_token = range_device_times(profiler.profiler.kineto_results.events(), self.RANGE_PREFIX)
+        for token, (key, repeat_count, policy) in pending.items():
+            samples = per_token.get(token, [])
+            if len(samples) != repeat_count:
+                raise OpperfError(f"the profiler reported {len(samples)} call ranges for {repeat_count} calls")
+            results[key] = TimingResult(samples, METHOD_CUDA_KERNEL, policy)
+        return results
+
+
+def range_device_times(events, prefix: str) -> dict[int, list[float]]:
+    """Per range token (`<prefix><token>`), each range instance's summed device-activity time in µs.
+
+    `events`: Kineto events (`_KinetoEvent`). CPU ops with no linked correlation are the launching ops;
+    device activities (kernels, memcpy, memset) link to the correlation id of the op that launched
+    them; that op's start time places it inside at most one range of the (sequential) calls.
+    """
+    cpu_type = torch.autograd.DeviceType.CPU
+    op_start: dict[int, int] = {}
+    ranges: list[tuple[int, int, int]] = []
+    device: list[tuple[int, int]] = []
+    for event in events:
+        if event.device_type() == cpu_type:
+            if event.linked_correlation_id() != 0:
+                continue                 # runtime API calls (cudaLaunchKernel, ...): not a launching op
+            start = event.start_ns()
+            op_start[event.correlation_id()] = start
+            name = event.name()
+            if name.startswith(prefix):
+                ranges.append((start, event.end_ns(), int(name[len(prefix):])))
+        else:
+            linked = event.linked_correlation_id()
+            if linked > 0:
+                device.append((linked, event.duration_ns()))
+    ranges.sort()
+    starts = [r[0] for r in ranges]
+    totals = [0] * len(ranges)
+    for linked, duration in device:
+        launched_at = op_start.get(linked)
+        if launched_at is None:
+            continue
+        position = bisect.bisect_right(starts, launched_at) - 1
+        if position >= 0 and launched_at <= ranges[position][1]:
+            totals[position] += duration
+    per_token: dict[int, list[float]] = {}
+    for (_, _, token), total in zip(ranges, totals):
+        per_token.setdefault(token, []).append(total / 1000.0)
+    return per_token
 
 
 class SessionExecutionTimer:
-    """Runs the calls for a profiler session that wraps the whole process (msprof); takes no samples here."""
+    """Runs the calls for a profiler session that wraps the whole process (msprof); takes no samples here.
+
+    The cache state before each call follows the same policy as on cuda (`CacheState`); the preparation
+    kernels are other ops with other signatures, which the session's per-signature matching leaves out.
+    """
 
     backend = "npu"
 
-    def __init__(self, synchronize=None):
+    def __init__(self, device: torch.device | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
+                 synchronize=None):
         self._synchronize = synchronize
+        self.cache = (CacheState(device, l2_policy, _device_l2_bytes(device))
+                      if device is not None and l2_policy != "none" else None)
+        self._results: dict[Hashable, TimingResult] = {}
 
     def synchronize(self) -> None:
         if self._synchronize is not None:
             self._synchronize()
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int) -> TimingResult:
-        for _ in range(warmup_count + repeat_count):
-            case.run()
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+        cases, views, policy = self.cache.plan(case) if self.cache else ([case], [], "none")
+        for index in range(warmup_count + repeat_count):
+            if self.cache:
+                self.cache.prepare(views)
+            cases[index % len(cases)].run()
         self.synchronize()
-        return TimingResult([], METHOD_SESSION, "none")
+        self._results[key] = TimingResult([], METHOD_SESSION, policy)
+
+    def collect(self) -> dict[Hashable, TimingResult]:
+        results, self._results = self._results, {}
+        return results
 
 
-def make_timer(backend: str, *, device: str | None = None, l2_policy: str = "flush",
-               cuda_primary: str = "kernel", cpu_threads: int | None = None) -> Timer:
+def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
+               cuda_primary: str = "kernel", cpu_threads: int | None = None):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
         return CpuWallClockTimer(cpu_threads)
@@ -211,7 +324,8 @@ def make_timer(backend: str, *, device: str | None = None, l2_policy: str = "flu
     if backend == "npu":
         def synchronize():
             torch.npu.synchronize()     # torch_npu registers torch.npu on import
-        return SessionExecutionTimer(synchronize)
+        npu_device = torch.device(device) if device else torch.device("npu", torch.npu.current_device())
+        return SessionExecutionTimer(npu_device, l2_policy, synchronize)
     raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)", field="--backend")
 
 

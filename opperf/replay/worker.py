@@ -1,8 +1,11 @@
 """The replay child process: replays the listed rows of one kernel type, reporting each as it goes.
 
 Run by `opperf.replay.isolation` (never by hand: use scripts/replay.py). Each row is announced
-before it starts and its outcome appended after it ends, one JSON object per line, flushed, so the
-parent knows which row was running if this process aborts, hangs or is killed for memory.
+before it starts (`start`), again when its calls have run (`measured`: nothing of it runs on the
+device any more), and its outcome is appended once its samples are in (`done`), one JSON object per
+line, flushed, so the parent knows which row was running if this process aborts, hangs or is killed
+for memory. A batching timer (cuda kernel time) gives samples for a batch of rows at once, so `done`
+may come rows after `measured`; a crash in between re-runs those rows, it blames none of them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import sys
 
 from opperf.io import read_database_csv
+from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat-count", type=int, required=True)
     parser.add_argument("--warmup-count", type=int, required=True)
     parser.add_argument("--memory-budget-bytes", type=int, default=None)
-    parser.add_argument("--l2-policy", default="flush")
+    parser.add_argument("--l2-policy", default=DEFAULT_CACHE_POLICY, choices=CACHE_POLICIES)
+    parser.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS)
     parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
@@ -37,7 +42,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     # Imports after argument parsing: a bad command line fails fast, before torch loads.
     from opperf.replay.definitions import load_definition
-    from opperf.replay.engine import replay_row
+    from opperf.replay.engine import RowOutcome, measure_prepared, prepare_row
     from opperf.replay.timing import device_for, make_timer
 
     frame = read_database_csv(args.rows)
@@ -54,13 +59,35 @@ def main(argv=None) -> int:
             progress.flush()
             os.fsync(progress.fileno())
 
+        pending = {}
+
+        def collect() -> None:
+            """The batch's samples; every measured row's outcome (a failed collect fails the batch's rows)."""
+            try:
+                timings, error = timer.collect(), ""
+            except Exception as exc:   # noqa: BLE001 — recorded on every row of the batch
+                timings, error = {}, f"{type(exc).__name__}: {exc}"
+            for index, prepared in pending.items():
+                emit({"index": index, "event": "done", "outcome": prepared.outcome(timings.get(index), error).to_json()})
+            pending.clear()
+
         for index in indices:
             emit({"index": index, "event": "start"})
-            outcome = replay_row(definition, rows[index], backend=args.backend, device=device_for(args.backend),
-                                 timer=timer, repeat_count=args.repeat_count, warmup_count=args.warmup_count,
-                                 memory_budget_bytes=args.memory_budget_bytes, format_cast=format_cast,
-                                 path=args.rows, line=index + 2, seed=args.seed + index)
-            emit({"index": index, "event": "done", "outcome": outcome.to_json()})
+            prepared = prepare_row(definition, rows[index], backend=args.backend, device=device_for(args.backend),
+                                   timer=timer, memory_budget_bytes=args.memory_budget_bytes,
+                                   format_cast=format_cast, path=args.rows, line=index + 2, seed=args.seed + index)
+            if not isinstance(prepared, RowOutcome):
+                failed = measure_prepared(prepared, timer, index, repeat_count=args.repeat_count,
+                                          warmup_count=args.warmup_count)
+                if failed is None:
+                    pending[index] = prepared
+                    emit({"index": index, "event": "measured"})
+                    if len(pending) >= args.timing_batch_rows:
+                        collect()
+                    continue
+                prepared = failed
+            emit({"index": index, "event": "done", "outcome": prepared.to_json()})
+        collect()
     return 0
 
 

@@ -32,7 +32,7 @@ def build_case(row, ctx: BuildContext) -> ReplayCase:
             dtype = ctx.input_dtype(index)
         else:
             dtype, guessed = torch_dtype(fallback), True
-        tensors.append(ctx.tensor(ctx.input_shape(index), dtype))
+        tensors.append(ctx.tensor(ctx.input_shape(index), dtype, strides=ctx.input_strides(index)))
     rest = []
     for index in range(count, len(shapes)):
         value = ctx.scalar(index)

@@ -1,0 +1,61 @@
+"""How replay measures, in words and numbers every process can read (no torch import).
+
+The job's parent process validates options and writes back results without torch; the child's
+timers (`opperf.replay.timing`) implement what is named here. One module for both keeps the engine
+and the timers free of an import cycle.
+
+Cache policies (what the device cache holds when a timed call starts):
+- `insitu` (default): the state the kernel meets inside the model. The cache is flushed, then the
+  inputs the workload had just written (activations: the definition's `cache: warm` slots, the
+  default) are written back into it, while weights and tables (`cache: cold`) stay in memory.
+- `flush`: everything cold (a buffer of twice the cache size overwritten before each call).
+- `rotate`: everything cold by cycling through enough input copies to exceed twice the cache.
+- `none`: everything warm from the previous call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+CACHE_POLICIES = ("insitu", "flush", "rotate", "none")
+DEFAULT_CACHE_POLICY = "insitu"
+
+METHOD_CPU_WALL = "cpu wall clock (perf_counter_ns) per call"
+METHOD_CUDA_KERNEL = "cuda profiler (CUPTI) device-kernel time per call"
+METHOD_CUDA_EVENT = "cuda events per call"
+METHOD_SESSION = "device profiler session (msprof)"
+CUDA_TIMINGS = ("kernel", "event")
+
+# Rows whose timed calls share one profiler session (cuda kernel timing): the session's start, stop and
+# parse are paid once per batch, not per row; a crash loses at most one batch's measurements (re-run).
+DEFAULT_TIMING_BATCH_ROWS = 128
+
+
+@dataclass
+class TimingResult:
+    """The per-call samples of one case (microseconds) and how they were taken."""
+
+    samples_us: list[float]
+    method: str
+    l2_policy: str
+    other_samples_us: dict[str, list[float]] = field(default_factory=dict)   # e.g. CUDA-event samples
+
+
+class Timer(Protocol):
+    """Times cases; a batching timer may return the samples only at `collect()`.
+
+    `measure(case, warmup_count, repeat_count, key)` runs the warm-up and timed calls of one case
+    (a `opperf.replay.inputs.ReplayCase`) and keeps what it needs to attribute samples to `key`;
+    `collect()` returns every key measured since the last collect with its TimingResult (an empty
+    sample list means an outer session times the calls: npu).
+    """
+
+    backend: str
+
+    def measure(self, case: Any, warmup_count: int, repeat_count: int, key: Hashable) -> None: ...
+
+    def collect(self) -> dict[Hashable, TimingResult]: ...
+
+    def synchronize(self) -> None: ...
