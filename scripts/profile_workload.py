@@ -22,7 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default="config/models.yaml", help="model config file (default: %(default)s)")
     parser.add_argument("--model", default="opperf-tiny", help="model key in --models (default: %(default)s)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
+    parser.add_argument("--decode-batch-sizes", type=int, nargs="+",
+                        help="decode at each of these batch sizes, each over its own KV cache (default: --batch-size)")
+    parser.add_argument("--num-layers", type=int,
+                        help="decoder layers to build (default: the model's own; a few measure the same kernels)")
     parser.add_argument("--prefill-lengths", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--decode-steps", type=int, default=4)
     parser.add_argument("--decode-context", type=int, default=64, help="prompt length before decoding")
@@ -33,9 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    dims = load_model_dims(args.models, args.model)
+    dims = load_model_dims(args.models, args.model, num_layers=args.num_layers)
     plan = WorkloadPlan(batch_size=args.batch_size, prefill_lengths=tuple(args.prefill_lengths),
-                        decode_steps=args.decode_steps, decode_context=args.decode_context, seed=args.seed)
+                        decode_steps=args.decode_steps, decode_context=args.decode_context, seed=args.seed,
+                        decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
     profile_workload(dims, plan, args.backend, args.dtype, args.output)
     return 0
 

@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "cold; rotate: all cold by input copies; none: all warm")
     how.add_argument("--cuda-timing", choices=CUDA_TIMINGS, default="kernel",
                      help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
+    how.add_argument("--seed", type=int, default=0,
+                     help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
+                          "independent replay")
     how.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS,
                      help="cuda: rows timed inside one profiler session (default: %(default)s)")
     how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "

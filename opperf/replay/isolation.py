@@ -136,6 +136,11 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                             started_any = True
                         elif record["event"] == "measured":     # its samples come with its batch
                             current, started_at = None, None
+                        elif record["event"] == "stats":
+                            log.info("%s: replay process: imports %.2f s, setup %.2f s, %d rows in %.2f s "
+                                     "(of which collecting samples %.2f s)", settings.kernel_type,
+                                     record["import_s"], record["setup_s"], record["rows"], record["rows_s"],
+                                     record["collect_s"])
                         else:
                             outcome = RowOutcome.from_json(record["outcome"])
                             outcomes[record["index"]] = outcome

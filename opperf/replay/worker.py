@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from opperf.io import read_database_csv
 from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
@@ -39,18 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()
     args = build_parser().parse_args(argv)
     # Imports after argument parsing: a bad command line fails fast, before torch loads.
     from opperf.replay.definitions import load_definition
     from opperf.replay.engine import RowOutcome, measure_prepared, prepare_row
     from opperf.replay.timing import device_for, make_timer
 
+    imported = time.perf_counter()
     frame = read_database_csv(args.rows)
     rows = frame.to_dict(orient="records")
     definition = load_definition(args.definition)
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        cpu_threads=args.cpu_threads)
     format_cast = format_cast_for(args.backend)
+    ready = time.perf_counter()
+    collect_s = 0.0
     with open(args.indices, encoding="utf-8") as handle:
         indices = [int(line) for line in handle if line.strip()]
     with open(args.progress, "a", encoding="utf-8") as progress:
@@ -63,10 +68,13 @@ def main(argv=None) -> int:
 
         def collect() -> None:
             """The batch's samples; every measured row's outcome (a failed collect fails the batch's rows)."""
+            nonlocal collect_s
+            began = time.perf_counter()
             try:
                 timings, error = timer.collect(), ""
             except Exception as exc:   # noqa: BLE001 — recorded on every row of the batch
                 timings, error = {}, f"{type(exc).__name__}: {exc}"
+            collect_s += time.perf_counter() - began
             for index, prepared in pending.items():
                 emit({"index": index, "event": "done", "outcome": prepared.outcome(timings.get(index), error).to_json()})
             pending.clear()
@@ -88,6 +96,10 @@ def main(argv=None) -> int:
                 prepared = failed
             emit({"index": index, "event": "done", "outcome": prepared.to_json()})
         collect()
+        # Where the child's time went, for the job log (the fixed cost of a job is import + setup).
+        emit({"event": "stats", "import_s": round(imported - started, 3), "setup_s": round(ready - imported, 3),
+              "rows_s": round(time.perf_counter() - ready, 3), "collect_s": round(collect_s, 3),
+              "rows": len(indices)})
     return 0
 
 

@@ -1,9 +1,14 @@
 """A Llama-style reference decoder built from plain torch ops, so the profiler sees the ops a serving stack runs.
 
-RMSNorm, QKV/O projections, rotary embeddings, grouped-query attention over a KV cache, SwiGLU MLP and
-residual adds, with random weights and the dimensions of a model in `config/models.yaml`. Nothing here
-is fused or clever on purpose: each step should appear in the profile as the kernels a real model's
-eager path launches.
+RMSNorm, QKV/O projections, rotary embeddings, grouped-query attention over a KV cache, SwiGLU MLP (or,
+for a model with `num_experts`, a routed mixture of SwiGLU experts) and residual adds, with random
+weights and the dimensions of a model in `config/models.yaml`. Nothing here is fused or clever on
+purpose: each step should appear in the profile as the kernels a real model's eager path launches.
+
+The MoE block is the eager Hugging Face/vLLM-reference shape: router projection, softmax, top-k,
+renormalised weights; tokens sorted by expert (argsort), each expert's SwiGLU on its contiguous slice
+(one matmul per expert with as many rows as tokens were routed to it), weighted and scattered back with
+index_add_. The per-expert token counts are read once per layer (one host sync), as eager MoE code does.
 """
 
 from __future__ import annotations
@@ -32,10 +37,19 @@ class DecoderDims:
     num_hidden_layers: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    num_experts: int = 0                   # 0: a dense SwiGLU MLP
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
 
-def load_model_dims(models_path: str | Path, name: str) -> DecoderDims:
-    """The decoder dimensions of model `name` from config/models.yaml (Hugging Face field names)."""
+def load_model_dims(models_path: str | Path, name: str, num_layers: int | None = None) -> DecoderDims:
+    """The decoder dimensions of model `name` from config/models.yaml (Hugging Face field names).
+
+    `num_layers` overrides the depth (a few layers measure the same kernels as the whole model)."""
     models_path = Path(models_path)
     try:
         models = yaml.safe_load(models_path.read_text(encoding="utf-8")) or {}
@@ -51,12 +65,21 @@ def load_model_dims(models_path: str | Path, name: str) -> DecoderDims:
     if entry["num_attention_heads"] % entry["num_key_value_heads"]:
         raise OpperfError(f"model {name!r}: num_attention_heads must be a multiple of num_key_value_heads",
                           path=models_path, field="num_key_value_heads")
+    experts = int(entry.get("num_experts") or entry.get("n_routed_experts") or 0)
+    if experts and not (entry.get("num_experts_per_tok") and entry.get("moe_intermediate_size")):
+        raise OpperfError(f"model {name!r} has experts but lacks num_experts_per_tok / moe_intermediate_size",
+                          path=models_path, field="num_experts_per_tok")
+    if num_layers is not None and num_layers < 1:
+        raise OpperfError(f"must be >= 1, got {num_layers}", field="--num-layers")
     return DecoderDims(hidden_size=int(entry["hidden_size"]), intermediate_size=int(entry["intermediate_size"]),
                        num_attention_heads=int(entry["num_attention_heads"]),
                        num_key_value_heads=int(entry["num_key_value_heads"]), head_dim=head_dim,
-                       vocab_size=int(entry["vocab_size"]), num_hidden_layers=int(entry["num_hidden_layers"]),
+                       vocab_size=int(entry["vocab_size"]),
+                       num_hidden_layers=int(num_layers or entry["num_hidden_layers"]),
                        rms_norm_eps=float(entry.get("rms_norm_eps", 1e-6)),
-                       rope_theta=float(entry.get("rope_theta", 10000.0)))
+                       rope_theta=float(entry.get("rope_theta", 10000.0)), num_experts=experts,
+                       num_experts_per_tok=int(entry.get("num_experts_per_tok") or 0) if experts else 0,
+                       moe_intermediate_size=int(entry.get("moe_intermediate_size") or 0) if experts else 0)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -81,11 +104,13 @@ class ReferenceDecoder:
     """Embedding → N × (attention + MLP) decoder layers → final norm → lm_head, with a KV cache."""
 
     def __init__(self, dims: DecoderDims, device: str, dtype: torch.dtype, seed: int = 0):
-        generator = torch.Generator(device="cpu").manual_seed(seed)
+        # Weights are drawn on the device: a MoE layer holds gigabytes of them.
+        generator = torch.Generator(device=device).manual_seed(seed)
         self.dims, self.device, self.dtype = dims, device, dtype
 
         def weight(*shape):
-            return (torch.randn(*shape, generator=generator) * shape[-1] ** -0.5).to(device=device, dtype=dtype)
+            values = torch.randn(*shape, generator=generator, device=device) * shape[-1] ** -0.5
+            return values.to(dtype=dtype)
 
         q_size = dims.num_attention_heads * dims.head_dim
         kv_size = dims.num_key_value_heads * dims.head_dim
@@ -95,8 +120,9 @@ class ReferenceDecoder:
             "qkv": weight(q_size + 2 * kv_size, dims.hidden_size),
             "o": weight(dims.hidden_size, q_size),
             "post_norm": torch.ones(dims.hidden_size, device=device, dtype=dtype),
-            "gate_up": weight(2 * dims.intermediate_size, dims.hidden_size),
-            "down": weight(dims.hidden_size, dims.intermediate_size),
+            **(self._moe_weights(weight) if dims.is_moe else {
+                "gate_up": weight(2 * dims.intermediate_size, dims.hidden_size),
+                "down": weight(dims.hidden_size, dims.intermediate_size)}),
         } for _ in range(dims.num_hidden_layers)]
         self.final_norm = torch.ones(dims.hidden_size, device=device, dtype=dtype)
         self.lm_head = weight(dims.vocab_size, dims.hidden_size)
@@ -127,9 +153,38 @@ class ReferenceDecoder:
         out = out.transpose(1, 2).reshape(batch, tokens, q_size)
         return F.linear(out, layer["o"]), new_cache
 
+    def _moe_weights(self, weight) -> dict:
+        dims = self.dims
+        return {"router": weight(dims.num_experts, dims.hidden_size),
+                "experts_gate_up": weight(dims.num_experts, 2 * dims.moe_intermediate_size, dims.hidden_size),
+                "experts_down": weight(dims.num_experts, dims.hidden_size, dims.moe_intermediate_size)}
+
     def _mlp(self, layer, x):
+        if self.dims.is_moe:
+            return self._moe(layer, x)
         gate, up = F.linear(x, layer["gate_up"]).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, layer["down"])
+
+    def _moe(self, layer, x):
+        dims = self.dims
+        top_k = dims.num_experts_per_tok
+        hidden = x.reshape(-1, dims.hidden_size)
+        probabilities = F.softmax(F.linear(hidden, layer["router"]), dim=-1, dtype=torch.float32)
+        weights, experts = torch.topk(probabilities, top_k, dim=-1)
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
+        order = experts.reshape(-1).argsort()
+        counts = torch.bincount(experts.reshape(-1), minlength=dims.num_experts).tolist()
+        tokens = order // top_k
+        routed = hidden.index_select(0, tokens)
+        outputs, start = [], 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            gate, up = F.linear(routed[start:start + count], layer["experts_gate_up"][expert]).chunk(2, dim=-1)
+            outputs.append(F.linear(F.silu(gate) * up, layer["experts_down"][expert]))
+            start += count
+        weighted = torch.cat(outputs) * weights.reshape(-1).index_select(0, order)[:, None]
+        return torch.zeros_like(hidden).index_add_(0, tokens, weighted).reshape(x.shape)
 
     @torch.inference_mode()
     def forward(self, token_ids: torch.Tensor, start_position: int, cache):

@@ -26,13 +26,19 @@ CHROME_TRACE_NAME = "trace.json"
 
 @dataclass(frozen=True)
 class WorkloadPlan:
-    """What to run: prefill at each length, then `decode_steps` decode steps after a `decode_context` prefill."""
+    """What to run: prefill at each length (batch `batch_size`), then, per decode batch size, a
+    `decode_context` prefill and `decode_steps` decode steps over its KV cache."""
     batch_size: int = 1
     prefill_lengths: tuple[int, ...] = (16, 64)
     decode_steps: int = 4
     decode_context: int = 64
     warmup_iterations: int = 1
     seed: int = 0
+    decode_batch_sizes: tuple[int, ...] = ()      # () = (batch_size,)
+
+    @property
+    def decode_batches(self) -> tuple[int, ...]:
+        return self.decode_batch_sizes or (self.batch_size,)
 
     @property
     def max_positions(self) -> int:
@@ -74,9 +80,10 @@ def make_token_ids(plan: WorkloadPlan, vocab: int, device: str) -> dict[str, tor
     ids = {f"prefill_{n}": torch.randint(0, vocab, (plan.batch_size, n), generator=generator)
            for n in plan.prefill_lengths}
     if plan.decode_steps:
-        ids["context"] = torch.randint(0, vocab, (plan.batch_size, plan.decode_context), generator=generator)
-        for step in range(plan.decode_steps):
-            ids[f"decode_{step}"] = torch.randint(0, vocab, (plan.batch_size, 1), generator=generator)
+        for batch in plan.decode_batches:
+            ids[f"context_b{batch}"] = torch.randint(0, vocab, (batch, plan.decode_context), generator=generator)
+            for step in range(plan.decode_steps):
+                ids[f"decode_b{batch}_{step}"] = torch.randint(0, vocab, (batch, 1), generator=generator)
     return {name: tensor.to(device) for name, tensor in ids.items()}
 
 
@@ -89,11 +96,14 @@ def run_workload(model: ReferenceDecoder, plan: WorkloadPlan, token_ids: dict[st
             model.forward(token_ids[f"prefill_{length}"], 0, model.new_cache())
         labels.append(f"prefill_{length}")
     if plan.decode_steps:
-        _, cache = model.forward(token_ids["context"], 0, model.new_cache())
-        for step in range(plan.decode_steps):
-            with torch.profiler.record_function(f"decode_{step}"):
-                _, cache = model.forward(token_ids[f"decode_{step}"], plan.decode_context + step, cache)
-            labels.append(f"decode_{step}")
+        for batch in plan.decode_batches:
+            _, cache = model.forward(token_ids[f"context_b{batch}"], 0, model.new_cache())
+            for step in range(plan.decode_steps):
+                label = f"decode_{step}" if plan.decode_batches == (plan.batch_size,) else f"decode_b{batch}_{step}"
+                with torch.profiler.record_function(label):
+                    _, cache = model.forward(token_ids[f"decode_b{batch}_{step}"], plan.decode_context + step, cache)
+                labels.append(label)
+            del cache
     _synchronize(device)
     return labels
 
