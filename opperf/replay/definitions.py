@@ -79,6 +79,7 @@ class IndexBound:
     """
 
     constant: int | None = None
+    scalar_slot: int | None = None             # the value recorded in this Input Scalars slot (bincount's minlength)
     slot: int | None = None
     dim: int | None = None
     dim_from_scalar_slot: int | None = None
@@ -184,7 +185,15 @@ def _index_bound(raw: Any, path: Path, field_name: str, slot_count: int) -> Inde
         return IndexBound(constant=raw)
     if not isinstance(raw, Mapping):
         raise _fail(f"must be an integer or {{slot: i, dim: d}}, got {raw!r}", path, field_name)
-    _check_keys(raw, {"slot", "dim", "dim_from_scalar_slot"}, path, field_name)
+    _check_keys(raw, {"slot", "dim", "dim_from_scalar_slot", "scalar_slot"}, path, field_name)
+    if "scalar_slot" in raw:
+        if len(raw) != 1:
+            raise _fail("`scalar_slot` stands alone (the bound is that slot's recorded value)", path, field_name)
+        scalar_slot = _integer(raw["scalar_slot"], path, f"{field_name}.scalar_slot")
+        if not 0 <= scalar_slot < slot_count:
+            raise _fail(f"slot {scalar_slot} is not one of the {slot_count} input slots", path,
+                        f"{field_name}.scalar_slot")
+        return IndexBound(scalar_slot=scalar_slot)
     if "slot" not in raw:
         raise _fail("needs `slot` (the input slot whose dimension bounds the indices)", path, field_name)
     slot = _integer(raw["slot"], path, f"{field_name}.slot")

@@ -339,6 +339,12 @@ def resolve_callable(dotted: str, import_modules: Sequence[str] = ()) -> Callabl
 def _index_high(bound: IndexBound, ctx: BuildContext, slot_index: int) -> int:
     if bound.constant is not None:
         return bound.constant
+    if bound.scalar_slot is not None:
+        value = ctx.scalar(bound.scalar_slot)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ctx.error(f"input slot {slot_index}'s index bound is Input Scalars slot {bound.scalar_slot}, which "
+                            f"holds {value!r}, not a positive integer", contract.INPUT_SCALARS)
+        return value
     shape = ctx.input_shape(bound.slot)
     if shape is None:
         raise ctx.error(f"input slot {slot_index}'s index bound refers to slot {bound.slot}, which is empty")
@@ -403,7 +409,8 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
 
 def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
     """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
-    slot_count = len(ctx.slots.input_shapes)
+    # A lone 0-d tensor has no shape text ('' is zero slots) but has its dtype: count the longer of the two.
+    slot_count = max(len(ctx.slots.input_shapes), len(ctx.slots.input_dtypes))
     required = sum(not spec.optional for spec in definition.inputs)
     if not required <= slot_count <= len(definition.inputs):
         expected = f"{required}" if required == len(definition.inputs) else f"{required} to {len(definition.inputs)}"
