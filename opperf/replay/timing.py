@@ -157,11 +157,18 @@ class CudaTimer:
     whose correlation id the kernel's record links to (the op that launched it). A call's sample is the
     sum of its kernels' durations. The cache preparation runs outside the ranges.
     event: CUDA events around each call (host launch gaps included); no profiler.
+
+    Power state: a call of `COOLDOWN_MIN_US` or more is followed by as much idle time as it took. Inside a
+    model a long GEMM alternates with lighter kernels; back to back it holds the GPU at its power limit
+    and the clock drops (measured on an H100: 8192x5120x51200 bf16 went from 5.40 to 6.42 ms over 30
+    calls back to back, 5.52 ms with equal idle gaps, 5.43 ms inside the workload;
+    benchmarks/results/cuda_replay/cuda_power_probe.json). The call's length comes from the warm-up calls.
     Validated against each other on an H200 with benchmarks/cuda_replay_check.py.
     """
 
     backend = "cuda"
     RANGE_PREFIX = "opperf_replay#"
+    COOLDOWN_MIN_US = 200.0
 
     def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
                  primary: str = "kernel"):
@@ -184,12 +191,14 @@ class CudaTimer:
 
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case)
-        for index in range(warmup_count):
-            self.cache.prepare(views)
-            cases[index % len(cases)].run()
+        warmup = self._event_samples(cases, views, max(warmup_count, 1))
+        idle_s = 0.0
+        if min(warmup) >= self.COOLDOWN_MIN_US:
+            idle_s = min(warmup) / 1e6
+            policy += f"; idle {min(warmup) / 1000:.2f} ms after each call (power state)"
         if self.primary == "event":
-            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count), METHOD_CUDA_EVENT,
-                                               policy)
+            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s),
+                                               METHOD_CUDA_EVENT, policy)
             return
         from torch.profiler import record_function
 
@@ -200,9 +209,13 @@ class CudaTimer:
             self.cache.prepare(views)
             with record_function(name):
                 cases[index % len(cases)].run()
+            if idle_s:
+                self.synchronize()
+                time.sleep(idle_s)
         self._pending[token] = (key, repeat_count, policy)
 
-    def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int) -> list[float]:
+    def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
+                       idle_s: float = 0.0) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
@@ -211,6 +224,9 @@ class CudaTimer:
             starts[index].record()
             cases[index % len(cases)].run()
             ends[index].record()
+            if idle_s:
+                self.synchronize()
+                time.sleep(idle_s)
         self.synchronize()
         return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
 
