@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")
+    how.add_argument("--persistent-worker", action=argparse.BooleanOptionalAction, default=None,
+                     help="replay in the device slot's long-lived replay process, which keeps torch imported and "
+                          "the profiler started between jobs (default: on for cuda, off for cpu; never under msprof)")
     how.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS,
                      help="cuda: rows timed inside one profiler session (default: %(default)s)")
     how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "

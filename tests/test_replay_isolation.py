@@ -52,8 +52,15 @@ def run(tmp_path, kernel_type, first_dims, **settings):
     return job, pd.read_csv(output, dtype=str, keep_default_na=False)
 
 
-def test_abort_and_hang_cost_their_rows_and_the_others_replay(tmp_path, hook_path):
-    job, written = run(tmp_path, "Misbehaving", [4, 1, 5, 2, 6], timeout_s=3)
+@pytest.fixture(params=[False, True], ids=["child-per-job", "persistent-server"])
+def worker_mode(request, tmp_path, monkeypatch):
+    """Both ways a job replays: a child process of its own, or the slot's persistent replay server."""
+    monkeypatch.setenv("OPPERF_REPLAY_SERVER_IDLE_S", "5")     # test servers leave soon after their job
+    return {"persistent_worker": request.param, "slots_dir": tmp_path / "slots"}
+
+
+def test_abort_and_hang_cost_their_rows_and_the_others_replay(tmp_path, hook_path, worker_mode):
+    job, written = run(tmp_path, "Misbehaving", [4, 1, 5, 2, 6], timeout_s=3, **worker_mode)
     assert written[contract.REPLAY_STATUS].tolist() == [STATUS_OK, STATUS_FAILED_CRASH, STATUS_OK,
                                                         STATUS_FAILED_TIMEOUT, STATUS_OK]
     errors = written[contract.REPLAY_ERROR].tolist()
@@ -62,8 +69,8 @@ def test_abort_and_hang_cost_their_rows_and_the_others_replay(tmp_path, hook_pat
     assert len(written) == 5
 
 
-def test_after_max_restarts_the_rest_is_recorded_not_run(tmp_path, hook_path):
-    job, written = run(tmp_path, "Aborting", [1, 1 + 0, 4], max_restarts=0, timeout_s=30)
+def test_after_max_restarts_the_rest_is_recorded_not_run(tmp_path, hook_path, worker_mode):
+    job, written = run(tmp_path, "Aborting", [1, 1 + 0, 4], max_restarts=0, timeout_s=30, **worker_mode)
     # rows 1 and 2 are one call (same signature): one abort, then no restart is left for row 3
     assert written[contract.REPLAY_STATUS].tolist() == [STATUS_FAILED_CRASH, STATUS_FAILED_CRASH, STATUS_NOT_RUN]
     assert "failed 1 times" in written[contract.REPLAY_ERROR].tolist()[2]

@@ -80,7 +80,10 @@ def _tail(path: Path) -> str:
     return " ".join(text[-STDERR_TAIL_CHARS:].split())
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_group(process) -> None:
+    if not isinstance(process, subprocess.Popen):       # a persistent server's call
+        process.kill()
+        return
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -91,11 +94,13 @@ def _kill_group(process: subprocess.Popen) -> None:
 def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s: float, max_restarts: int = 3,
                  env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
                  wrap_command: Callable[[list[str], int], list[str]] | None = None,
-                 stop_on_failure: bool = False) -> dict[int, RowOutcome]:
+                 stop_on_failure: bool = False, server: Mapping | None = None) -> dict[int, RowOutcome]:
     """Replay rows `indices` in child processes; every index gets an outcome.
 
     `wrap_command(command, attempt)` lets a back end wrap the child (NPU: `msprof --output=...`).
     `stop_on_failure` (--fail-fast): after the first failed row, stop; the rest are `not_run`.
+    `server` ({backend, device_id, slots_dir}): send the rows to the slot's persistent replay process
+    (`opperf.replay.server`) instead of starting a child; crashes and timeouts are handled the same way.
     """
     outcomes: dict[int, RowOutcome] = {}
     remaining = list(indices)
@@ -119,8 +124,19 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                 command = wrap_command(command, attempt)
             log.debug("replay child %d: %s", attempt, " ".join(command))
             with open(stderr_path, "wb") as stderr:
-                process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, env=child_env,
-                                           cwd=cwd, start_new_session=True)
+                if server is not None and wrap_command is None:
+                    from opperf.replay import server as replay_server
+
+                    try:
+                        process = replay_server.call(command[3:], env=child_env, **server)
+                    except RuntimeError as exc:
+                        stderr.write(str(exc).encode())
+                        process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+                    else:
+                        stderr_path = process.log_path
+                else:
+                    process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, env=child_env,
+                                               cwd=cwd, start_new_session=True)
                 current, started_at, offset, failure, started_any, stopped = None, None, 0, None, False, ""
                 while True:
                     exited = process.poll() is not None

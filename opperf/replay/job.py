@@ -52,6 +52,12 @@ class ReplaySettings:
     fail_fast: bool = False
     l2_policy: str = DEFAULT_CACHE_POLICY
     timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
+    # Replay in the device slot's persistent process (opperf.replay.server) instead of a child per job:
+    # None = on for cuda (where torch import + profiler start-up cost ~10 s per process), off elsewhere.
+    persistent_worker: bool | None = None
+
+    def uses_server(self) -> bool:
+        return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
     cuda_timing: str = "kernel"
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
@@ -124,10 +130,12 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)
         env.update(visible_devices_env(settings.backend, device_id))
+        server = ({"backend": settings.backend, "device_id": device_id, "slots_dir": settings.slots_dir}
+                  if settings.uses_server() and session is None else None)
         outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
                                 max_restarts=settings.max_restarts, env=env,
                                 wrap_command=session.wrap_command if session else None,
-                                stop_on_failure=settings.fail_fast)
+                                stop_on_failure=settings.fail_fast, server=server)
     by_key = outcomes_by_key(items, outcomes)
     if session is not None:
         from opperf.replay.npu.session import resolve_outcomes

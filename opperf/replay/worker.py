@@ -103,6 +103,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def release_device_memory() -> None:
+    """Hand cached device memory back between a server's requests (another job may need the GPU next)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def format_cast_for(backend: str):
     """The back end's storage-format cast for `replay_row` (npu: torch_npu's), None where tensors stay ND."""
     if backend != "npu":
