@@ -106,14 +106,16 @@ def workload_version_dir(backend: str) -> str:
 
 
 def running_stack(backend: str) -> StackVersions:
-    """What this process would measure with on `backend` (imports torch; used by replay, not Snakefiles)."""
+    """What this process would measure with on `backend` (cpu/cuda from torch's metadata without importing it:
+    the replay job's parent stays light; npu imports torch for CANN's version)."""
+    if backend == "cpu":
+        return StackVersions(torch=installed_torch_version(), runtime="cpu")
+    if backend == "cuda":
+        return StackVersions(torch=installed_torch_version(), runtime="cuda",
+                             runtime_version=installed_torch_cuda_version())
     import torch
 
     torch_version = _short(torch.__version__)
-    if backend == "cpu":
-        return StackVersions(torch=torch_version, runtime="cpu")
-    if backend == "cuda":
-        return StackVersions(torch=torch_version, runtime="cuda", runtime_version=torch.version.cuda or "")
     if backend == "npu":
         return StackVersions(torch=torch_version, runtime="cann", runtime_version=_cann_version())
     raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)")

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.replay.definitions import OutputSpec, parse_definition
-from opperf.replay.inputs import BuildContext, build_case, parse_row_slots, parse_scalar, row_tensor_bytes
+from opperf.replay.inputs import (BuildContext, build_case, parse_row_slots, parse_scalar, row_tensor_bytes,
+                                  storage_extent)
 from opperf.replay.verify import verify_outputs
 
 
@@ -94,10 +95,17 @@ def test_transpose_dtype_override_fixed_kwargs_and_keyword_slots():
     assert case.kwargs["other"].dtype == torch.int8 and case.kwargs["alpha"] == 2.0 and case.kwargs["out"] is None
 
 
-def test_empty_tensor_slot_uses_the_recorded_scalar_else_a_0d_tensor_else_none():
+def test_empty_tensor_slot_uses_the_recorded_scalar_else_a_number_or_0d_tensor_else_none():
     spec = definition([{"role": "tensor"}, {"role": "tensor"}, {"role": "tensor"}])
+    # double / int64 past self: a wrapped Python number in the workload (`x + eps`), passed as a number
     case = build_case(spec, row("4;;", "DT_FLOAT;DT_DOUBLE;", formats="ND;;", scalars=";;"), "cpu")
-    assert case.args[1].dim() == 0 and case.args[1].dtype == torch.float64 and case.args[2] is None
+    assert case.args[1] == 0.5 and isinstance(case.args[1], float) and case.args[2] is None
+    case = build_case(spec, row("4;;", "DT_FLOAT;DT_INT64;", formats="ND;;", scalars=";;"), "cpu")
+    assert case.args[1] == 2 and isinstance(case.args[1], int)
+    case = build_case(spec, row("4;;", "DT_FLOAT;DT_FLOAT;", formats="ND;;", scalars=";;"), "cpu")
+    assert case.args[1].dim() == 0 and case.args[1].dtype == torch.float32
+    case = build_case(spec, row(";4;", "DT_INT64;DT_FLOAT;", formats=";ND;", scalars=";;"), "cpu")
+    assert isinstance(case.args[0], torch.Tensor) and case.args[0].dim() == 0     # self is never a wrapped number
     case = build_case(spec, row("4;;", "DT_FLOAT;;", formats="ND;;", scalars=";3;"), "cpu")
     assert case.args[1] == 3
 
@@ -150,3 +158,46 @@ def test_formats_are_read_in_one_spelling_whatever_the_profiler_wrote():
     slots = parse_row_slots(r)
     assert (slots.input_formats, slots.output_formats) == (["FRACTAL_NZ"], ["FRACTAL_NZ"])
     assert verify(r, torch.zeros(128, 256, dtype=torch.bfloat16)).ok       # compared as the ND matrix
+
+
+# --- layouts recorded as Input Strides ------------------------------------------------------------------
+
+def test_recorded_strides_are_built_exactly_over_a_storage_that_holds_them():
+    spec = definition([{"role": "tensor"}])
+    # a chunk of a fused gate_up projection: rows 1376 apart, 688 wide (the CPU workload's silu input)
+    case = build_case(spec, {**row("1,16,688", "DT_FLOAT"), contract.INPUT_STRIDES: "22016,1376,1"}, "cpu")
+    built = case.args[0]
+    assert tuple(built.shape) == (1, 16, 688) and built.stride() == (22016, 1376, 1)
+    assert not built.is_contiguous()
+    assert built.untyped_storage().nbytes() == storage_extent((1, 16, 688), (22016, 1376, 1)) * 4 == (15 * 1376 + 688) * 4
+    # a transpose spec yields to the recorded layout
+    spec = definition([{"role": "tensor", "transpose": [0, 1]}])
+    case = build_case(spec, {**row("4,8", "DT_FLOAT"), contract.INPUT_STRIDES: "1,4"}, "cpu")
+    assert tuple(case.args[0].shape) == (4, 8) and case.args[0].stride() == (1, 4)
+
+
+def test_an_expanded_index_repeats_its_values_as_the_workloads_did():
+    # aten::gather of the CUDA embedding: index [128, 256] with strides [1, 0] (one token id per row)
+    spec = definition([{"role": "tensor"}, {"role": "scalar", "from": "input_scalars"},
+                       {"role": "index", "high": {"slot": 0, "dim_from_scalar_slot": 1}}], api="torch.ops.aten.gather")
+    case = build_case(spec, {**row("4096,256;;128,256", "DT_FLOAT;;DT_INT64", formats="ND;;ND", scalars=";0;"),
+                             contract.INPUT_STRIDES: ";;1,0"}, "cpu", seed=3)
+    index = case.args[2]
+    assert index.stride() == (1, 0) and index.untyped_storage().nbytes() == 128 * 8
+    assert bool((index == index[:, :1]).all()) and int(index.max()) < 4096 and int(index.min()) >= 0
+    assert index[:, 0].unique().numel() > 1
+
+
+def test_strides_that_do_not_fit_the_shape_name_the_field():
+    spec = definition([{"role": "tensor"}])
+    with pytest.raises(OpperfError, match="Input Strides"):
+        build_case(spec, {**row("4,8", "DT_FLOAT"), contract.INPUT_STRIDES: "1"}, "cpu", path="x.csv", line=7)
+
+
+def test_cache_states_mark_weights_cold_and_everything_else_warm():
+    spec = definition([{"role": "tensor"}, {"role": "tensor", "cache": "cold"}], api="torch.ops.aten.mm")
+    case = build_case(spec, {**row("8,16;16,32", "DT_FLOAT;DT_FLOAT"), contract.INPUT_STRIDES: ";1,16"}, "cpu")
+    assert len(case.warm_tensors()) == 1 and case.warm_tensors()[0] is case.args[0]
+    assert len(case.tensors()) == 2
+    with pytest.raises(OpperfError, match=r"inputs\[0\]\.cache"):
+        definition([{"role": "tensor", "cache": "lukewarm"}])

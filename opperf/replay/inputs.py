@@ -37,6 +37,10 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 # The reverse, for describing what a call produced in the row's own spelling.
 PROFILER_DTYPES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
+# A 0-d slot of these dtypes with no recorded value was a Python number in the workload (torch wraps floats as
+# double and ints as int64); replay passes a number of that kind (non-zero: it may be a divisor).
+WRAPPED_NUMBER_VALUES = {"DT_DOUBLE": 0.5, "DT_INT64": 2}
+
 # Format cast hook a back end supplies (NPU: torch_npu.npu_format_cast); CPU/CUDA keep ND.
 FormatCast = Callable[[torch.Tensor, str], torch.Tensor]
 
@@ -386,12 +390,18 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
                                 unique=spec.unique, sorted_values=spec.sorted, strides=ctx.input_strides(index))
     # tensor
     if shape is None:
-        # A 0-d tensor (wrapped Python number) has no shape text: use the value the trace recorded,
-        # else a 0-d tensor of the slot's dtype, else None (an optional tensor that was absent).
+        # A 0-d tensor has no shape text: use the value the trace recorded; else, past the first (self) slot,
+        # for double / int64 (the dtypes torch gives a wrapped Python number), a Python number, which the
+        # kernel takes as an argument (a 0-d device tensor would launch another, slower kernel); else a 0-d
+        # tensor of the slot's dtype; else None (an optional tensor that was absent).
         recorded = ctx.scalar(index)
         if recorded is not None:
             return recorded
-        if _slot(ctx.slots.input_dtypes, index) and contract.is_known_dtype(_slot(ctx.slots.input_dtypes, index)):
+        dtype_name = _slot(ctx.slots.input_dtypes, index)
+        if dtype_name and contract.is_known_dtype(dtype_name):
+            canonical = contract.canonical_dtype(dtype_name)
+            if index > 0 and canonical in WRAPPED_NUMBER_VALUES:
+                return WRAPPED_NUMBER_VALUES[canonical]
             return ctx.tensor((), ctx.input_dtype(index), spec.values)
         return None
     strides = ctx.input_strides(index)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +39,21 @@ def parse_device_ids(text: str, *, field: str = "--device-ids") -> list[int]:
     return ids
 
 
+def cuda_device_count() -> int:
+    """The GPUs the driver lists (nvidia-smi), so the job's parent never imports torch or opens a CUDA context
+    (seconds on a GPU host); torch's own count where nvidia-smi is missing."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        listed = None
+    if listed is not None and listed.returncode == 0:
+        return sum(1 for line in listed.stdout.splitlines() if line.strip())
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def default_device_ids(backend: str) -> list[int]:
     """The devices this host offers the back end: the visible-devices variable if set, else all of them."""
     if backend == "cpu":
@@ -47,8 +63,7 @@ def default_device_ids(backend: str) -> list[int]:
         # Ids *within* the visible set are 0..n-1 after the variable applies; the child gets the real id.
         return parse_device_ids(os.environ[variable], field=variable)
     if backend == "cuda":
-        import torch
-        return list(range(torch.cuda.device_count()))
+        return list(range(cuda_device_count()))
     # Says what is missing (torch_npu, CANN, a visible device) as a DeviceUnavailableError.
     from opperf.replay.npu.environment import check_npu_available
     return list(range(check_npu_available()))

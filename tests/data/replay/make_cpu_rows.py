@@ -3,6 +3,9 @@
 
     python scripts/profile_workload.py --output /tmp/wl && python tests/data/replay/make_cpu_rows.py /tmp/wl/trace.json
 
+The rows of the MoE routing ops (topk, sort, bincount, floor_divide, index_add_, max, min, arange,
+_local_scalar_dense) are the smallest of their kind in the H100 MoE workload's parsed database
+(benchmarks/cuda_replay.py), appended by hand: the CPU reference decoder is dense.
 The workload covers most definitions; `extra_ops_trace` profiles the few the reference decoder does
 not call (addmm, baddbmm, gelu, softmax, where, stack, gather, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
 `Concrete Inputs`; a TensorList is flattened into one slot per tensor). Output slots are those

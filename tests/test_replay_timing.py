@@ -1,0 +1,126 @@
+"""The timers' bookkeeping: kernels attributed to the call that launched them, batches of rows per session,
+the cache-state plan, and the worker's batching protocol (measured rows get their outcome at collect)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from opperf import contract
+from opperf.replay.engine import STATUS_OK
+from opperf.replay.inputs import ReplayCase
+from opperf.replay.job import ReplaySettings, replay_kernel_csv
+from opperf.replay.timing import CacheState, CpuWallClockTimer, range_device_times, storage_bytes_view
+
+CPU = torch.autograd.DeviceType.CPU
+CUDA = torch.autograd.DeviceType.CUDA
+
+
+@dataclass
+class KinetoRecord:
+    """The fields of torch's _KinetoEvent that the attribution reads (real sessions need a GPU)."""
+
+    kind: object
+    label: str
+    start: int
+    end: int
+    correlation: int
+    linked: int = 0
+
+    def device_type(self):
+        return self.kind
+
+    def name(self):
+        return self.label
+
+    def start_ns(self):
+        return self.start
+
+    def end_ns(self):
+        return self.end
+
+    def duration_ns(self):
+        return self.end - self.start
+
+    def correlation_id(self):
+        return self.correlation
+
+    def linked_correlation_id(self):
+        return self.linked
+
+
+def test_kernels_count_for_the_call_whose_top_level_op_launched_them():
+    prefix = "opperf_replay#"
+    events = [
+        # call 1 of row token 0: aten::cat launches one kernel itself and copies through a nested copy_
+        KinetoRecord(CPU, f"{prefix}0", 100, 200, 1),
+        KinetoRecord(CPU, "aten::cat", 110, 190, 2),
+        KinetoRecord(CPU, "aten::copy_", 120, 150, 3),
+        KinetoRecord(CPU, "cudaLaunchKernel", 125, 130, 90, linked=3),     # runtime call: never a launching op
+        KinetoRecord(CUDA, "copy kernel", 1000, 1400, 91, linked=3),         # nested op's kernel: its own row
+        KinetoRecord(CUDA, "cat kernel", 1500, 1800, 92, linked=2),
+        # between calls: the cache flush, outside any range
+        KinetoRecord(CPU, "aten::sum", 210, 220, 4),
+        KinetoRecord(CUDA, "flush kernel", 2000, 9000, 93, linked=4),
+        # call 2 of token 0 and call 1 of token 1
+        KinetoRecord(CPU, f"{prefix}0", 300, 400, 5),
+        KinetoRecord(CPU, "aten::cat", 310, 390, 6),
+        KinetoRecord(CUDA, "cat kernel", 9500, 9750, 94, linked=6),
+        KinetoRecord(CPU, f"{prefix}1", 500, 600, 7),
+        KinetoRecord(CPU, "aten::mm", 510, 590, 8),
+        KinetoRecord(CUDA, "gemm", 10000, 12000, 95, linked=8),
+        KinetoRecord(CUDA, "gemm epilogue", 12000, 12500, 96, linked=8),
+    ]
+    assert range_device_times(events, prefix) == {0: [0.3, 0.25], 1: [2.5]}
+
+
+def test_storage_view_spans_exactly_the_bytes_a_strided_input_reads():
+    base = torch.arange(64, dtype=torch.float32)
+    view = base.as_strided((4, 3), (8, 2), 5)
+    bytes_view = storage_bytes_view(view)
+    assert bytes_view.dtype == torch.uint8 and bytes_view.numel() == (3 * 8 + 2 * 2 + 1) * 4
+    assert bytes_view.data_ptr() == view.data_ptr()
+    bytes_view.mul_(1)                       # the insitu touch leaves values unchanged
+    assert torch.equal(base, torch.arange(64, dtype=torch.float32))
+
+
+def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    storage = torch.randn(10, 8)
+    gate, up = storage[:, :4], storage[:, 4:]                  # two views of one buffer: one touch each
+    weight = torch.randn(4, 4)
+    case = ReplayCase(fn=torch.add, args=(gate, up, weight), warm=(gate, up))
+    cases, views, text = state.plan(case)
+    assert cases == [case] and len(views) == 2
+    assert text.startswith("insitu: flush (read 2 MiB), then 2 warm input(s)") and "1 cold input(s)" in text
+    _, views, text = CacheState(torch.device("cpu"), "none", 1 << 20).plan(case)
+    assert views == [] and text == "none (warm from the previous call)"
+
+
+def test_cpu_timer_collects_every_measured_key_once():
+    timer = CpuWallClockTimer(threads=1)
+    case = ReplayCase(fn=torch.add, args=(torch.ones(4), torch.ones(4)))
+    timer.measure(case, 1, 3, "a")
+    timer.measure(case, 1, 2, "b")
+    results = timer.collect()
+    assert sorted(results) == ["a", "b"] and len(results["a"].samples_us) == 3 and len(results["b"].samples_us) == 2
+    assert timer.collect() == {}
+
+
+def test_rows_measured_in_one_batch_all_get_their_outcome(tmp_path):
+    rows = [{contract.OP_STATE: "eager", contract.ACCELERATOR_CORE: "CPU", contract.INPUT_SHAPES: f"{m},8;8,4",
+             contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT", contract.INPUT_FORMATS: "ND;ND",
+             contract.OUTPUT_SHAPES: f"{m},4", contract.OUTPUT_DTYPES: "DT_FLOAT", contract.OUTPUT_FORMATS: "ND",
+             contract.PROFILING_AVERAGE: "1"} for m in (1, 2, 3, 4, 5)]
+    path = tmp_path / "mm.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    output = tmp_path / "out.csv"
+    job = replay_kernel_csv(path, "mm", "config/kernels", output,
+                            ReplaySettings(repeat_count=2, warmup_count=1, timing_batch_rows=2), version_dir=None)
+    written = pd.read_csv(output, dtype=str, keep_default_na=False)
+    assert written[contract.REPLAY_STATUS].tolist() == [STATUS_OK] * 5
+    assert written[contract.REPLAY_SAMPLE_COUNT].tolist() == ["2"] * 5
+    assert json.dumps(job.status_counts()) == '{"ok": 5}'
