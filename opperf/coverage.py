@@ -25,6 +25,7 @@ REASONS = {
     "communication": "a collective: measured by the comm stage (message size x ranks), not per shape",
     "runtime_internal": "launched by CANN/aclnn inside another op's call; no API launches it alone",
     "no_entry_point": "no public torch / torch_npu / vLLM-Ascend function launches it with row-derived inputs",
+    "not_yet_defined": "an API launches it, but its definition is not written yet (the detail says what is missing)",
 }
 
 

@@ -240,8 +240,12 @@ def check_row(definition: KernelDefinition, row: Mapping[str, str], registration
         produced = function(*call.args, **call.kwargs)
         if call.outputs is not None:
             produced = call.outputs(produced)
-    except TypeError as exc:          # aten's Python binding rejects the arguments
-        result.status, result.reason = BIND_ERROR, str(exc).splitlines()[0]
+    except TypeError as exc:
+        if target.kind == "aten":     # aten's Python binding rejects the arguments
+            result.status, result.reason = BIND_ERROR, str(exc).splitlines()[0]
+        else:                         # the call bound; torch_npu's meta kernel returned what its schema does not
+            result.status = BOUND
+            result.reason = f"torch_npu's meta kernel disagrees with its own schema ({str(exc).splitlines()[0]})"
         return result
     except (RuntimeError, ValueError, IndexError, NotImplementedError) as exc:
         result.status, result.reason = META_ERROR, str(exc).strip().splitlines()[0][:300]
