@@ -370,3 +370,46 @@ def format_table(summaries: Mapping[str, TypeSummary], version: str) -> str:
             status = "no rows"
         lines.append(f"| {name} | `{summary.target or '-'}` | {cells[0]} | {cells[1]} | {status} |")
     return "\n".join(lines) + "\n"
+
+
+def torch_npu_version_for(version_dir: str) -> str:
+    """The torch_npu release of a version directory's stack: torch_npu versions follow torch's (2.9.0 -> 2.9.0)."""
+    from opperf.versions import parse_version_dir
+
+    return parse_version_dir(version_dir).torch
+
+
+def blocking_failures(results: Iterable[RowCheck]) -> list[RowCheck]:
+    """Results that fail the check: everything in FAILURES except a profiled row the builder refused by name.
+
+    A profiled row whose shapes no configuration of its API can produce (the real fixture's MatMul row with
+    K=8192 against an 81920-row operand) is data, not a definition bug: the replay records it `failed_build`
+    with the same reason, and the table lists it.
+    """
+    return [r for r in results if r.status in FAILURES and not (r.status == BUILD_ERROR and r.source == "profiled")]
+
+
+def run_offline_check(torch_npu_version: str, wheel_cache: str | Path, profiles: Iterable[str | Path],
+                      examples: Iterable[str | Path], definitions_dir: str | Path, output: str | Path,
+                      cann_version: str = "8.5") -> tuple[dict[str, TypeSummary], list[RowCheck]]:
+    """Download (or reuse) the wheel, register it, check every row, write the table and every failure."""
+    from opperf.io import atomic_output
+    from opperf.replay.definitions import load_definitions
+    from opperf.replay.npu.torch_npu_wheel import find_or_download_wheel, read_wheel, register_wheel
+
+    contents = read_wheel(find_or_download_wheel(torch_npu_version, wheel_cache))
+    registration = register_wheel(contents, cann_version=cann_version)
+    definitions = load_definitions(definitions_dir, backend="npu")
+    rows = profiled_rows(list(profiles)) if profiles else []
+    for path in examples:
+        rows += example_rows(path)
+    summaries, results = run_check(definitions, rows, registration)
+    text = [format_table(summaries, contents.version), "",
+            f"Schemas: {sum(len(v) for v in registration.defined.values())} ops defined from {contents.path.name} "
+            f"({len(registration.rejected)} schema strings torch {torch.__version__} refused); meta kernels from "
+            f"{', '.join(registration.meta_files)}.", "", "Rows that did not verify:"]
+    text += [f"- {r.kernel_type} {r.origin} [{r.status}] {r.reason}" for r in results
+             if r.status not in (SHAPE_VERIFIED,)]
+    with atomic_output(output) as handle:
+        handle.write("\n".join(text) + "\n")
+    return summaries, results

@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""Check the NPU kernel definitions against torch_npu's own schemas and meta kernels, without an NPU.
+
+Downloads the torch_npu wheel once (pip, no dependencies) into --wheel-cache and reads it as a zip: nothing
+of torch_npu or CANN is installed. Exit 0: every definition bound (and, where torch_npu has a meta kernel,
+produced the row's output shapes/dtypes); 1: some did not (listed in --output); 2: bad input.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    version = parser.add_mutually_exclusive_group(required=True)
+    version.add_argument("--torch-npu-version", help="torch_npu release to check against, e.g. 2.9.0")
+    version.add_argument("--version-dir", help="a stack's version directory (vllm0.18.0_torch2.9.0_cann8.5): its "
+                         "torch version names the torch_npu release, its CANN version answers the meta kernels")
+    parser.add_argument("--wheel-cache", default=".cache/torch_npu", help="where the wheel is (or is downloaded to)")
+    parser.add_argument("--profiles", nargs="*", default=["resources/profiles"],
+                        help="profiler tables or directories (kernel_details*.csv, op_summary_*.csv)")
+    parser.add_argument("--example-rows", nargs="*", default=["tests/data/replay_npu/example_rows.csv"],
+                        help="hand-made example rows (Type + base columns), reported apart from profiled rows")
+    parser.add_argument("--definitions", default="config/kernels/npu", help="NPU kernel definitions directory")
+    parser.add_argument("--output", required=True, help="markdown report: the per-definition table and every failure")
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from opperf.replay.npu.offline_check import blocking_failures, run_offline_check, torch_npu_version_for
+
+    cann = "8.5"
+    version = args.torch_npu_version
+    if args.version_dir:
+        from opperf.versions import parse_version_dir
+
+        version, cann = torch_npu_version_for(args.version_dir), parse_version_dir(args.version_dir).runtime_version
+    summaries, results = run_offline_check(version, args.wheel_cache, args.profiles, args.example_rows,
+                                           args.definitions, args.output, cann_version=cann)
+    failures = blocking_failures(results)
+    print(Path(args.output).read_text(encoding="utf-8").split("\n\n", 2)[1])
+    for failure in failures:
+        print(f"FAILED {failure.kernel_type} {failure.origin} [{failure.status}] {failure.reason}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
