@@ -122,6 +122,18 @@ def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
                                                                 "category": "matmul"}
 
 
+def test_op_mapping_reads_the_family_directory_the_workflow_passes(tmp_path, repo):
+    """rule database_op_mapping passes config/kernels/npu (the family), not config/kernels."""
+    database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    finalise_kernel_csv(rows, "Add", database / "Add.csv")
+    document = build_op_mapping([database / "Add.csv"], "A3", repo / "config" / "devices.yaml",
+                                repo / "config" / "kernels" / "npu", database / "op_mapping.yaml")
+    assert document["operator_mappings"]["aten.add.Tensor"] == {
+        "kernel_type": "Add", "alternate_kernel_types": [], "category": "elementwise", "query_mode": "elementwise"}
+    assert document["opperf"]["kernel_types"]["Add"]["replay_api"] == "torch.add"
+
+
 def test_op_mapping_names_why_a_kernel_type_is_not_replayed(tmp_path, repo):
     database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
     rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])

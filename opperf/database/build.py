@@ -62,7 +62,9 @@ def _load_definitions(definitions_dir: Path, backend: str) -> dict:
     """The kernel definitions of a back end (replay stage's loader); empty if none are installed."""
     from opperf.replay.definitions import load_definitions
 
-    family_dir = definitions_dir / DEFINITION_FAMILY[backend]
+    family = DEFINITION_FAMILY[backend]
+    # The workflow passes the family directory itself (config/kernels/npu); by hand, the root (config/kernels).
+    family_dir = definitions_dir if definitions_dir.name == family else definitions_dir / family
     return load_definitions(family_dir, backend=backend) if family_dir.is_dir() else {}
 
 
