@@ -174,14 +174,12 @@ def resolve_target(api: str, registration: Registration) -> Target:
     elif api.startswith("torch_npu.") and len(parts) == 2:
         name = parts[1]
         namespace = "npu" if name in registration.defined["npu"] else "atb"
-    elif api.startswith("torch.ops.") and len(parts) >= 4 and parts[2] in ("npu", "atb"):
-        namespace, name = parts[2], parts[3]
+    elif api.startswith("torch.ops.") and len(parts) >= 4 and parts[2] != "aten":
+        namespace, name = parts[2], parts[3]     # npu / atb (torch_npu), _C_ascend / vllm (vLLM-Ascend)
     if namespace is not None:
         if name not in registration.defined.get(namespace, set()):
             return Target("no_schema", f"{namespace}::{name}")
         return Target("torch_npu", f"{namespace}::{name}", getattr(getattr(torch.ops, namespace), name))
-    if api.startswith("torch.ops.") and parts[2] != "aten":
-        return Target("no_schema", api)          # vLLM-Ascend's _C_ascend / vllm namespaces
     from opperf.replay.inputs import resolve_callable
     return Target("aten", api, resolve_callable(api))
 
@@ -216,7 +214,7 @@ def check_row(definition: KernelDefinition, row: Mapping[str, str], registration
     target = resolve_target(call.api, registration)
     result.target = target.name
     if target.kind == "no_schema":
-        result.status, result.reason = NO_SCHEMA, f"{call.api} is not defined by the torch_npu wheel"
+        result.status, result.reason = NO_SCHEMA, f"{call.api} is defined by neither the torch_npu nor the vllm-ascend wheel"
         return result
     if target.kind == "torch_npu":
         problems = {}
@@ -231,7 +229,7 @@ def check_row(definition: KernelDefinition, row: Mapping[str, str], registration
             return result
         result.target = f"{target.name}.{overload}"
         if not _has_meta_kernel(target, overload):
-            result.status, result.reason = BOUND, "torch_npu has no meta kernel for this op"
+            result.status, result.reason = BOUND, "no Python meta kernel for this op in the wheels"
             return result
         function = getattr(target.packet, overload)
     else:
@@ -359,7 +357,7 @@ def format_table(summaries: Mapping[str, TypeSummary], version: str) -> str:
             failed = sum(summary.count(s, source) for s in FAILURES)
             cells.append(f"{bound}/{total} / {verified}/{total} / {failed}")
         if summary.count(NO_SCHEMA):
-            status = "no schema offline (vLLM-Ascend custom op)"
+            status = "no schema offline"
         elif any(summary.count(s) for s in FAILURES):
             status = "FAILED"
         elif summary.count(SHAPE_VERIFIED):
@@ -379,6 +377,13 @@ def torch_npu_version_for(version_dir: str) -> str:
     return parse_version_dir(version_dir).torch
 
 
+def vllm_ascend_version_for(version_dir: str) -> str | None:
+    """The vLLM-Ascend release of a version directory (vllm0.18.0_... -> 0.18.0); None without a vllm part."""
+    from opperf.versions import parse_version_dir
+
+    return parse_version_dir(version_dir).vllm or None
+
+
 def blocking_failures(results: Iterable[RowCheck]) -> list[RowCheck]:
     """Results that fail the check: everything in FAILURES except a profiled row the builder refused by name.
 
@@ -391,23 +396,47 @@ def blocking_failures(results: Iterable[RowCheck]) -> list[RowCheck]:
 
 def run_offline_check(torch_npu_version: str, wheel_cache: str | Path, profiles: Iterable[str | Path],
                       examples: Iterable[str | Path], definitions_dir: str | Path, output: str | Path,
-                      cann_version: str = "8.5") -> tuple[dict[str, TypeSummary], list[RowCheck]]:
-    """Download (or reuse) the wheel, register it, check every row, write the table and every failure."""
+                      cann_version: str = "8.5", vllm_ascend_version: str | None = None,
+                      kernel_types: Iterable[str] | None = None) -> tuple[dict[str, TypeSummary], list[RowCheck]]:
+    """Download (or reuse) the wheels, register them, check every row, write the table and every failure."""
     from opperf.io import atomic_output
     from opperf.replay.definitions import load_definitions
+    from opperf.replay.npu import vllm_ascend_wheel
     from opperf.replay.npu.torch_npu_wheel import find_or_download_wheel, read_wheel, register_wheel
 
     contents = read_wheel(find_or_download_wheel(torch_npu_version, wheel_cache))
     registration = register_wheel(contents, cann_version=cann_version)
+    vllm_note = "vLLM-Ascend custom ops: no vllm-ascend version given, not bound."
+    if vllm_ascend_version:
+        try:
+            vllm_contents = vllm_ascend_wheel.read_wheel(
+                vllm_ascend_wheel.find_or_download_wheel(vllm_ascend_version, wheel_cache))
+        except OpperfError as exc:
+            vllm_note = f"vLLM-Ascend custom ops not bound: {exc}"
+        else:
+            registration.defined.update(vllm_ascend_wheel.register_wheel(vllm_contents))
+            vllm_note = (f"vLLM-Ascend custom ops from {vllm_contents.path.name}: "
+                         f"{len(registration.defined['_C_ascend'])} `_C_ascend` schemas (bound only: their meta "
+                         f"kernels are C++), {len(registration.defined['vllm'])} `vllm` Python ops (schema inferred "
+                         "from op_func, fake_impl as the meta kernel).")
     definitions = load_definitions(definitions_dir, backend="npu")
     rows = profiled_rows(list(profiles)) if profiles else []
     for path in examples:
         rows += example_rows(path)
+    skipped: list[str] = []
+    if kernel_types is not None:
+        # One stack's check covers the Types its deployments report (and those its profiles hold): a kernel
+        # type the stack never launches need not bind to that stack's schemas.
+        wanted = set(kernel_types) | {r.kernel_type for r in rows if r.source == "profiled"}
+        skipped = sorted(name for name, d in definitions.items() if not wanted & set(d.kernel_types))
+        definitions = {name: d for name, d in definitions.items() if name not in skipped}
     summaries, results = run_check(definitions, rows, registration)
     text = [format_table(summaries, contents.version), "",
             f"Schemas: {sum(len(v) for v in registration.defined.values())} ops defined from {contents.path.name} "
             f"({len(registration.rejected)} schema strings torch {torch.__version__} refused); meta kernels from "
-            f"{', '.join(registration.meta_files)}.", "", "Rows that did not verify:"]
+            f"{', '.join(registration.meta_files)}.", vllm_note,
+            f"Definitions not checked (their Types are not observed in this stack): {', '.join(skipped) or 'none'}.",
+            "", "Rows that did not verify:"]
     text += [f"- {r.kernel_type} {r.origin} [{r.status}] {r.reason}" for r in results
              if r.status not in (SHAPE_VERIFIED,)]
     with atomic_output(output) as handle:

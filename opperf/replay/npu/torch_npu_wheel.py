@@ -37,7 +37,8 @@ ATB_LIBRARY = "torch_npu/lib/libop_plugin_atb.so"
 META_FILES = ("torch_npu/op_plugin/meta/_meta_registrations.py", "torch_npu/op_plugin/atb/_atb_meta_registrations.py")
 # The wheel's content does not depend on the Python version it was built for; this one exists for every release
 # we support, so any host downloads the same file.
-WHEEL_PLATFORM = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation", "cp",
+WHEEL_PLATFORM = ("--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
+                  "--platform", "manylinux2014_x86_64", "--python-version", "3.11", "--implementation", "cp",
                   "--abi", "cp311", "--only-binary=:all:")
 _ATB_SCHEMA_RE = re.compile(rb"(_?npu_[a-z0-9_]+(?:\.[a-z0-9_]+)?\((?:Tensor|int|str|float|bool|SymInt)[\x20-\x7e]*?"
                             rb"\)(?: -> [\x20-\x7e]+)?)\x00")
