@@ -32,7 +32,7 @@ REQUIRED_TYPES = {
     "BatchMatMulV2", "TransposeBatchMatMul", "GroupedMatmul", "GroupedMatmulSwigluQuant", "MoeTokenPermute",
     "MoeTokenUnpermute", "ScatterNdUpdate", "Cast",
 }
-CUSTOM_OPP = {"AddRmsNormBias", "ApplyTopKTopPCustom", "DispatchFFNCombine", "KvRmsNormRopeCache", "RINGMLAPrefillBF16Kernel",
+CUSTOM_OPP = {"AddRmsNormBias", "ApplyTopKTopPCustom", "DispatchFFNCombine", "batch_matmul_transpose_0", "KvRmsNormRopeCache", "RINGMLAPrefillBF16Kernel",
               "split_qkv_rmsnorm_rope_kernel"}
 
 DEFINITIONS = load_definitions(NPU_DEFINITIONS, backend="npu")

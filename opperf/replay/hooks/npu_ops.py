@@ -337,7 +337,69 @@ def _sparse_flash_attention(ctx: BuildContext) -> NpuCall:
                             f"tokens, scale={scale:.6g}")
 
 
+def _init_triton(call: NpuCall) -> None:
+    from vllm_ascend.ops.triton.triton_utils import init_device_properties_triton
+    init_device_properties_triton()
+
+
+VLLM_OPS = ("torch_npu", "vllm_ascend.ops.register_custom_ops")
+
+
+def _muls_add(ctx: BuildContext) -> NpuCall:
+    """torch.ops.vllm.muls_add(x, y, scale) -> x * scale + y (vLLM-Ascend's Triton muls_add_kernel).
+
+    The launch's first two tensors are x and y (equal shapes); a third (the output buffer) is not an argument.
+    """
+    slots = Slots(ctx)
+    x, y = slots.require(0, "x"), slots.require(1, "y")
+    if x != y:
+        raise ctx.error(f"muls_add adds equal shapes; x is {x}, y is {y}")
+    return slots.call("torch.ops.vllm.muls_add", (slots.tensor(0, "x"), slots.tensor(1, "y"), 1.0),
+                      import_modules=VLLM_OPS, prepare=_init_triton)
+
+
+def _triton_rope(ctx: BuildContext) -> NpuCall:
+    """torch.ops.vllm.npu_rotary_embedding(positions, query, key, cos_sin_cache, head_size, rotary_dim, True):
+    vLLM-Ascend's rope_forward_oot, which launches the Triton _triton_rope kernel.
+
+    Slots are placed by rank and dtype, whatever their order: the 1-D integer vector is positions, the 3-D
+    floating tensors are query and key (tokens, heads, head_size; query first), the 2-D floating one is the
+    cos/sin cache (max positions, rotary_dim).
+    """
+    slots = Slots(ctx)
+    filled = [i for i in range(slots.count) if slots.shape(i) is not None]
+    positions = [i for i in filled if len(slots.shape(i)) == 1 and not slots.dtype(i).is_floating_point]
+    heads = [i for i in filled if len(slots.shape(i)) == 3 and slots.dtype(i).is_floating_point]
+    caches = [i for i in filled if len(slots.shape(i)) == 2 and slots.dtype(i).is_floating_point]
+    if len(positions) != 1 or len(heads) < 2 or len(caches) != 1:
+        raise ctx.error(f"expected positions (1-D int), query and key (3-D) and a cos/sin cache (2-D); got "
+                        f"{[slots.shape(i) for i in filled]}")
+    query, key, cache = heads[0], heads[1], caches[0]
+    head_size, rotary_dim = slots.shape(query)[-1], slots.shape(cache)[-1]
+    args = (slots.index(positions[0], "positions", slots.shape(cache)[0]), slots.tensor(query, "query"),
+            slots.tensor(key, "key"), slots.tensor(cache, "cos_sin_cache"), head_size, rotary_dim, True)
+    return slots.call("torch.ops.vllm.npu_rotary_embedding", args, import_modules=VLLM_OPS, prepare=_init_triton,
+                      notes=f"head_size={head_size}, rotary_dim={rotary_dim}, neox style")
+
+
+def _batch_matmul_transpose(ctx: BuildContext) -> NpuCall:
+    """torch.ops._C_ascend.batch_matmul_transpose(a (T, N, L), b (N, L, V), c (T, N, V)): MLA's V up-projection,
+    written into c (the third slot, else a buffer of the output's shape)."""
+    slots = Slots(ctx)
+    a, b = slots.require(0, "tensor_a"), slots.require(1, "tensor_b")
+    if len(a) != 3 or len(b) != 3 or a[1] != b[0] or a[2] != b[1]:
+        raise ctx.error(f"expected a (T, N, L) and b (N, L, V); got {a} and {b}")
+    out_shape = (a[0], a[1], b[2])
+    c = slots.tensor(2, "tensor_c") if slots.shape(2) is not None else ctx.tensor(out_shape, slots.dtype(0), "zeros")
+    return slots.call("torch.ops._C_ascend.batch_matmul_transpose", (slots.tensor(0, "tensor_a"),
+                                                                     slots.tensor(1, "tensor_b"), c),
+                      import_modules=("torch_npu", "vllm_ascend.vllm_ascend_C"), outputs=lambda _: c)
+
+
 _BUILDERS = {
+    "muls_add_kernel": _muls_add,
+    "_triton_rope": _triton_rope,
+    "batch_matmul_transpose_0": _batch_matmul_transpose,
     "Cumsum": _cumsum,
     "ReduceSum": _reduce_sum,
     "ConcatD": lambda ctx: _concat(ctx, stack=False),
