@@ -53,6 +53,7 @@ def test_every_shipped_definition_binds_and_verifies(shipped):
     # Real profiled rows (resources/profiles, the A3 kernel_details): bound and shape-verified on meta tensors.
     assert _row(report, "Add")[1:] == ["`torch.add`", "2/2 / 2/2 / 0", "1/1 / 1/1 / 0", "shape-verified"]
     assert _row(report, "FlashAttentionScore")[1:3] == ["`npu::npu_fusion_attention.default`", "1/2 / 1/2 / 1"]
+    assert _row(report, "FlashAttentionScore")[-1] == "shape-verified (1 profiled rows unbuildable, see below)"
     assert _row(report, "FlashAttentionScoreGrad")[2] == "1/1 / 1/1 / 0"
     # torch_npu schemas + meta kernels, example rows.
     assert _row(report, "RmsNorm")[1:] == ["`npu::npu_rms_norm.default`", "-", "1/1 / 1/1 / 0", "shape-verified"]

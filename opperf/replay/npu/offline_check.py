@@ -356,12 +356,15 @@ def format_table(summaries: Mapping[str, TypeSummary], version: str) -> str:
                 + summary.count(META_ERROR, source)
             failed = sum(summary.count(s, source) for s in FAILURES)
             cells.append(f"{bound}/{total} / {verified}/{total} / {failed}")
+        inconsistent = summary.count(BUILD_ERROR, "profiled")
+        blocking = sum(summary.count(s) for s in FAILURES) - inconsistent
         if summary.count(NO_SCHEMA):
             status = "no schema offline"
-        elif any(summary.count(s) for s in FAILURES):
+        elif blocking:
             status = "FAILED"
         elif summary.count(SHAPE_VERIFIED):
-            status = "shape-verified"
+            status = "shape-verified" + (f" ({inconsistent} profiled rows unbuildable, see below)" if inconsistent
+                                         else "")
         elif summary.count(BOUND):
             status = "schema-bound (no meta kernel)"
         else:
