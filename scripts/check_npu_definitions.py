@@ -2,8 +2,9 @@
 """Check the NPU kernel definitions against torch_npu's own schemas and meta kernels, without an NPU.
 
 Downloads the torch_npu (and vllm-ascend) wheels once (pip, no dependencies) into --wheel-cache and reads them
-as zips: nothing of torch_npu, vLLM-Ascend or CANN is installed or imported. Exit 0: every definition bound (and, where torch_npu has a meta kernel,
-produced the row's output shapes/dtypes); 1: some did not (listed in --output); 2: bad input.
+as zips: nothing of torch_npu, vLLM-Ascend or CANN is installed or imported. Exit 0: every definition bound
+(and, where a meta kernel exists, produced the row's output shapes/dtypes); 1: some did not (listed in
+--output); 2: bad input.
 """
 
 import argparse

@@ -143,3 +143,17 @@ def test_op_mapping_names_why_a_kernel_type_is_not_replayed(tmp_path, repo):
     kernel = yaml.safe_load((database / "op_mapping.yaml").read_text())["opperf"]["kernel_types"]["MemSet"]
     assert kernel["replay_api"] is None and kernel["not_replayed"] == "runtime_internal"
     assert "zeroes" in kernel["not_replayed_because"]
+
+
+def test_manifest_lists_files_and_row_counts(tmp_path):
+    rows = write(tmp_path / "a.csv", [HEADER, *ROWS])
+    (tmp_path / "op_mapping.yaml").write_text("x: 1\n")
+    write_manifest([rows, tmp_path / "op_mapping.yaml"], tmp_path / "manifest.tsv")
+    assert (tmp_path / "manifest.tsv").read_text().splitlines() == [
+        "file\trows", f"{rows}\t3", f"{tmp_path / 'op_mapping.yaml'}\t"]
+
+
+def test_contract_columns_are_the_peers_names():
+    assert contract.BASE_COLUMNS == ("OP State", "Accelerator Core", "Input Shapes", "Input Data Types",
+                                     "Input Formats", "Output Shapes", "Output Data Types", "Output Formats")
+    assert contract.REPLAY_AVERAGE == "Average Duration(us)"

@@ -214,7 +214,8 @@ def check_row(definition: KernelDefinition, row: Mapping[str, str], registration
     target = resolve_target(call.api, registration)
     result.target = target.name
     if target.kind == "no_schema":
-        result.status, result.reason = NO_SCHEMA, f"{call.api} is defined by neither the torch_npu nor the vllm-ascend wheel"
+        result.status = NO_SCHEMA
+        result.reason = f"{call.api} is defined by neither the torch_npu nor the vllm-ascend wheel"
         return result
     if target.kind == "torch_npu":
         problems = {}
