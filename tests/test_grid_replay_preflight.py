@@ -53,7 +53,8 @@ WITHOUT_PATTERN = {"RINGMLAPrefillBF16Kernel", "FlashAttentionScoreGrad",
                    "FloorMod", "GatherElementsV2", "Greater", "GreaterEqual", "HistogramV2", "IndexFill", "IndexPutV2",
                    "LayerNormV3", "Less", "LightningIndexer", "Log", "LogicalAnd", "LogicalNot", "NotEqual", "Pack",
                    "Range", "ReduceSum", "RepeatInterleave", "ScatterElementsV2", "SelectV2", "SparseFlashAttention",
-                   "Tile", "TransData", "ZerosLike", "_triton_rope", "batch_matmul_transpose_0", "muls_add_kernel"}
+                   "Tile", "TransData", "ZerosLike", "_triton_rope", "batch_matmul_transpose_0", "muls_add_kernel",
+                   "PagedCacheLoadNdKernel", "AtbRopeKernel"}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel
+from opperf.replay.hooks.npu_common import NpuCall, Slots, hook_entry_points, numel, split_evenly
 from opperf.replay.inputs import BuildContext
 
 
@@ -396,7 +396,79 @@ def _batch_matmul_transpose(ctx: BuildContext) -> NpuCall:
                       import_modules=("torch_npu", "vllm_ascend.vllm_ascend_C"), outputs=lambda _: c)
 
 
+def _paged_cache_load(ctx: BuildContext) -> NpuCall:
+    """torch_npu.atb.npu_paged_cache_load(key_cache, value_cache, block_table, context_lens, seq_starts=,
+    key=, value=): gathers each sequence's KV out of the paged cache into (tokens, heads, dim) buffers.
+
+    The row holds no lengths: the output's tokens are split evenly over the block table's sequences (each
+    at most the table's width x block_size), and each sequence's blocks are distinct valid block ids.
+    """
+    slots = Slots(ctx)
+    cache = slots.require(0, "key_cache")
+    slots.require(1, "value_cache")
+    table = slots.require(2, "block_table")
+    slots.require(3, "context_lens")
+    key_out, value_out = slots.require_output(0, "key"), slots.require_output(1, "value")
+    if len(cache) != 4 or len(table) != 2:
+        raise ctx.error(f"expected a paged cache (blocks, block_size, heads, dim) and a 2-D block table; got "
+                        f"{cache} and {table}")
+    blocks, block_size = cache[0], cache[1]
+    sequences, width = table
+    tokens = key_out[0]
+    try:
+        lengths = split_evenly(tokens, sequences, minimum=0)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from exc
+    needed = [math.ceil(n / block_size) for n in lengths]
+    if max(needed, default=0) > width or sum(needed) > blocks:
+        raise ctx.error(f"{tokens} tokens over {sequences} sequences need {needed} blocks; the table is {table} "
+                        f"and the cache holds {blocks}")
+    block_table = torch.zeros(table, dtype=slots.dtype(2))
+    start = 0
+    for row, count in enumerate(needed):
+        block_table[row, :count] = torch.arange(start, start + count)
+        start += count
+    kwargs = {"key": ctx.tensor(key_out, slots.output_dtype(0), "zeros"),
+              "value": ctx.tensor(value_out, slots.output_dtype(1), "zeros")}
+    if slots.shape(4) is not None:
+        kwargs["seq_starts"] = slots.record(4, torch.zeros(slots.shape(4), dtype=slots.dtype(4)).to(ctx.device))
+    args = (slots.tensor(0, "key_cache"), slots.tensor(1, "value_cache"),
+            slots.record(2, block_table.to(ctx.device)),
+            slots.record(3, torch.tensor(lengths, dtype=slots.dtype(3)).to(ctx.device)))
+    return slots.call("torch_npu.atb.npu_paged_cache_load", args, kwargs,
+                      outputs=lambda _: (kwargs["key"], kwargs["value"]),
+                      notes=f"context lengths {lengths} (tokens split evenly over {sequences} sequences)")
+
+
+def _atb_rope(ctx: BuildContext) -> NpuCall:
+    """torch_npu._npu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style): ATB's
+    in-place RoPE on (tokens, heads x head_size) query/key; head_size = the cos/sin cache's width (full rotary).
+
+    Slots are placed by rank and dtype: the 1-D integer vector is positions, the 2-D floating tensors are
+    query, key (first two) and the cos/sin cache (the one whose rows are not the tokens).
+    """
+    slots = Slots(ctx)
+    filled = [i for i in range(slots.count) if slots.shape(i) is not None]
+    positions = [i for i in filled if len(slots.shape(i)) == 1 and not slots.dtype(i).is_floating_point]
+    two_d = [i for i in filled if len(slots.shape(i)) == 2 and slots.dtype(i).is_floating_point]
+    if len(positions) != 1 or len(two_d) != 3:
+        raise ctx.error(f"expected positions (1-D int), query, key and a cos/sin cache (2-D); got "
+                        f"{[slots.shape(i) for i in filled]}")
+    tokens = slots.shape(positions[0])[0]
+    caches = [i for i in two_d if slots.shape(i)[0] != tokens] or [two_d[-1]]
+    cache = caches[-1]
+    query, key = [i for i in two_d if i != cache][:2]
+    head_size = slots.shape(cache)[-1]
+    q, k = slots.tensor(query, "query"), slots.tensor(key, "key")
+    args = (slots.index(positions[0], "positions", slots.shape(cache)[0]), q, k, head_size,
+            slots.tensor(cache, "cos_sin_cache"), True)
+    return slots.call("torch_npu._npu_rotary_embedding", args, outputs=lambda _: (q, k),
+                      notes=f"head_size={head_size}, neox style, in place on query and key")
+
+
 _BUILDERS = {
+    "PagedCacheLoadNdKernel": _paged_cache_load,
+    "AtbRopeKernel": _atb_rope,
     "muls_add_kernel": _muls_add,
     "_triton_rope": _triton_rope,
     "batch_matmul_transpose_0": _batch_matmul_transpose,
