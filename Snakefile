@@ -19,6 +19,7 @@ include: "rules/grid.smk"
 include: "rules/replay.smk"
 include: "rules/report.smk"
 include: "rules/comm.smk"
+include: "rules/npu_check.smk"
 
 
 rule all:

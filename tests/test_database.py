@@ -87,15 +87,19 @@ def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
     build_op_mapping([database / "mm.csv", database / "unknown_op.csv"], "CPU", repo / "config" / "devices.yaml",
                      repo / "config" / "kernels", output, collected_at="2026-11-22")
     document = yaml.safe_load(output.read_text())
-    assert document["device"] == "CPU" and document["backend"] == "cpu"
-    assert document["versions"] == {"torch": "2.13.0"}
-    assert document["collected_at"] == "2026-11-22"
+    # The peer runtime's keys, first, in its spelling; opperf's own under `opperf`.
+    assert list(document)[:4] == ["version", "device", "pytorch_version", "collection_date"]
+    assert document["version"] == "torch2.13.0_cpu" and document["device"] == "GENERIC_HOST_CPU"
+    assert document["pytorch_version"] == "2.13.0" and document["collection_date"] == "2026-11-22"
+    assert "cann_version" not in document and "communication_data_ref" not in document
+    own = document["opperf"]
+    assert own["device"] == "CPU" and own["backend"] == "cpu" and own["versions"] == {"torch": "2.13.0"}
     mm_definition = yaml.safe_load((repo / "config" / "kernels" / "torch" / "mm.yaml").read_text())
-    assert document["kernel_types"]["mm"]["replay_api"] == mm_definition["api"]
-    assert document["kernel_types"]["mm"]["rows"] == 1
-    assert document["kernel_types"]["unknown_op"]["replay_api"] is None
-    assert {"framework_op": "aten.mm.default", "kernel_type": "mm", "alternate_kernel_types": [],
-            "category": "matmul", "api": mm_definition["api"]} in document["operator_mappings"]
+    assert own["kernel_types"]["mm"]["replay_api"] == mm_definition["api"]
+    assert own["kernel_types"]["mm"]["rows"] == 1
+    assert own["kernel_types"]["unknown_op"]["replay_api"] is None
+    assert document["operator_mappings"]["aten.mm.default"] == {"kernel_type": "mm", "alternate_kernel_types": [],
+                                                                "category": "matmul"}
 
 
 def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
@@ -107,11 +111,38 @@ def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
                      repo / "config" / "kernels", database / "op_mapping.yaml")
     document = yaml.safe_load((database / "op_mapping.yaml").read_text())
     matmul = yaml.safe_load((repo / "config" / "kernels" / "npu" / "MatMulV2.yaml").read_text())
-    assert document["versions"] == {"torch": "2.9.0", "vllm": "0.18.0", "cann": "8.5"}
-    assert document["device_full_name"] == "ATLAS_800_A3_752T_128G_DIE"
-    assert document["kernel_types"]["MatMulV3"]["replay_api"] == (matmul.get("api") or f"{matmul['hook']}.build_case")
-    mm = [m for m in document["operator_mappings"] if m["framework_op"] == "aten.mm.default"]
-    assert mm and mm[0]["kernel_type"] == "MatMulV3" and mm[0]["alternate_kernel_types"] == []
+    assert document["version"] == "vllm0.18.0_torch2.9.0_cann8.5"
+    assert document["device"] == "ATLAS_800_A3_752T_128G_DIE"
+    assert document["cann_version"] == "8.5" and document["pytorch_version"] == "2.9.0"
+    assert document["communication_data_ref"] == "../../hccl/8.5"
+    assert document["opperf"]["versions"] == {"torch": "2.9.0", "vllm": "0.18.0", "cann": "8.5"}
+    kernel = document["opperf"]["kernel_types"]["MatMulV3"]
+    assert kernel["replay_api"] == (matmul.get("api") or f"{matmul['hook']}.build_case")
+    assert document["operator_mappings"]["aten.mm.default"] == {"kernel_type": "MatMulV3", "alternate_kernel_types": [],
+                                                                "category": "matmul"}
+
+
+def test_op_mapping_reads_the_family_directory_the_workflow_passes(tmp_path, repo):
+    """rule database_op_mapping passes config/kernels/npu (the family), not config/kernels."""
+    database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    finalise_kernel_csv(rows, "Add", database / "Add.csv")
+    document = build_op_mapping([database / "Add.csv"], "A3", repo / "config" / "devices.yaml",
+                                repo / "config" / "kernels" / "npu", database / "op_mapping.yaml")
+    assert document["operator_mappings"]["aten.add.Tensor"] == {
+        "kernel_type": "Add", "alternate_kernel_types": [], "category": "elementwise", "query_mode": "elementwise"}
+    assert document["opperf"]["kernel_types"]["Add"]["replay_api"] == "torch.add"
+
+
+def test_op_mapping_names_why_a_kernel_type_is_not_replayed(tmp_path, repo):
+    database = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
+    finalise_kernel_csv(rows, "MemSet", database / "MemSet.csv")
+    build_op_mapping([database / "MemSet.csv"], "A3", repo / "config" / "devices.yaml", repo / "config" / "kernels",
+                     database / "op_mapping.yaml")
+    kernel = yaml.safe_load((database / "op_mapping.yaml").read_text())["opperf"]["kernel_types"]["MemSet"]
+    assert kernel["replay_api"] is None and kernel["not_replayed"] == "runtime_internal"
+    assert "zeroes" in kernel["not_replayed_because"]
 
 
 def test_manifest_lists_files_and_row_counts(tmp_path):

@@ -45,7 +45,16 @@ GRID = dataclasses.replace(_SHIPPED, patterns=dict(_SHIPPED.patterns, fused_infe
 with open(EXAMPLE_ROWS, newline="", encoding="utf-8") as handle:
     TEMPLATES = [row for row in csv.DictReader(handle) if GRID.patterns_for(row["Type"])]
 # Kernel types of the replay examples that the grid has no pattern for (listed in the grid's log).
-WITHOUT_PATTERN = {"RINGMLAPrefillBF16Kernel", "FlashAttentionScoreGrad"}
+WITHOUT_PATTERN = {"RINGMLAPrefillBF16Kernel", "FlashAttentionScoreGrad",
+                   # Kernel types added for the vLLM-Ascend coverage (issue 10): replayable from profiled rows,
+                   # no grid pattern yet.
+                   "AddRmsNormDynamicQuant", "ApplyRotaryPosEmb", "ApplyTopKTopPCustom", "ApplyTopKTopPWithSorted",
+                   "AttentionUpdate", "BroadcastTo", "ClipByValueV2", "ConcatD", "Cumsum", "Equal", "Fill", "FloorDiv",
+                   "FloorMod", "GatherElementsV2", "Greater", "GreaterEqual", "HistogramV2", "IndexFill", "IndexPutV2",
+                   "LayerNormV3", "Less", "LightningIndexer", "Log", "LogicalAnd", "LogicalNot", "NotEqual", "Pack",
+                   "Range", "ReduceSum", "RepeatInterleave", "ScatterElementsV2", "SelectV2", "SparseFlashAttention",
+                   "Tile", "TransData", "ZerosLike", "_triton_rope", "batch_matmul_transpose_0", "muls_add_kernel",
+                   "PagedCacheLoadNdKernel", "AtbRopeKernel"}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +79,7 @@ def single_sequence_fia(kernel_type: str, row: dict) -> bool:
     return kernel_type == "FusedInferAttentionScore" and "," not in row.get(RUNTIME_SEQ_LENGTHS_KV_VALUES, ",")
 
 
-def test_every_replay_example_type_but_two_has_a_pattern():
+def test_every_replay_example_type_but_the_listed_ones_has_a_pattern():
     with open(EXAMPLE_ROWS, newline="", encoding="utf-8") as handle:
         types = {row["Type"] for row in csv.DictReader(handle)}
     assert {t for t in types if not GRID.patterns_for(t)} == WITHOUT_PATTERN

@@ -32,7 +32,7 @@ REQUIRED_TYPES = {
     "BatchMatMulV2", "TransposeBatchMatMul", "GroupedMatmul", "GroupedMatmulSwigluQuant", "MoeTokenPermute",
     "MoeTokenUnpermute", "ScatterNdUpdate", "Cast",
 }
-CUSTOM_OPP = {"AddRmsNormBias", "DispatchFFNCombine", "KvRmsNormRopeCache", "RINGMLAPrefillBF16Kernel",
+CUSTOM_OPP = {"AddRmsNormBias", "ApplyTopKTopPCustom", "DispatchFFNCombine", "batch_matmul_transpose_0", "KvRmsNormRopeCache", "RINGMLAPrefillBF16Kernel",
               "split_qkv_rmsnorm_rope_kernel"}
 
 DEFINITIONS = load_definitions(NPU_DEFINITIONS, backend="npu")
@@ -68,9 +68,13 @@ def _build(row: dict, line: int | None = None) -> tuple[BuildContext, dict[int, 
 def test_inputs_build_with_the_rows_shapes_and_dtypes(row):
     ctx, built, call = _build(row)
     tensors = {i: v for i, v in built.items() if isinstance(v, torch.Tensor)}
-    assert tensors, "nothing was built from the row's slots"
+    # Fill and Range take their size from the output: their input slots (dims, value / start, limit, delta)
+    # are the kernel's own metadata.
+    assert tensors or row["Type"] in ("Fill", "Range"), "nothing was built from the row's slots"
     for index, tensor in tensors.items():
         expected_shape = ctx.input_shape(index)
+        if expected_shape is None:
+            expected_shape = ()                           # an empty slot is the 0-d scalar operand
         if call is not None and "storage-equivalent" in call.notes and index == 1:
             expected_shape = ctx.input_shape(0)           # AddRmsNormBias' (T, H) residual beside (1, T, H)
         assert tuple(tensor.shape) == expected_shape, f"slot {index}"
@@ -80,7 +84,8 @@ def test_inputs_build_with_the_rows_shapes_and_dtypes(row):
         assert call.api.split(".")[0] in ("torch", "torch_npu")
         assert call.describe().startswith(call.api + "(")
     # Every non-empty slot of the row is either built or is the kernel's own metadata (offsets, perm, axis).
-    metadata_slots = {"Slice": {1, 2}, "PadV3": {1}, "Index": {1, 2}, "Transpose": {1}}
+    metadata_slots = {"Slice": {1, 2}, "PadV3": {1}, "Index": {1, 2}, "Transpose": {1}, "ReduceSum": {1}, "Tile": {1},
+                      "BroadcastTo": {1}, "Fill": {0, 1}, "Range": {0, 1, 2}}
     filled = {i for i, shape in enumerate(ctx.slots.input_shapes) if shape is not None}
     definition = ctx.definition
     expected_built = filled - metadata_slots.get(definition.type, set())
@@ -119,7 +124,9 @@ def test_index_like_inputs_hold_valid_indices():
     assert built[1].unique().numel() == 16 and int(built[1].max()) < 64
     _, built, call = _build(_row("DispatchFFNCombine"))
     assert int(built[3].max()) < 4 * 4                        # local experts x EP size
-    assert call.prepare is not None and "group" not in call.kwargs   # joins the HCCL group only on the device
+    # The HCCL group is joined only on the device; until then `group` is an empty name (the schema requires it).
+    assert call.prepare is not None and call.kwargs["group"] == ""
+    assert "bias1" not in call.kwargs and "expert_token_nums" in call.kwargs     # vllm-ascend 0.18.0's schema
 
 
 def test_grouped_matmul_group_list_sums_to_the_tokens():

@@ -62,32 +62,50 @@ def _load_definitions(definitions_dir: Path, backend: str) -> dict:
     """The kernel definitions of a back end (replay stage's loader); empty if none are installed."""
     from opperf.replay.definitions import load_definitions
 
-    family_dir = definitions_dir / DEFINITION_FAMILY[backend]
+    family = DEFINITION_FAMILY[backend]
+    # The workflow passes the family directory itself (config/kernels/npu); by hand, the root (config/kernels).
+    family_dir = definitions_dir if definitions_dir.name == family else definitions_dir / family
     return load_definitions(family_dir, backend=backend) if family_dir.is_dir() else {}
 
 
-def _mappings_for(definitions: dict, present: set[str]) -> list[dict]:
-    """operator_mappings entries whose kernel types this database has, naming the types it has.
+def _mappings_for(definitions: dict, present: set[str]) -> dict[str, dict]:
+    """operator_mappings (framework op -> the runtime's lookup fields) for the kernel types this database has.
 
     One definition serves several reported Types (MatMulV2 replays MatMulV3 and MatMulCommon too);
-    a database that only saw MatMulV3 maps `aten.mm.default` to MatMulV3.
+    a database that only saw MatMulV3 maps `aten.mm.default` to MatMulV3. The first definition (by Type)
+    naming a framework op wins; the replay API is recorded under `opperf.kernel_types`, not here.
     """
     from opperf.replay.definitions import framework_op_mappings
 
-    mappings = []
+    mappings: dict[str, dict] = {}
     for entry in framework_op_mappings(definitions.values()):
         types = [t for t in (entry["kernel_type"], *entry["alternate_kernel_types"]) if t in present]
-        if types:
-            mappings.append({**entry, "kernel_type": types[0], "alternate_kernel_types": types[1:]})
+        if not types or entry["framework_op"] in mappings:
+            continue
+        runtime = {"kernel_type": types[0], "alternate_kernel_types": types[1:], "category": entry["category"]}
+        runtime.update({k: entry[k] for k in RUNTIME_MAPPING_EXTRAS if k in entry})
+        mappings[entry["framework_op"]] = runtime
     return mappings
 
 
-def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
-                     definitions_dir: str | Path, output: str | Path, collected_at: str | None = None) -> dict:
-    """op_mapping.yaml: versions, device, date, framework-op → kernel-type mappings, per-type replay API.
+# Per-mapping keys the runtime reads beyond kernel_type / alternate_kernel_types / category.
+RUNTIME_MAPPING_EXTRAS = ("query_mode", "tc_input_count")
+COMM_DIRECTORY = {"npu": "hccl"}
 
+
+def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
+                     definitions_dir: str | Path, output: str | Path, collected_at: str | None = None,
+                     not_replayed_path: str | Path | None = None) -> dict:
+    """op_mapping.yaml in the peer runtime's contract, generated from the kernel definitions.
+
+    Top-level keys the runtime reads or audits (`version`, `device`, `cann_version`, `pytorch_version`,
+    `collection_date`, `communication_data_ref`, `operator_mappings` keyed by framework op) come first;
+    everything of opperf's own (device alias, stack versions, per-type replay API, kernel types that are
+    not replayed and why) lives under the one key `opperf`, which the runtime ignores.
     `kernel_csvs` are the database's kernel CSVs (all in one data/{device}/{stack}/{version_dir}/).
     """
+    from opperf.coverage import load_not_replayed
+
     kernel_files = sorted(Path(p) for p in kernel_csvs)
     database_path, definitions_dir = Path(output).parent, Path(definitions_dir)
     catalog = load_catalog(devices_path)
@@ -96,6 +114,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     entry = catalog[device]
     stack_versions = parse_version_dir(database_path.name)
     definitions = _load_definitions(definitions_dir, entry.backend)
+    not_replayed = load_not_replayed(not_replayed_path).get(entry.backend, {})
     kernel_types = {}
     from opperf.replay.definitions import definition_for
 
@@ -110,26 +129,37 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             "category": definition.category if definition else None,
             "definition": str(definition.path) if definition else None,
         }
+        if definition is None and kernel in not_replayed:
+            kernel_types[kernel]["not_replayed"] = not_replayed[kernel].reason
+            kernel_types[kernel]["not_replayed_because"] = not_replayed[kernel].detail
     mappings = _mappings_for(definitions, set(kernel_types))
     versions = {"torch": stack_versions.torch}
     if stack_versions.vllm:
         versions["vllm"] = stack_versions.vllm
     if stack_versions.runtime != "cpu":
         versions[stack_versions.runtime] = stack_versions.runtime_version
-    document = {
+    collection_date = collected_at or dt.date.today().isoformat()
+    document: dict = {"version": database_path.name, "device": entry.full_name}
+    if stack_versions.runtime == "cann":
+        document["cann_version"] = stack_versions.runtime_version
+    document["pytorch_version"] = stack_versions.torch
+    document["collection_date"] = collection_date
+    if entry.backend in COMM_DIRECTORY and stack_versions.runtime == "cann":
+        # DESIGN.md: collectives of a CANN stack live in data/{device}/hccl/{cann_version}/.
+        document["communication_data_ref"] = f"../../{COMM_DIRECTORY[entry.backend]}/{stack_versions.runtime_version}"
+    document["operator_mappings"] = mappings
+    document["opperf"] = {
         "device": device,
-        "device_full_name": entry.full_name,
         "backend": entry.backend,
         "stack": database_path.parent.name,
         "version_dir": database_path.name,
         "versions": versions,
-        "collected_at": collected_at or dt.date.today().isoformat(),
         "generated_by": f"opperf {__version__}",
         "kernel_types": kernel_types,
-        "operator_mappings": mappings,
     }
     with atomic_output(output) as handle:
-        handle.write("# Generated by opperf from config/kernels/ definitions; do not edit by hand.\n")
+        handle.write("# Generated by opperf from config/kernels/ definitions; do not edit by hand.\n"
+                     "# Keys outside `opperf:` follow the peer runtime's op_mapping contract (docs/database.md).\n")
         yaml.safe_dump(document, handle, sort_keys=False, allow_unicode=False)
     log.info("op_mapping: %d kernel types, %d framework-op mappings", len(kernel_types), len(mappings))
     return document

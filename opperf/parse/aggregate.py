@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES,
-                             OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_MEDIAN,
-                             PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE, SOURCE_PROFILED, canonical_field,
+from opperf.contract import (BASE_COLUMNS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_SHAPES,
+                             PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE,
+                             SOURCE_PROFILED,
                              kernel_type_problem, normalise_kernel_type, order_columns,
                              parse_shapes, profiling_counter_column, strip_profiler_quotes)
 from opperf.errors import OpperfError
@@ -285,9 +285,9 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
     has_call_key: dict[str, set[str]] = {column: set() for column in CALL_KEY_COLUMNS}
     for group, row_index in enumerate(first_in_frame):
         name = kernel.values[kernel.codes[row_index]]
+        # Dtype, format and Type strings stay as the profiler spelled them (`FLOAT` beside `DT_BF16`): the peer
+        # runtime matches them byte for byte. Canonical spellings are for signatures only (contract.row_signature).
         row = {c: _strip_or_empty(first_values[c][group]) for c in firsts}
-        for column in (INPUT_DTYPES, OUTPUT_DTYPES, INPUT_FORMATS, OUTPUT_FORMATS):
-            row[column] = canonical_field(column, row[column])
         row[INPUT_SHAPES] = in_shapes.values[in_shapes.codes[row_index]]
         row[OUTPUT_SHAPES] = out_shapes.values[out_shapes.codes[row_index]]
         row[PROFILING_AVERAGE] = format_number(float(means[group]))

@@ -31,6 +31,7 @@ Schema (see docs/replay.md, "Kernel definition reference"):
     outputs: {verify: true}           # verify produced outputs against Output Shapes / Output Data Types
     hook: opperf.replay.hooks.npu_fused_infer_attention   # module with build_case(row, ctx) -> ReplayCase
     requires_custom_opp: true         # check ASCEND_CUSTOM_OPP_PATH / LD_LIBRARY_PATH before replaying
+    op_mapping: {query_mode: elementwise}   # extra fields the peer runtime reads from op_mapping.yaml
 """
 
 from __future__ import annotations
@@ -57,7 +58,13 @@ VALUE_KINDS = ("normal", "uniform", "positive", "ones", "zeros")
 CACHE_STATES = ("warm", "cold")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
-             "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description"}
+             "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description",
+             "op_mapping"}
+# Per-mapping fields of op_mapping.yaml that the peer runtime (msmodeling tensor_cast ProfilingDataSource) reads
+# and a definition may state: how its rows are matched (elementwise by output shape, FIA by runtime metadata,
+# fused MoE with EP size) and how many leading framework tensor inputs to compare with the CSV's slots.
+RUNTIME_QUERY_MODES = ("elementwise", "attention_special", "moe_fused")
+_OP_MAPPING_KEYS = {"query_mode", "tc_input_count"}
 _COMMON_KEYS = {"role", "name", "optional"}
 _ROLE_KEYS = {
     "tensor": _COMMON_KEYS | {"transpose", "values", "contiguous", "cache"},
@@ -130,6 +137,7 @@ class KernelDefinition:
     requires_custom_opp: bool = False
     import_modules: tuple[str, ...] = ()
     description: str = ""
+    op_mapping: Mapping[str, Any] = field(default_factory=dict)   # runtime fields for op_mapping.yaml
 
     @property
     def kernel_types(self) -> tuple[str, ...]:
@@ -365,6 +373,16 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
     if not isinstance(description, str):
         raise _fail("must be a string", path, "description")
 
+    op_mapping = raw.get("op_mapping") or {}
+    if not isinstance(op_mapping, Mapping):
+        raise _fail("must be a mapping such as {query_mode: elementwise}", path, "op_mapping")
+    _check_keys(op_mapping, _OP_MAPPING_KEYS, path, "op_mapping")
+    if "query_mode" in op_mapping and op_mapping["query_mode"] not in RUNTIME_QUERY_MODES:
+        raise _fail(f"{op_mapping['query_mode']!r} is not one of {RUNTIME_QUERY_MODES}", path, "op_mapping.query_mode")
+    if "tc_input_count" in op_mapping and _integer(op_mapping["tc_input_count"], path,
+                                                   "op_mapping.tc_input_count") < 1:
+        raise _fail("must be >= 1", path, "op_mapping.tc_input_count")
+
     return KernelDefinition(
         type=kernel_type, backends=backends, category=category, api=api, path=path,
         framework_ops=_string_list(raw.get("framework_ops"), path, "framework_ops"),
@@ -372,7 +390,7 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
         outputs=outputs, hook=hook,
         requires_custom_opp=_boolean(raw.get("requires_custom_opp"), path, "requires_custom_opp"),
         import_modules=_string_list(raw.get("import_modules"), path, "import_modules", pattern=_DOTTED_RE),
-        description=description,
+        description=description, op_mapping=dict(op_mapping),
     )
 
 
@@ -456,5 +474,6 @@ def framework_op_mappings(definitions: Iterable[KernelDefinition]) -> list[dict[
                 "alternate_kernel_types": list(definition.alternate_kernel_types),
                 "category": definition.category,
                 "api": definition.api or f"{definition.hook}.build_case",
+                **definition.op_mapping,
             })
     return mappings

@@ -118,7 +118,10 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
     if not items:
         return items, {}
     if definition is None:
-        reason = (f"no kernel definition replays {kernel_type!r} on back end {settings.backend} "
+        from opperf.coverage import load_not_replayed
+        listed = load_not_replayed().get(settings.backend, {}).get(kernel_type)
+        reason = (f"not replayed ({listed.reason}, config/not_replayed.yaml): {listed.detail}" if listed else
+                  f"no kernel definition replays {kernel_type!r} on back end {settings.backend} "
                   f"(add config/kernels/<family>/{kernel_type}.yaml)")
         return items, {item.key: RowOutcome(STATUS_NO_DEFINITION, error=reason) for item in items}
     worker = WorkerSettings(rows_path=str(rows_path), kernel_type=kernel_type, definition_path=str(definition.path),

@@ -153,8 +153,8 @@ def _dispatch_ffn_combine(ctx: BuildContext) -> NpuCall:
         "expert_idx": expert_idx,
         "scale1": [slots.tensor(4, "scale1", values="positive")],
         "scale2": [slots.tensor(5, "scale2", values="positive")],
-        "bias1": None, "bias2": None,
         "probs": slots.tensor(6, "probs", values="uniform"),
+        "group": "",            # the HCCL communicator's name, known once the EP group exists (join_ep_group)
         "max_output_size": numel(slots.require(3, "expert_idx")) * ep_size,
         "out": torch.empty_like(x),
         "expert_token_nums": torch.zeros(local_experts, dtype=torch.int32, device=ctx.device),
