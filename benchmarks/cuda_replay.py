@@ -291,6 +291,10 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f} %"
 
 
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# CUDA replay accuracy ({env['device']}, {env['date'][:10]})", "",
@@ -306,14 +310,14 @@ def markdown(report: dict) -> str:
               "|---|---|---|---|---|---|"]
     for run_name, summary in report["policies"].items():
         lines.append(f"| {run_name} | {summary['rows']} | {_pct(summary['median_gap'])} | {_pct(summary['p90_gap'])} | "
-                     f"{_pct(summary['time_weighted_gap'])} | {summary['median_ratio']:.3f} |")
+                     f"{_pct(summary['time_weighted_gap'])} | {_ratio(summary['median_ratio'])} |")
     default = report["policies"][report["default_policy"]]
     lines += ["", f"## Per kernel type ({report['default_policy']})", "",
               "| type | rows | share of workload time | median gap | p90 gap | time-weighted gap | median ratio |",
               "|---|---|---|---|---|---|---|"]
     for name, t in sorted(default["per_type"].items(), key=lambda kv: -kv[1]["profiled_time_share"]):
         lines.append(f"| {name} | {t['rows']} | {_pct(t['profiled_time_share'])} | {_pct(t['median_gap'])} | "
-                     f"{_pct(t['p90_gap'])} | {_pct(t['time_weighted_gap'])} | {t['median_ratio']:.3f} |")
+                     f"{_pct(t['p90_gap'])} | {_pct(t['time_weighted_gap'])} | {_ratio(t['median_ratio'])} |")
     lines += ["", "## Worst rows (by |replay - profiled| x calls)", "",
               "| row | replay µs | profiled µs | ratio | calls | input shapes | strides |", "|---|---|---|---|---|---|---|"]
     for w in default["worst_rows"][:15]:

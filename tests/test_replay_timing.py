@@ -96,6 +96,13 @@ def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
     cases, views, text = state.plan(case)
     assert cases == [case] and len(views) == 2
     assert text.startswith("insitu: flush (read 2 MiB), then 2 warm input(s)") and "1 cold input(s)" in text
+    before = storage.clone()
+    state.prepare(views)                     # the flush (a read) and the touches run, values unchanged
+    assert torch.equal(storage, before)
+    flush = CacheState(torch.device("cpu"), "flush", 1 << 20)
+    _, views, text = flush.plan(case)
+    flush.prepare(views)
+    assert views == [] and text == "flush (read 2 MiB) before each call (L2 1024 KiB)"
     _, views, text = CacheState(torch.device("cpu"), "none", 1 << 20).plan(case)
     assert views == [] and text == "none (warm from the previous call)"
 

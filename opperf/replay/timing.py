@@ -106,8 +106,7 @@ class CacheState:
     def flush(self) -> None:
         if self._flush_buffer is None:
             self._flush_buffer = torch.ones(2 * self.l2_bytes // 4, dtype=torch.int32, device=self.device)
-            self._flush_sum = torch.empty((), dtype=torch.int32, device=self.device)
-        torch.sum(self._flush_buffer, dtype=torch.int32, out=self._flush_sum)
+        self._flush_buffer.sum()
 
     def plan(self, case: ReplayCase) -> tuple[list[ReplayCase], list[torch.Tensor], str]:
         """The cases to cycle through, the byte views to make resident before each call, and the description."""
