@@ -95,13 +95,15 @@ def test_transpose_dtype_override_fixed_kwargs_and_keyword_slots():
     assert case.kwargs["other"].dtype == torch.int8 and case.kwargs["alpha"] == 2.0 and case.kwargs["out"] is None
 
 
-def test_empty_tensor_slot_uses_the_recorded_scalar_else_a_number_or_0d_tensor_else_none():
+def test_empty_tensor_slot_uses_the_recorded_scalar_else_a_wrapped_number_or_0d_tensor_else_none():
     spec = definition([{"role": "tensor"}, {"role": "tensor"}, {"role": "tensor"}])
     # double / int64 past self: a wrapped Python number in the workload (`x + eps`), passed as a number
     case = build_case(spec, row("4;;", "DT_FLOAT;DT_DOUBLE;", formats="ND;;", scalars=";;"), "cpu")
-    assert case.args[1] == 0.5 and isinstance(case.args[1], float) and case.args[2] is None
+    wrapped = case.args[1]
+    assert wrapped.dim() == 0 and wrapped.device.type == "cpu" and wrapped.dtype == torch.float64
+    assert float(wrapped) == 0.5 and case.args[2] is None
     case = build_case(spec, row("4;;", "DT_FLOAT;DT_INT64;", formats="ND;;", scalars=";;"), "cpu")
-    assert case.args[1] == 2 and isinstance(case.args[1], int)
+    assert case.args[1].dtype == torch.int64 and int(case.args[1]) == 2
     case = build_case(spec, row("4;;", "DT_FLOAT;DT_FLOAT;", formats="ND;;", scalars=";;"), "cpu")
     assert case.args[1].dim() == 0 and case.args[1].dtype == torch.float32
     case = build_case(spec, row(";4;", "DT_INT64;DT_FLOAT;", formats=";ND;", scalars=";;"), "cpu")

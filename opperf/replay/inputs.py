@@ -38,7 +38,9 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 PROFILER_DTYPES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()}
 
 # A 0-d slot of these dtypes with no recorded value was a Python number in the workload (torch wraps floats as
-# double and ints as int64); replay passes a number of that kind (non-zero: it may be a divisor).
+# double and ints as int64 in a 0-d CPU tensor, which a device kernel takes as an argument); replay passes such a
+# CPU tensor (a Python number would pick the op's Scalar overload, a device tensor another kernel), non-zero as
+# it may be a divisor.
 WRAPPED_NUMBER_VALUES = {"DT_DOUBLE": 0.5, "DT_INT64": 2}
 
 # Format cast hook a back end supplies (NPU: torch_npu.npu_format_cast); CPU/CUDA keep ND.
@@ -391,9 +393,8 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     # tensor
     if shape is None:
         # A 0-d tensor has no shape text: use the value the trace recorded; else, past the first (self) slot,
-        # for double / int64 (the dtypes torch gives a wrapped Python number), a Python number, which the
-        # kernel takes as an argument (a 0-d device tensor would launch another, slower kernel); else a 0-d
-        # tensor of the slot's dtype; else None (an optional tensor that was absent).
+        # for double / int64 (the dtypes torch gives a wrapped Python number), a 0-d CPU tensor as torch wraps
+        # one; else a 0-d tensor of the slot's dtype on the device; else None (an optional tensor that was absent).
         recorded = ctx.scalar(index)
         if recorded is not None:
             return recorded
@@ -401,7 +402,7 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
         if dtype_name and contract.is_known_dtype(dtype_name):
             canonical = contract.canonical_dtype(dtype_name)
             if index > 0 and canonical in WRAPPED_NUMBER_VALUES:
-                return WRAPPED_NUMBER_VALUES[canonical]
+                return torch.tensor(WRAPPED_NUMBER_VALUES[canonical], dtype=TORCH_DTYPES[canonical])
             return ctx.tensor((), ctx.input_dtype(index), spec.values)
         return None
     strides = ctx.input_strides(index)
