@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
-from opperf.replay.methods import (CACHE_POLICIES, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
-                                   DEFAULT_TIMING_BATCH_ROWS)
+from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
+                                   DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "the profiler started between jobs (default: on for cuda, off for cpu; never under msprof)")
     how.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS,
                      help="cuda: rows timed inside one profiler session (default: %(default)s)")
+    how.add_argument("--cpu-timing", choices=CPU_TIMINGS, default=DEFAULT_CPU_TIMING,
+                     help="cpu: Average Duration(us) from the op's torch.profiler wall time, as the profile timed it "
+                          "(profiler), or the wall clock around the Python call (wall) (default: %(default)s)")
     how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "
                                                       "default; the rule passes its `threads`)")
     how.add_argument("--memory-fraction", type=float, default=0.8,

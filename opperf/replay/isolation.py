@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opperf.log import get_logger
-from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
+from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
 log = get_logger("replay.isolation")
@@ -45,6 +45,7 @@ class WorkerSettings:
     cuda_timing: str = "kernel"
     seed: int = 0
     cpu_threads: int | None = None
+    cpu_timing: str = DEFAULT_CPU_TIMING
     timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
 
     def command(self, indices_path: Path, progress_path: Path, python: str = sys.executable) -> list[str]:
@@ -52,7 +53,8 @@ class WorkerSettings:
                    "--definition", self.definition_path, "--backend", self.backend,
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
-                   "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing, "--seed", str(self.seed),
+                   "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing,
+                   "--cpu-timing", self.cpu_timing, "--seed", str(self.seed),
                    "--timing-batch-rows", str(self.timing_batch_rows)]
         if self.memory_budget_bytes is not None:
             command += ["--memory-budget-bytes", str(self.memory_budget_bytes)]

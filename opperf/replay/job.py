@@ -25,7 +25,7 @@ from opperf.replay.definitions import KernelDefinition, definition_for, load_def
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
-from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
+from opperf.replay.methods import CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -64,6 +64,7 @@ class ReplaySettings:
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
     seed: int = 0
     cpu_threads: int | None = None
+    cpu_timing: str = DEFAULT_CPU_TIMING
 
     def validate(self) -> None:
         if self.repeat_count < 1:
@@ -75,6 +76,8 @@ class ReplaySettings:
             raise OpperfError(f"must be >= 1, got {self.timing_batch_rows}", field="--timing-batch-rows")
         if self.timeout_s <= 0:
             raise OpperfError(f"must be > 0, got {self.timeout_s}", field="--timeout-s")
+        if self.cpu_timing not in CPU_TIMINGS:
+            raise OpperfError(f"{self.cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
 
 
 @dataclass
@@ -129,7 +132,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
                             timing_batch_rows=settings.timing_batch_rows,
-                            cpu_threads=settings.cpu_threads)
+                            cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)
         env.update(visible_devices_env(settings.backend, device_id))
@@ -271,7 +274,7 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
     text = environment.get_template(REPRODUCER_TEMPLATE).render(
         kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count, l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
-        cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
+        cpu_timing=settings.cpu_timing, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
         seed=settings.seed,
         definition_path=str(Path(definition.path).resolve()) if definition else "",
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,

@@ -23,12 +23,15 @@ CACHE_POLICIES = ("insitu", "flush", "rotate", "none")
 DEFAULT_CACHE_POLICY = "insitu"
 
 METHOD_CPU_WALL = "cpu wall clock (perf_counter_ns) per call"
+METHOD_CPU_PROFILER = "cpu profiler (torch.profiler, record_shapes) op wall time per call"
+CPU_TIMINGS = ("wall", "profiler")
+DEFAULT_CPU_TIMING = "wall"
 METHOD_CUDA_KERNEL = "cuda profiler (CUPTI) device-kernel time per call"
 METHOD_CUDA_EVENT = "cuda events per call"
 METHOD_SESSION = "device profiler session (msprof)"
 CUDA_TIMINGS = ("kernel", "event")
 
-# Rows whose timed calls share one profiler session (cuda kernel timing): the session's start, stop and
+# Rows whose timed calls share one profiler session (cuda kernel timing, cpu profiler timing): the session's start, stop and
 # parse are paid once per batch, not per row; a crash loses at most one batch's measurements (re-run).
 DEFAULT_TIMING_BATCH_ROWS = 128
 

@@ -1,6 +1,8 @@
 """Timers: how one replay case's calls are measured on each back end (names in `opperf.replay.methods`).
 
-- cpu: wall clock (`time.perf_counter_ns`) around each call.
+- cpu: the op's own wall time as torch.profiler records it (`profiler`: the way the parse stage
+  timed the op inside the workload, in one profiler session over a batch of rows), or the wall clock
+  (`time.perf_counter_ns`) around each call (`wall`: Python binding and dispatch included).
 - cuda: per call, the device-kernel time CUPTI records for the kernels the call launched (default),
   or CUDA events around it. The kernel timer keeps one torch.profiler session open over a batch of
   rows and reads the raw Kineto events once at the end: each call runs in a `record_function` range
@@ -23,27 +25,33 @@ import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.replay.inputs import ReplayCase, storage_extent
-from opperf.replay.methods import (CACHE_POLICIES, CUDA_TIMINGS, DEFAULT_CACHE_POLICY, METHOD_CPU_WALL,
-                                   METHOD_CUDA_EVENT, METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
+from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
+                                   DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
+                                   METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
+
+
+def _set_cpu_threads(threads: int | None) -> int:
+    if threads is not None:
+        if threads < 1:
+            raise OpperfError(f"must be >= 1, got {threads}", field="--cpu-threads")
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 class CpuWallClockTimer:
     """Wall clock around each call on the host CPU (the caches are left warm: recorded as `none`).
 
     `threads`: torch's intra-op thread count for the replay (None: torch's default); recorded in the
-    timing method, since a CPU kernel's time depends on it.
+    timing method, since a CPU kernel's time depends on it. The time includes what the profile's op
+    time does not: the Python call, the `torch.ops` overload resolution and the dispatch down to the op.
     """
 
     backend = "cpu"
 
     def __init__(self, threads: int | None = None):
-        if threads is not None:
-            if threads < 1:
-                raise OpperfError(f"must be >= 1, got {threads}", field="--cpu-threads")
-            torch.set_num_threads(threads)
-        self.method = f"{METHOD_CPU_WALL}, {torch.get_num_threads()} threads"
+        self.method = f"{METHOD_CPU_WALL}, {_set_cpu_threads(threads)} threads"
         self._results: dict[Hashable, TimingResult] = {}
 
     def synchronize(self) -> None:
@@ -63,6 +71,108 @@ class CpuWallClockTimer:
     def collect(self) -> dict[Hashable, TimingResult]:
         results, self._results = self._results, {}
         return results
+
+
+class CpuProfilerTimer:
+    """Each call's time as torch.profiler records the op's CPU event: how the profile timed the op.
+
+    The parse stage gives a CPU-trace row the wall time of the innermost compute op's event, recorded
+    with `record_shapes=True`; this timer takes the same number for the replayed call. One profiler
+    session (CPU activity, record_shapes) spans every call measured until `collect()`; each timed
+    call runs in a `record_function` range of its own row, and its sample is the summed duration of the
+    ops at the top of that range (the op the row stands for; ops nested inside it have rows of their
+    own in the parse). Warm-up calls run outside the session. Caches are left warm (`none`).
+    """
+
+    backend = "cpu"
+    RANGE_PREFIX = "opperf_replay#"
+
+    def __init__(self, threads: int | None = None, record_shapes: bool = True):
+        self.record_shapes = record_shapes
+        shapes = "record_shapes" if record_shapes else "no record_shapes"
+        self.method = (f"{METHOD_CPU_PROFILER.replace('record_shapes', shapes)}, "
+                       f"{_set_cpu_threads(threads)} threads")
+        self._profiler = None
+        self._pending: dict[int, tuple[Hashable, int]] = {}     # range token -> (key, repeat count)
+        self._results: dict[Hashable, TimingResult] = {}
+
+    def synchronize(self) -> None:
+        return None
+
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+        from torch.profiler import record_function
+
+        for _ in range(warmup_count):
+            case.run()
+        self._start_session()
+        token = len(self._pending)
+        name = f"{self.RANGE_PREFIX}{token}"
+        for _ in range(repeat_count):
+            with record_function(name):
+                case.run()
+        self._pending[token] = (key, repeat_count)
+
+    def _start_session(self) -> None:
+        if self._profiler is None:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=self.record_shapes)
+            self._profiler.__enter__()
+
+    def collect(self) -> dict[Hashable, TimingResult]:
+        """Stop the session and return every key's samples (each call's top-level op time)."""
+        results, self._results = self._results, {}
+        if self._profiler is None:
+            return results
+        profiler, pending = self._profiler, self._pending
+        self._profiler, self._pending = None, {}
+        profiler.__exit__(None, None, None)
+        per_token = range_cpu_op_times(profiler.profiler.kineto_results.events(), self.RANGE_PREFIX)
+        for token, (key, repeat_count) in pending.items():
+            samples = per_token.get(token, [])
+            if len(samples) != repeat_count:
+                raise OpperfError(f"the profiler reported {len(samples)} call ranges with an op inside for "
+                                  f"{repeat_count} calls (range {self.RANGE_PREFIX}{token})")
+            results[key] = TimingResult(samples, self.method, "none")
+        return results
+
+
+def range_cpu_op_times(events, prefix: str) -> dict[int, list[float]]:
+    """Per range token (`<prefix><token>`), each range instance's summed top-level CPU op time in µs.
+
+    `events`: Kineto events (`_KinetoEvent`). An op is at the top of a range when it starts inside the
+    range, on the range's thread, and inside no earlier op of that range. A range with no op inside
+    gives no sample (the caller checks the count).
+    """
+    cpu_type = torch.autograd.DeviceType.CPU
+    ranges: list[tuple[int, int, int, int]] = []        # (start, end, thread, token)
+    ops: list[tuple[int, int, int]] = []                # (start, end, thread)
+    for event in events:
+        if event.device_type() != cpu_type:
+            continue
+        name = event.name()
+        if name.startswith(prefix):
+            ranges.append((event.start_ns(), event.end_ns(), event.start_thread_id(), int(name[len(prefix):])))
+        else:
+            ops.append((event.start_ns(), event.end_ns(), event.start_thread_id()))
+    ranges.sort()
+    starts = [r[0] for r in ranges]
+    totals = [0] * len(ranges)
+    found = [False] * len(ranges)
+    covered_until: dict[int, int] = {}
+    for start, end, thread in sorted(ops, key=lambda op: (op[0], -op[1])):
+        position = bisect.bisect_right(starts, start) - 1
+        if position < 0 or start > ranges[position][1] or thread != ranges[position][2]:
+            continue
+        if start >= covered_until.get(position, -1) and end <= ranges[position][1]:
+            totals[position] += end - start
+            found[position] = True
+            covered_until[position] = end
+    per_token: dict[int, list[float]] = {}
+    for (_, _, _, token), total, seen in zip(ranges, totals, found):
+        if seen:
+            per_token.setdefault(token, []).append(total / 1000.0)
+    return per_token
 
 
 def _clone_case(case: ReplayCase) -> ReplayCase:
@@ -342,10 +452,13 @@ class SessionExecutionTimer:
 
 
 def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
-               cuda_primary: str = "kernel", cpu_threads: int | None = None):
+               cuda_primary: str = "kernel", cpu_threads: int | None = None,
+               cpu_timing: str = DEFAULT_CPU_TIMING):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
-        return CpuWallClockTimer(cpu_threads)
+        if cpu_timing not in CPU_TIMINGS:
+            raise OpperfError(f"timing {cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
+        return CpuProfilerTimer(cpu_threads) if cpu_timing == "profiler" else CpuWallClockTimer(cpu_threads)
     if backend == "cuda":
         return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary)
     if backend == "npu":

@@ -17,7 +17,8 @@ import sys
 import time
 
 from opperf.io import read_database_csv
-from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_TIMING_BATCH_ROWS
+from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING,
+                                   DEFAULT_TIMING_BATCH_ROWS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
+    parser.add_argument("--cpu-timing", default=DEFAULT_CPU_TIMING, choices=CPU_TIMINGS)
     return parser
 
 
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     rows = frame.to_dict(orient="records")
     definition = load_definition(args.definition)
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
-                       cpu_threads=args.cpu_threads)
+                       cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
     format_cast = format_cast_for(args.backend)
     ready = time.perf_counter()
     collect_s = 0.0

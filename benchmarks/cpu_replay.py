@@ -1,0 +1,228 @@
+#!/usr/bin/env python
+"""Replay accuracy of the CPU back end on the demo workload, per CPU timing method, through the workflow's stages.
+
+On this host's CPU:
+
+  1. profile  scripts/profile_workload.py --backend cpu (the README demo workload: opperf-tiny, float32,
+              prefill 16 and 64, 4 decode steps over a 64-token context), once per thread count, and a
+              second time at the first thread count (how far two runs of the workload itself disagree)
+  2. parse    scripts/parse_kernel_details.py → data/CPU/torch/{version_dir}/{Type}.csv
+  3. replay   scripts/replay.py --database-path --backend cpu (a copy of the parsed database per run):
+              each --cpu-timing at each thread count, replaying the profile taken at that thread count
+              (the workflow runs both with 1 thread: Snakemake sets OMP_NUM_THREADS to a job's threads)
+
+and writes `cpu_replay.json` and `cpu_replay.md` in --output. Gap definitions are those of
+benchmarks/cuda_replay.py (its `analyse_run`, imported): gap of a row = |1 - replay / profiled|, replay =
+`Average Duration(us)`, profiled = `Profiling Average Duration(us)`; time-weighted gap = sum |replay -
+profiled| x calls / sum profiled x calls. "outside band" counts rows whose ratio is outside 0.8–1.2 (the
+report's `duration_gap_band`). The noise floor row compares the second profile with the first, row by
+row (same signature), as if the second were a replay: no replay can be expected to agree better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from cuda_replay import analyse_run, read_rows  # noqa: E402
+
+from opperf import contract  # noqa: E402
+from opperf.replay.engine import replay_key  # noqa: E402
+from opperf.replay.methods import CPU_TIMINGS  # noqa: E402
+
+WORKLOAD = ["--model", "opperf-tiny", "--dtype", "float32", "--batch-size", "1", "--prefill-lengths", "16", "64",
+            "--decode-steps", "4", "--decode-context", "64"]
+BAND = (0.8, 1.2)
+
+
+def run(command: list[str], log_path: Path, env: dict | None = None) -> float:
+    began = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        completed = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    elapsed = time.perf_counter() - began
+    if completed.returncode != 0:
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise SystemExit(f"{' '.join(command)} failed ({completed.returncode}):\n{tail}")
+    return elapsed
+
+
+def version_dir() -> str:
+    from opperf.versions import workload_version_dir
+
+    return workload_version_dir("cpu")
+
+
+def database(work: Path, name: str) -> Path:
+    return work / name / "data" / "CPU" / "torch" / version_dir()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    import torch
+
+    return {"machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs", "hostname": platform.node(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def outside_band(rows: list[dict]) -> int:
+    count = 0
+    for row in rows:
+        try:
+            ratio = float(row[contract.REPLAY_AVERAGE]) / float(row[contract.PROFILING_AVERAGE])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        count += not BAND[0] <= ratio <= BAND[1]
+    return count
+
+
+def profile_rows_as_replay(first: list[dict], second: list[dict]) -> list[dict]:
+    """The first profile's rows with the second profile's time of the same call as their 'replay'."""
+    other = {(r["_type"], replay_key(r, r["_type"])): r.get(contract.PROFILING_AVERAGE) for r in second}
+    rows = []
+    for row in first:
+        value = other.get((row["_type"], replay_key(row, row["_type"])))
+        if value:
+            rows.append({**row, contract.REPLAY_AVERAGE: value, contract.REPLAY_STATUS: "second profile"})
+    return rows
+
+
+def summarise(rows: list[dict]) -> dict:
+    result = analyse_run(rows)
+    result["outside_band"] = outside_band(rows)
+    for name, detail in result["per_type"].items():
+        detail["outside_band"] = outside_band([r for r in rows if r["_type"] == name])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "cpu_replay")
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_cpu_replay"))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="torch threads of the workload and of its replay (default: %(default)s)")
+    parser.add_argument("--timings", nargs="+", choices=CPU_TIMINGS, default=list(CPU_TIMINGS))
+    parser.add_argument("--repeat-count", type=int, default=30)
+    args = parser.parse_args()
+    work = args.work_dir
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    load_before = os.getloadavg()
+    wall: dict[str, float] = {}
+    profiles = [(f"profile_t{t}", t) for t in args.threads] + [(f"profile_t{args.threads[0]}_again", args.threads[0])]
+    for name, threads in profiles:
+        env = {"OMP_NUM_THREADS": str(threads)}
+        print(f"== {name}", flush=True)
+        wall[name] = run([sys.executable, "scripts/profile_workload.py", "--backend", "cpu", *WORKLOAD,
+                          "--output", str(work / name / "profile")], work / f"{name}.log", env)
+        run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
+             str(work / name / "profile" / "trace.json"), "--database-path", str(database(work, name))],
+            work / f"{name}_parse.log")
+    runs = {}
+    for threads in args.threads:
+        for timing in args.timings:
+            name = f"{timing}_t{threads}"
+            target = database(work, name)
+            target.parent.mkdir(parents=True)
+            shutil.copytree(database(work, f"profile_t{threads}"), target)
+            print(f"== replay {name}", flush=True)
+            wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
+                              "--device", "CPU", "--repeat-count", str(args.repeat_count), "--cpu-timing", timing,
+                              "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
+                             work / f"replay_{name}.log")
+            rows = read_rows(target)
+            runs[name] = {"timing": timing, "threads": threads, "profile": f"profile_t{threads}",
+                          "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
+                                          if r.get(contract.REPLAY_TIMING_METHOD)), ""),
+                          "replay_wall_s": wall[name], **summarise(rows)}
+    first = read_rows(database(work, f"profile_t{args.threads[0]}"))
+    again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
+    floor = summarise(profile_rows_as_replay(first, again))
+    report = {"environment": environment(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
+              "repeat_count": args.repeat_count, "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
+              "noise_floor": {"threads": args.threads[0], **floor}, "stage_wall_s": wall}
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "cpu_replay.json").write_text(json.dumps(report, indent=1))
+    text = markdown(report)
+    (args.output / "cpu_replay.md").write_text(text)
+    print(text)
+    return 0
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(report: dict) -> str:
+    env = report["environment"]
+    load = ", ".join(f"{v:.2f}" for v in report["load_average_before"])
+    load_after = ", ".join(f"{v:.2f}" for v in report["load_average_after"])
+    lines = [f"# CPU replay accuracy ({env['date'][:10]})", "",
+             f"{env['machine']}; torch {env['torch']}, Python {env['python']}; load average {load} before, "
+             f"{load_after} after. Workload `{report['workload']}`; repeat count {report['repeat_count']}. "
+             "Produced by `python benchmarks/cpu_replay.py` (definitions in its docstring).", "",
+             "| run | timing | threads (workload = replay) | rows | outside 0.8–1.2 | median gap | p90 gap | "
+             "time-weighted gap | median replay/profiled |", "|---|---|---|---|---|---|---|---|---|"]
+    floor = report["noise_floor"]
+    lines.append(f"| second profile vs first | - | {floor['threads']} | {floor['rows']} | {floor['outside_band']} | "
+                 f"{_pct(floor['median_gap'])} | {_pct(floor['p90_gap'])} | {_pct(floor['time_weighted_gap'])} | "
+                 f"{_ratio(floor['median_ratio'])} |")
+    for name, r in report["runs"].items():
+        lines.append(f"| {name} | {r['timing']} | {r['threads']} | {r['rows']} | {r['outside_band']} | "
+                     f"{_pct(r['median_gap'])} | {_pct(r['p90_gap'])} | {_pct(r['time_weighted_gap'])} | "
+                     f"{_ratio(r['median_ratio'])} |")
+    names = list(report["runs"])
+    types = sorted({t for r in report["runs"].values() for t in r["per_type"]},
+                   key=lambda t: -max(r["per_type"].get(t, {}).get("profiled_time_share", 0)
+                                      for r in report["runs"].values()))
+    lines += ["", "## Per kernel type: median gap (median replay/profiled)", "",
+              "| type | rows | share of workload time | noise floor | " + " | ".join(names) + " |",
+              "|---|---|---|---|" + "---|" * len(names)]
+    for name in types:
+        first = report["runs"][names[0]]["per_type"].get(name, {})
+        noise = floor["per_type"].get(name)
+        cells = []
+        for run_name in names:
+            t = report["runs"][run_name]["per_type"].get(name)
+            cells.append(f"{_pct(t['median_gap'])} ({_ratio(t['median_ratio'])})" if t else "-")
+        lines.append(f"| {name} | {first.get('rows', '-')} | {_pct(first.get('profiled_time_share'))} | "
+                     f"{_pct(noise['median_gap']) if noise else '-'} | " + " | ".join(cells) + " |")
+    for run_name in names:
+        lines += ["", f"## Worst rows of {run_name} (by |replay - profiled| x calls)", "",
+                  "| row | replay µs | profiled µs | ratio | calls | input shapes |", "|---|---|---|---|---|---|"]
+        for w in report["runs"][run_name]["worst_rows"][:8]:
+            lines.append(f"| {w['type']} {w['line']} | {w['replay_us']:.2f} | {w['profiled_us']:.2f} | "
+                         f"{w['ratio']:.2f} | {w['calls']} | `{w['shapes']}` |")
+    lines += ["", "Stage wall times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in report["stage_wall_s"].items())]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
