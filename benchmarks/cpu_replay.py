@@ -9,7 +9,10 @@ On this host's CPU:
   2. parse    scripts/parse_kernel_details.py → data/CPU/torch/{version_dir}/{Type}.csv
   3. replay   scripts/replay.py --database-path --backend cpu (a copy of the parsed database per run):
               each --cpu-timing at each thread count, replaying the profile taken at that thread count
-              (the workflow runs both with 1 thread: Snakemake sets OMP_NUM_THREADS to a job's threads)
+              (the workflow runs both with 1 thread: Snakemake sets OMP_NUM_THREADS to a job's threads);
+              and once more with the profiler timing and glibc's MALLOC_MMAP_THRESHOLD_=65536 in the replay's
+              environment (every tensor of 64 KiB or more a fresh mmap, its pages faulted in by the op that
+              writes it first, as outputs are inside the workload)
 
 and writes `cpu_replay.json` and `cpu_replay.md` in --output. Gap definitions are those of
 benchmarks/cuda_replay.py (its `analyse_run`, imported): gap of a row = |1 - replay / profiled|, replay =
@@ -158,6 +161,20 @@ def main() -> int:
                           "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
                                           if r.get(contract.REPLAY_TIMING_METHOD)), ""),
                           "replay_wall_s": wall[name], **summarise(rows)}
+    if "profiler" in args.timings:
+        threads, name = args.threads[0], f"profiler_t{args.threads[0]}_fresh_pages"
+        target = database(work, name)
+        target.parent.mkdir(parents=True)
+        shutil.copytree(database(work, f"profile_t{threads}"), target)
+        print(f"== replay {name}", flush=True)
+        wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
+                          "--device", "CPU", "--repeat-count", str(args.repeat_count), "--cpu-timing", "profiler",
+                          "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
+                         work / f"replay_{name}.log", {"MALLOC_MMAP_THRESHOLD_": "65536"})
+        rows = read_rows(target)
+        runs[name] = {"timing": "profiler, MALLOC_MMAP_THRESHOLD_=65536", "threads": threads,
+                      "profile": f"profile_t{threads}", "method": rows[0].get(contract.REPLAY_TIMING_METHOD, ""),
+                      "replay_wall_s": wall[name], **summarise(rows)}
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))
