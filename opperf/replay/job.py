@@ -261,6 +261,5 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),
         generated_at=utc_timestamp())
-    write_text_atomic(path, text)
-    path.chmod(0o755)
+    write_text_atomic(path, text, executable=True)
     return path
