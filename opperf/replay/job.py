@@ -31,7 +31,7 @@ from opperf.trace import Trace
 from opperf.versions import check_stack_matches
 
 log = get_logger("replay.job")
-TRACE_STEP = 4                        # the replay stage's number (DESIGN.md stages)
+TRACE_STEP = 4                        # the replay stage's number (docs/design.md, stages)
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 REPRODUCER_TEMPLATE = "replay_reproducer.py.j2"
 

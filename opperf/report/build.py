@@ -5,7 +5,7 @@ it". Profiled rows (they have a profiled in-workload duration) answer it: each i
 replay, as the ratio replay/profile (median, p10, p90, rows inside the band). Generated grid rows have no
 profile to compare with; they are counted apart with their replay median. No statistic mixes the two.
 
-summary.json follows seeds/reproduce-scripts-conventions (benchmark, script, workflow, pass_n, ops_count,
+summary.json follows the reproduce-scripts conventions (docs/report.md: benchmark, script, workflow, pass_n, ops_count,
 elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir, stats). An "op" is
 a kernel type; its `passed`/`total` count rows (replayed with status ok / all rows), its `profile`
 compares the mean replay duration (`gen_time`, µs) with the mean profiled duration (`base_time`, µs)
