@@ -32,15 +32,17 @@ LOCAL_RULES = {"all"}
 COMPUTE_IDENTITY = (*contract.BASE_COLUMNS, contract.SOURCE, "Input Strides", contract.INPUT_SCALARS,
                     contract.PROFILING_SAMPLE_COUNT, contract.REPLAY_STATUS)
 COMM_IDENTITY = (comm.MESSAGE_BYTES, comm.NUM_DEVICES, comm.DTYPE, comm.TOPOLOGY_TIER)
-RULE_BLOCK = re.compile(r"^(local)?(?:rule|checkpoint) (\w+):\n((?:    .*\n)+)", re.MULTILINE)
+# A job block: `rule X:` (or `localrule`, `checkpoint`) and its indented fields; inside a group job's
+# listing the whole block is indented once more.
+RULE_BLOCK = re.compile(r"^( *)(local)?(?:rule|checkpoint) (\w+):\n((?:\1    .*\n)+)", re.MULTILINE)
 SUBMITTED = re.compile(r"^Job (\S+) has been submitted with SLURM jobid (\d+) \(log: (.+)\)\.$", re.MULTILINE)
 
 
 def jobs_in(text: str) -> dict[tuple[str, str], bool]:
     """(rule, outputs) -> local? for every job block a Snakemake log prints."""
     jobs = {}
-    for local, rule, body in RULE_BLOCK.findall(text):
-        outputs = re.search(r"^    output: (.*)$", body, re.MULTILINE)
+    for _, local, rule, body in RULE_BLOCK.findall(text):
+        outputs = re.search(r"^ +output: (.*)$", body, re.MULTILINE)
         jobs[(rule, outputs.group(1) if outputs else "")] = bool(local)
     return jobs
 
@@ -71,6 +73,9 @@ def check_slurm_jobs(log_text: str, jobcomp: Path) -> list[str]:
         state = completed.get(slurm_id)
         if state is None or state[0] != "COMPLETED" or not state[1].startswith("0"):
             problems.append(f"SLURM job {slurm_id}: slurmctld's completion log says {state or 'nothing'}")
+    total = re.findall(r"^(\d+) of (\d+) steps \(100%\) done", log_text, re.MULTILINE)
+    if not total or int(total[-1][0]) != len(planned):
+        problems.append(f"the log names {len(planned)} jobs but Snakemake counted {total[-1] if total else 'none'}")
     print(f"SLURM: {len(remote)} Snakemake jobs ran in {len(submissions)} SLURM jobs "
           f"({len(remote) - len(submissions)} fewer thanks to grouping); "
           f"{len(planned) - len(remote)} local job(s) ({', '.join(sorted(LOCAL_RULES))})")
