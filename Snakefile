@@ -1,4 +1,4 @@
-"""opperf: build a versioned operator-performance database (see README.md and ../shared/DESIGN.md)."""
+"""opperf: build a versioned operator-performance database (see README.md and docs/design.md)."""
 
 from snakemake.utils import min_version
 

@@ -8,6 +8,7 @@ from snakemake.utils import validate
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.devices import load_catalog
 from opperf.errors import OpperfError
+from opperf.model_names import model_key
 from opperf.versions import parse_version_dir, workload_version_dir
 
 
@@ -68,7 +69,8 @@ def workload_model_dims(wildcards):
     import yaml
 
     with open(config["models"], encoding="utf-8") as handle:
-        return (yaml.safe_load(handle) or {}).get(config["workload"]["model"], {})
+        models = yaml.safe_load(handle) or {}
+    return models[model_key(models, config["workload"]["model"], path=config["models"], field="workload.model")]
 
 
 def workload_database():

@@ -8,7 +8,6 @@ vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.contract import WORKLOAD_MANIFEST
+from opperf.io import make_temp_dir
 from opperf.log import get_logger, span
 from opperf.workload.model import DecoderDims, ReferenceDecoder
 
@@ -124,7 +124,7 @@ def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype:
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for _ in range(plan.warmup_iterations):
             run_workload(model, plan, token_ids, device)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    staging = make_temp_dir(prefix=f".{output_dir.name}.", dir=output_dir.parent)
     try:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
