@@ -23,6 +23,6 @@ include: "rules/npu_check.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets,
-    default_target: True

@@ -2,10 +2,10 @@
 """Reproduce (WIP, UNVERIFIED): the CUDA replay-accuracy benchmark on an NVIDIA GPU host.
 
 Status
-    Not yet run: written on a host without a GPU, against `benchmarks/cuda_replay.py`, which is being
-    written at the same time; its command line may differ from what is assumed below (`--output-dir DIR`,
-    further arguments passed through after `--`). Move this script to reproduce/ once it has run on an
-    H100/H200 and its numbers are checked against benchmarks/results/cuda_replay_h100/.
+    Not yet run as a whole: written on a host without a GPU. It calls `benchmarks/cuda_replay.py --work-dir
+    DIR --output DIR/results` (further arguments passed through after `--`); that benchmark itself ran on an
+    H100 on 2026-11-23 (benchmarks/results/cuda_replay/). Move this script to reproduce/ once it has run on an
+    H100/H200 and its numbers are checked against benchmarks/results/cuda_replay/.
 
 Goal
     Profile the bf16 reference decoder on the GPU, parse it, replay every row with the CUDA timer, and say
@@ -68,7 +68,8 @@ def main() -> int:
         print(f"{BENCHMARK} is missing (it is being written; see this script's Status)")
         return 2
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="opperf-cuda-replay."))
-    command = [sys.executable, str(BENCHMARK), "--output-dir", str(workdir), *args.benchmark_args]
+    command = [sys.executable, str(BENCHMARK), "--work-dir", str(workdir), "--output", str(workdir / "results"),
+               *args.benchmark_args]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(args.device)}
     print(f"[reproduce] {' '.join(command)}", flush=True)
     started = time.monotonic()
@@ -77,7 +78,9 @@ def main() -> int:
     if result.returncode != 0:
         print(f"[reproduce] benchmarks/cuda_replay.py failed (exit {result.returncode})")
         return 1
-    csvs = sorted(p for p in workdir.rglob("*.csv") if "Average Duration(us)" in p.read_text().split("\n", 1)[0])
+    # The default cache policy's replayed databases (the benchmark also keeps the other policies' copies).
+    csvs = sorted(p for p in workdir.glob("*/insitu/data/*/torch/*/*.csv")
+                  if "Average Duration(us)" in p.read_text().split("\n", 1)[0])
     if not csvs:
         print(f"[reproduce] no replayed per-kernel CSV under {workdir}")
         return 1
@@ -88,6 +91,9 @@ def main() -> int:
                     "script": "reproduce/wip/reproduce_cuda_replay_accuracy.py",
                     "workflow": "benchmarks/cuda_replay.py: workload -> parse -> replay (CUDA) -> report",
                     "elapsed_s": round(elapsed_s, 3)})
+    headline = json.loads((workdir / "results" / "cuda_replay.json").read_text())
+    summary["cuda_replay"] = {k: headline[k] for k in ("median_gap", "p90_gap", "time_weighted_gap",
+                                                        "repeatability_median", "rows_per_s")}
     write_text_atomic(args.output, json.dumps(summary, indent=2) + "\n")
     for kernel_type, a in sorted(summary["replay_accuracy"]["kernel_types"].items()):
         print(f"{kernel_type:<46}paired {a['paired_rows']:>4}  median replay/profile "
