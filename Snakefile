@@ -1,4 +1,4 @@
-"""opperf: build a versioned operator-performance database (see README.md and ../shared/DESIGN.md)."""
+"""opperf: build a versioned operator-performance database (see README.md and docs/design.md)."""
 
 from snakemake.utils import min_version
 
@@ -23,6 +23,6 @@ include: "rules/npu_check.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets,
-    default_target: True

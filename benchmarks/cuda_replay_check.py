@@ -1,8 +1,7 @@
 """Validate the CUDA timer on a real GPU: replay a few mm/add rows, print both timings side by side.
 
-For each row and each L2 policy (flush, rotate, none) the CUDA timer measures every call twice over:
-the device-kernel time the profiler (CUPTI) attributes to the call's range, and the CUDA-event time
-around it. Expect: both positive; kernel time <= event time (events include launch gaps); `none`
+For each row and each cache policy (insitu, flush, rotate, none) the row is replayed twice: timed by the
+device-kernel time the profiler (CUPTI) attributes to each call's range, and by CUDA events around it. Expect: both positive; kernel time <= event time (events include launch gaps); `none`
 (warm L2) <= `flush` for small, memory-bound rows; mm times that grow with M*N*K. The script also
 replays the same rows through the full job (isolated child, write-back) on `--device-id`, and fails
 (exit 1) if any row does not come back `ok`.
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -54,7 +52,7 @@ def main() -> int:
     from opperf.replay.definitions import load_definition
     from opperf.replay.engine import replay_row
     from opperf.replay.job import ReplaySettings, replay_kernel_csv
-    from opperf.replay.timing import METHOD_CUDA_EVENT, METHOD_CUDA_KERNEL, CudaTimer
+    from opperf.replay.timing import METHOD_CUDA_KERNEL, CudaTimer
 
     if not torch.cuda.is_available():
         print("no CUDA device: run this on a GPU host", file=sys.stderr)
@@ -69,17 +67,19 @@ def main() -> int:
     for kernel_type, shapes, dtypes, out_shapes, out_dtypes, scalars in ROWS:
         definition = load_definition(REPO / "config" / "kernels" / "torch" / f"{kernel_type}.yaml")
         row = row_dict(shapes, dtypes, out_shapes, out_dtypes, scalars)
-        for policy in ("flush", "rotate", "none"):
-            timer = CudaTimer(device, l2_policy=policy, primary="kernel")
-            outcome = replay_row(definition, row, backend="cuda", device=device, timer=timer,
-                                 repeat_count=args.repeat_count)
+        for policy in ("insitu", "flush", "rotate", "none"):
+            outcome, events = (replay_row(definition, row, backend="cuda", device=device,
+                                          timer=CudaTimer(device, l2_policy=policy, primary=primary),
+                                          repeat_count=args.repeat_count) for primary in ("kernel", "event"))
+            if events.status != "ok":
+                outcome = events
             if outcome.status != "ok":
                 failures += 1
                 print(f"{kernel_type:5} {shapes:28} {policy:6} {'':>18} {'':>10} {'':>12}  {outcome.status}: "
                       f"{outcome.error}")
                 continue
             kernel_us = float(outcome.columns[contract.REPLAY_AVERAGE])
-            event_us = statistics.fmean(outcome.other_samples[METHOD_CUDA_EVENT])
+            event_us = float(events.columns[contract.REPLAY_AVERAGE])
             print(f"{kernel_type:5} {shapes:28} {policy:6} {kernel_us:18.3f} {event_us:10.3f} "
                   f"{kernel_us / event_us:12.3f}  ok ({outcome.columns[contract.REPLAY_L2_POLICY]})")
             results.append({"kernel": kernel_type, "shapes": shapes, "l2_policy": policy, "kernel_us": kernel_us,

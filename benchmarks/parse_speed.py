@@ -157,7 +157,7 @@ def _measure(command: list[str]) -> dict:
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     _, status, usage = os.wait4(child.pid, 0)
     wall_s = time.perf_counter() - start
-    stdout, stderr = child.stdout.read().decode(), child.stderr.read().decode()
+    _, stderr = child.stdout.read().decode(), child.stderr.read().decode()
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{stderr}")

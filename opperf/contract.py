@@ -72,6 +72,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.
 KERNEL_TYPES_MANIFEST = "kernel_types.txt"
+# What the reference workload ran (dtype, dims, plan), written beside its trace; the parse reads its dtype.
+WORKLOAD_MANIFEST = "workload.json"
 
 SOURCE_PROFILED = "profiled"
 SOURCE_GENERATED = "generated"

@@ -2,6 +2,11 @@
 
 A database file is either the old one or the complete new one, never a half-written mix: we write a
 temporary file in the same directory and `os.replace` it over the target.
+
+`mkstemp`/`mkdtemp` create their files 0600 / directories 0700 whatever the umask, and a rename keeps that
+mode: on a shared filesystem a team's database would be readable by its builder only. Every temporary
+file or directory that becomes an output therefore gets the mode an ordinary `open()`/`mkdir()` would have
+given it (`created_mode`), so the user's umask decides, as it does for every other program.
 """
 
 from __future__ import annotations
@@ -21,6 +26,32 @@ if TYPE_CHECKING:      # pandas is imported where it is used: text-only writers 
     import pandas as pd
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask only sets, and setting races with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)      # no /proc (macOS): the classic read-by-setting, restored at once
+    os.umask(mask)
+    return mask
+
+
+def created_mode(*, directory: bool = False, executable: bool = False) -> int:
+    """The mode open()/mkdir() would give a new file (0666) or directory/executable (0777) under the umask."""
+    return (0o777 if directory or executable else 0o666) & ~current_umask()
+
+
+def make_temp_dir(prefix: str, dir: str | Path, suffix: str = "") -> Path:
+    """`tempfile.mkdtemp` whose directory gets the umask's mode, since it is renamed into place as an output."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=dir))
+    os.chmod(path, created_mode(directory=True))
+    return path
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
     """Open a temporary sibling of `path` for writing; on success it replaces `path`, on error it is removed."""
@@ -28,6 +59,7 @@ def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, created_mode())
         kwargs = {} if "b" in mode else {"encoding": encoding, "newline": ""}
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
@@ -40,9 +72,12 @@ def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf
         raise
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
+    """Write text atomically; `executable` files (standalone reproducers) get the umask's 0777 mode."""
     with atomic_output(path) as handle:
         handle.write(text)
+        if executable:
+            os.fchmod(handle.fileno(), created_mode(executable=True))
 
 
 def write_csv_atomic(path: str | Path, frame: "pd.DataFrame") -> None:
@@ -92,13 +127,12 @@ def staged_directory(target: str | Path, *, replace_whole: bool = False) -> Iter
 
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    staging = make_temp_dir(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         yield staging
         for path in staging.iterdir():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
-        os.chmod(staging, 0o755)
         if not target.exists():
             os.rename(staging, target)
             return

@@ -1,4 +1,4 @@
-"""Per-kernel traces a person can follow and re-run (adapted from seeds/trace-module-design).
+"""Per-kernel traces a person can follow and re-run (adapted from the trace-module design, docs/design.md "Traces").
 
 traces/{device}/{stack}/{version_dir}/{KernelType}/
   I{task_id}_S{step:02d}_{KernelType}_{ACTION}_{part}.txt   ACTION: PARSE|GRID|REPLAY|VERIFY|BACKFILL

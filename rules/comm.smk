@@ -13,16 +13,20 @@ rule comm_collective:
         code=stage_code("comm"),
     output:
         csv="data/{device}/{comm}/{comm_version}/{collective}.csv",
+    log:
+        "logs/comm/{device}/{comm}/{comm_version}/{collective}.log",
+    benchmark:
+        "benchmarks/runs/comm/{device}/{comm}/{comm_version}/{collective}.tsv"
     wildcard_constraints:
         comm="gloo|nccl|hccl",
         comm_version=r"[A-Za-z0-9_.+]+",
         collective=r"[A-Za-z0-9_]+",
     conda:
         comm_conda_env()
-    log:
-        "logs/comm/{device}/{comm}/{comm_version}/{collective}.log",
-    benchmark:
-        "benchmarks/runs/comm/{device}/{comm}/{comm_version}/{collective}.tsv"
+    threads: config["comm"]["nproc"]
+    resources:
+        gpu=comm_device_slots("nccl"),
+        npu=comm_device_slots("hccl"),
     params:
         op=comm_op,
         nproc=config["comm"]["nproc"],
@@ -36,10 +40,6 @@ rule comm_collective:
         max_iters=config["comm"]["max_iters"],
         target_seconds=config["comm"]["target_seconds"],
         log_level=config["log_level"],
-    threads: config["comm"]["nproc"]
-    resources:
-        gpu=comm_device_slots("nccl"),
-        npu=comm_device_slots("hccl"),
     shell:
         "python -m torch.distributed.run --standalone --nproc-per-node {params.nproc} "
         "scripts/generate_comm_microbench.py --do-run --backend {wildcards.comm} --device {wildcards.device} "

@@ -8,8 +8,8 @@ from snakemake.utils import validate
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.devices import load_catalog
 from opperf.errors import OpperfError
+from opperf.model_names import model_key
 from opperf.versions import parse_version_dir, workload_version_dir
-
 
 validate(config, schema="../config/config.schema.yaml")
 
@@ -28,8 +28,10 @@ def _read_sources(path):
             if not (row.get(column) or "").strip():
                 raise WorkflowError(f"{path}, line {line}, field {column!r}: empty or missing")
         if row["device"] not in DEVICES:
-            raise WorkflowError(f"{path}, line {line}, field 'device': {row['device']!r} is not in "
-                                f"{config['devices']} (known: {', '.join(sorted(DEVICES))})")
+            raise WorkflowError(
+                f"{path}, line {line}, field 'device': {row['device']!r} is not in "
+                f"{config['devices']} (known: {', '.join(sorted(DEVICES))})"
+            )
         try:
             parse_version_dir(row["version_dir"])
         except OpperfError as exc:
@@ -68,7 +70,8 @@ def workload_model_dims(wildcards):
     import yaml
 
     with open(config["models"], encoding="utf-8") as handle:
-        return (yaml.safe_load(handle) or {}).get(config["workload"]["model"], {})
+        models = yaml.safe_load(handle) or {}
+    return models[model_key(models, config["workload"]["model"], path=config["models"], field="workload.model")]
 
 
 def workload_database():
@@ -102,8 +105,8 @@ def raw_profile_paths(wildcards):
     if workload_database() == key:
         paths.append(workload_profile_for_parser(*key))
     if not paths:
-        raise WorkflowError(f"no raw profile is registered for database {'/'.join(key)} "
-                            f"(add a row to {config['sources']})")
+        database = "/".join(key)
+        raise WorkflowError(f"no raw profile is registered for database {database} (add a row to {config['sources']})")
     return paths
 
 
@@ -134,8 +137,11 @@ def stage_code(*modules):
     files = []
     for module in modules:
         target = root / "opperf" / module
-        files += sorted(str(p.relative_to(root)) for p in target.rglob("*.py")) if target.is_dir() \
+        files += (
+            sorted(str(p.relative_to(root)) for p in target.rglob("*.py"))
+            if target.is_dir()
             else [str((root / "opperf" / f"{module}.py").relative_to(root))]
+        )
     return files + ["opperf/contract.py", "opperf/io.py"]
 
 
@@ -251,10 +257,10 @@ def _definition_index(family):
     cache = _definition_index.__dict__.setdefault("cache", {})
     if family not in cache:
         backend = "npu" if family == "npu" else None
-        cache[family] = {k: str(Path(v).relative_to(Path(workflow.basedir).resolve()))
-                         if Path(v).is_absolute() else str(v)
-                         for k, v in definition_index(Path(workflow.basedir) / "config" / "kernels" / family,
-                                                      backend).items()}
+        cache[family] = {
+            k: str(Path(v).relative_to(Path(workflow.basedir).resolve())) if Path(v).is_absolute() else str(v)
+            for k, v in definition_index(Path(workflow.basedir) / "config" / "kernels" / family, backend).items()
+        }
     return cache[family]
 
 
@@ -291,8 +297,10 @@ def report_backend(wildcards):
 
 def replay_device_slots(kind):
     """resources: gpu=1 for cuda databases, npu=1 for npu databases, 0 otherwise (cpu)."""
+
     def slots(wildcards):
         return 1 if database_backend(wildcards.device) == {"gpu": "cuda", "npu": "npu"}[kind] else 0
+
     return slots
 
 
@@ -339,8 +347,7 @@ def comm_targets():
         return []
     backend = comm["backend"]
     version_dir = comm["version_dir"] or comm_version_dir(backend)
-    return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}"
-            for op in comm["ops"]]
+    return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in comm["ops"]]
 
 
 def comm_op(wildcards):
@@ -357,8 +364,10 @@ def comm_tier_option():
 
 def comm_device_slots(backend):
     """resources: the benchmark's processes each hold one device of its back end (gpu for nccl, npu for hccl)."""
+
     def slots(wildcards):
         return config["comm"]["nproc"] if wildcards.comm == backend else 0
+
     return slots
 
 

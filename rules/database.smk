@@ -5,12 +5,12 @@ rule database_kernel:
         code=stage_code("database"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
-    conda:
-        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
         "benchmarks/runs/database/{device}/{stack}/{version_dir}/{kernel}.tsv"
+    conda:
+        "../envs/cpu.yaml"
     params:
         rows=database_rows_file,
         log_level=config["log_level"],
@@ -28,12 +28,12 @@ rule database_op_mapping:
         code=stage_code("database"),
     output:
         mapping="data/{device}/{stack}/{version_dir}/op_mapping.yaml",
-    conda:
-        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/op_mapping.log",
     benchmark:
         "benchmarks/runs/database/{device}/{stack}/{version_dir}/op_mapping.tsv"
+    conda:
+        "../envs/cpu.yaml"
     params:
         log_level=config["log_level"],
     shell:
@@ -48,12 +48,12 @@ rule database_complete:
         files=database_files,
     output:
         manifest="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
-    conda:
-        "../envs/cpu.yaml"
     log:
         "logs/database/{device}/{stack}/{version_dir}/manifest.log",
     benchmark:
         "benchmarks/runs/database/{device}/{stack}/{version_dir}/manifest.tsv"
+    conda:
+        "../envs/cpu.yaml"
     params:
         log_level=config["log_level"],
     shell:

@@ -7,12 +7,14 @@ rule generate_shape_grid:
         code=stage_code("grid"),
     output:
         grid=directory("results/{device}/{stack}/{version_dir}/grid"),
-    conda:
-        "../envs/cpu.yaml"
     log:
         "logs/grid/{device}/{stack}/{version_dir}.log",
     benchmark:
         "benchmarks/runs/grid/{device}/{stack}/{version_dir}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
     params:
         target_models=grid_target_models,
         rows=config["grid"]["rows"],
@@ -22,8 +24,6 @@ rule generate_shape_grid:
         max_tokens_option=grid_max_tokens_option,
         trace_dir="traces/{device}/{stack}/{version_dir}",
         log_level=config["log_level"],
-    resources:
-        mem_mb=2000,
     shell:
         "python scripts/generate_shape_grid.py --input-dir {input.parsed} --output-dir {output.grid} "
         "--device {wildcards.device} --backend {params.backend} --grid-config {input.patterns} "

@@ -5,18 +5,18 @@ checkpoint parse_profiles:
         code=stage_code("parse"),
     output:
         parsed=directory("results/{device}/{stack}/{version_dir}/parsed"),
-    conda:
-        "../envs/cpu.yaml"
     log:
         "logs/parse/{device}/{stack}/{version_dir}.log",
     benchmark:
         "benchmarks/runs/parse/{device}/{stack}/{version_dir}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
     params:
         profiles=raw_profile_paths,
         trace_dir="traces/{device}/{stack}/{version_dir}",
         log_level=config["log_level"],
-    resources:
-        mem_mb=2000,
     shell:
         "python scripts/parse_kernel_details.py --profiling-path {params.profiles:q} "
         "--database-path {output.parsed} --trace-dir {params.trace_dir} "

@@ -7,12 +7,17 @@ rule replay_kernel:
         code=stage_code("replay"),
     output:
         replayed="results/{device}/{stack}/{version_dir}/replayed/{kernel}.csv",
-    conda:
-        device_conda_env
     log:
         "logs/replay/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
         "benchmarks/runs/replay/{device}/{stack}/{version_dir}/{kernel}.tsv"
+    conda:
+        device_conda_env
+    threads: config["replay"]["cpu_threads"]
+    resources:
+        gpu=replay_device_slots("gpu"),
+        npu=replay_device_slots("npu"),
+        mem_mb=4000,
     params:
         rows=replay_rows_file,
         definition=kernel_definition_option,
@@ -28,11 +33,6 @@ rule replay_kernel:
         prune_options=replay_prune_options,
         device_ids_option=replay_device_ids_option,
         log_level=config["log_level"],
-    threads: config["replay"]["cpu_threads"]
-    resources:
-        gpu=replay_device_slots("gpu"),
-        npu=replay_device_slots("npu"),
-        mem_mb=4000,
     shell:
         "python scripts/replay.py --rows {params.rows} --kernel {wildcards.kernel:q} "
         "--definition {params.definition} --device {wildcards.device} --devices-catalog {input.devices} "

@@ -5,20 +5,41 @@ rule replay_report:
         code=stage_code("report"),
     output:
         report="reports/{device}/{stack}/{version_dir}/replay_report.md",
-        gaps=report("reports/{device}/{stack}/{version_dir}/duration_gap.csv", category="Replay",
-                    subcategory="{device}/{stack}/{version_dir}", labels={"file": "duration gaps"}),
+        gaps=report(
+            "reports/{device}/{stack}/{version_dir}/duration_gap.csv",
+            caption="../report/duration_gap.rst",
+            category="Replay",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "duration gaps"},
+        ),
         summary="reports/{device}/{stack}/{version_dir}/summary.json",
-        scatter=report("reports/{device}/{stack}/{version_dir}/replay_vs_profile.png", caption="../report/replay_plot.rst",
-                       category="Replay", subcategory="{device}/{stack}/{version_dir}",
-                       labels={"file": "replay vs profile"}),
-        statuses=report("reports/{device}/{stack}/{version_dir}/status_by_kernel.png", category="Replay",
-                        subcategory="{device}/{stack}/{version_dir}", labels={"file": "status by kernel"}),
-    conda:
-        "../envs/cpu.yaml"
+        scatter=report(
+            "reports/{device}/{stack}/{version_dir}/replay_vs_profile.png",
+            caption="../report/replay_plot.rst",
+            category="Replay",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "replay vs profile"},
+        ),
+        histogram=report(
+            "reports/{device}/{stack}/{version_dir}/duration_gap_histogram.png",
+            caption="../report/gap_histogram.rst",
+            category="Replay",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "gap histogram"},
+        ),
+        statuses=report(
+            "reports/{device}/{stack}/{version_dir}/status_by_kernel.png",
+            caption="../report/status_plot.rst",
+            category="Replay",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "status by kernel"},
+        ),
     log:
         "logs/report/{device}/{stack}/{version_dir}.log",
     benchmark:
         "benchmarks/runs/report/{device}/{stack}/{version_dir}.tsv"
+    conda:
+        "../envs/cpu.yaml"
     params:
         output_dir=subpath(output.report, parent=True),
         backend=report_backend,

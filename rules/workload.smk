@@ -4,12 +4,14 @@ rule profile_workload:
         code=stage_code("workload"),
     output:
         profile=directory("results/workload/{device}/{stack}/{version_dir}/profile"),
-    conda:
-        workload_conda_env()
     log:
         "logs/workload/{device}/{stack}/{version_dir}.log",
     benchmark:
         "benchmarks/runs/workload/{device}/{stack}/{version_dir}.tsv"
+    conda:
+        workload_conda_env()
+    resources:
+        mem_mb=4000,
     params:
         backend=config["workload"]["backend"],
         models=config["models"],
@@ -21,8 +23,6 @@ rule profile_workload:
         decode_steps=config["workload"]["decode_steps"],
         decode_context=config["workload"]["decode_context"],
         log_level=config["log_level"],
-    resources:
-        mem_mb=4000,
     shell:
         "python scripts/profile_workload.py --backend {params.backend} --models {params.models} "
         "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "

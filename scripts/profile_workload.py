@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "npu writes the torch_npu.profiler bundle with kernel_details.csv.")
     parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
     parser.add_argument("--models", default="config/models.yaml", help="model config file (default: %(default)s)")
-    parser.add_argument("--model", default="opperf-tiny", help="model key in --models (default: %(default)s)")
+    parser.add_argument("--model", default="opperf-tiny",
+                        help="model name or alias in --models, any case or punctuation (default: %(default)s)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
     parser.add_argument("--decode-batch-sizes", type=int, nargs="+",

@@ -134,3 +134,17 @@ def test_bad_requests_are_one_line_errors_with_exit_code_2(args, env, message, m
     assert message in err
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []        # nothing written
+
+
+def test_groups_of_two_four_and_eight_on_one_eight_device_host(tmp_path):
+    """The shape of the 8-GPU H200 run (issue 12), rehearsed with 8 gloo processes: every group size up to 8
+    on a host of 8 devices (grid 1 x 8), each group in the intra-node tier, every point verified."""
+    result = _torchrun("--backend", "gloo", "--device", "CPU", "--grid-shape", "1", "8", "--num-devices", "2", "4",
+                       "8", "--bytes-grid", "1KiB", "--warmup-iters", "1", "--min-iters", "2", "--max-iters", "2",
+                       "--target-seconds", "0.001", "--output-dir", str(tmp_path), nproc=8, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for op in OPS:
+        frame = pd.read_csv(tmp_path / f"{op}.csv", dtype=str, keep_default_na=False)
+        assert frame["num_devices"].tolist() == ["2", "4", "8"]
+        assert set(frame["topology_tier"]) == {"1"} and set(frame["verified"]) == {"true"}
+        assert set(frame["message_bytes"]) == {"1024"} and (frame["Duration(us)"].astype(float) > 0).all()

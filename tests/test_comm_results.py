@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from opperf.comm.collectives import (COLLECTIVES, collective_file_name, comm_version_dir, op_of_file_name,

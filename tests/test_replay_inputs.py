@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.replay.definitions import OutputSpec, parse_definition
-from opperf.replay.inputs import (BuildContext, build_case, parse_row_slots, parse_scalar, row_tensor_bytes,
+from opperf.replay.inputs import (build_case, parse_row_slots, parse_scalar, row_tensor_bytes,
                                   storage_extent)
 from opperf.replay.verify import verify_outputs
 

@@ -95,3 +95,33 @@ def test_fail_fast_stops_at_the_first_failure_and_writes_nothing(tmp_path, hook_
         run(tmp_path, "FailFast", [4, 1, 5], fail_fast=True, timeout_s=30)
     assert error.value.row == 3
     assert not (tmp_path / "FailFast_out.csv").exists()
+
+
+def test_a_child_replay_process_ends_when_its_job_dies(tmp_path):
+    """The child runs in its own session (for group kills on timeout) yet must not outlive a killed job."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    child = ("import os, time, pathlib; from opperf.replay.worker import die_with_parent; die_with_parent(); "
+             f"pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(60)")
+    job = ("import subprocess, sys, time; "
+           f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", job], cwd=Path(__file__).resolve().parents[1])
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child_pid, signal.SIGKILL)
+    raise AssertionError("the child replay process outlived its killed parent")

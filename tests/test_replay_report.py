@@ -6,6 +6,7 @@ import csv
 import json
 
 import pandas as pd
+import pytest
 
 from opperf import contract
 from opperf.report.build import REPORT_FILES, write_report
@@ -56,6 +57,35 @@ def test_summary_and_gaps_exact(tmp_path):
     assert "| cat | 2 | failed_build | no dtype |" in report
     assert "| replay | 2 | 4.00 | 2.50 |" in report
     assert (out / "replay_vs_profile.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "duration_gap_histogram.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Profiled rows against their own replay, generated rows apart: mm's ratios 1.0 and 1.5, cat's 0.5.
+    assert summary["replay_accuracy"] == {"band": [0.8, 1.2], "kernel_types": {
+        "cat": {"profiled_rows": 2, "paired_rows": 1, "median_ratio": 0.5, "p10_ratio": 0.5, "p90_ratio": 0.5,
+                "inside_band": 0, "generated_rows": 0, "generated_replayed_rows": 0,
+                "generated_median_replay_us": None},
+        "mm": {"profiled_rows": 2, "paired_rows": 2, "median_ratio": 1.25, "p10_ratio": 1.05, "p90_ratio": 1.45,
+               "inside_band": 1, "generated_rows": 1, "generated_replayed_rows": 1,
+               "generated_median_replay_us": 5.0}}}
+    assert "| mm | 3 | 3 | - | 2 | 2 | 1.250 | 1.050 | 1.450 | 1/2 | 1 | 5.000 |" in report
+    assert "| cat | 2 | 1 | failed_build 1 | 2 | 1 | 0.500 | 0.500 | 0.500 | 0/1 | 0 | - |" in report
+    assert "3 profiled rows have a replay; 1 of them (33%) are inside the band 0.8-1.2" in report
+    worst = report.split("furthest from their profile")[1].split("## Rows that did not replay")[0]
+    rows = [line for line in worst.splitlines() if line.startswith("| cat") or line.startswith("| mm")]
+    assert rows == [  # |log ratio|: 0.5 and 1.5 are further from 1 than 1.0; x0.5 counts as far as x2
+        "| cat | 3 | `16,256;256,512` | DT_FLOAT;DT_FLOAT | `16,512` | 4.000 | 2.000 | 0.500 |",
+        "| mm | 3 | `16,256;256,512` | DT_FLOAT;DT_FLOAT | `16,512` | 20.000 | 30.000 | 1.500 |",
+        "| mm | 2 | `16,256;256,512` | DT_FLOAT;DT_FLOAT | `16,512` | 10.000 | 10.000 | 1.000 |"]
+
+
+def test_percentile_matches_numpy_linear():
+    import numpy as np
+
+    from opperf.report.build import percentile
+
+    values = [3.0, 0.5, 1.25, 9.0, 2.0, 2.0, 7.5]
+    for q in (0, 10, 50, 90, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
 
 
 def test_stage_timings_take_only_this_databases_benchmark_files(tmp_path):

@@ -69,3 +69,16 @@ def test_unknown_model_and_incomplete_model_config(tmp_path):
     bad.write_text("m: {hidden_size: 8}\n")
     with pytest.raises(OpperfError, match="field 'intermediate_size'"):
         load_model_dims(bad, "m")
+
+
+def test_workload_model_is_found_by_any_case_or_alias_like_the_grid(tmp_path):
+    """--model takes what --target-models takes: `Qwen3-32B`, `qwen3_32b` and the alias `QWEN3-32b` agree."""
+    from conftest import REPO
+
+    models = REPO / "config" / "models.yaml"
+    assert load_model_dims(models, "OPPERF-TINY") == load_model_dims(models, "opperf-tiny")
+    exact = load_model_dims(models, "Qwen3-32B")
+    assert exact.hidden_size == 5120
+    assert load_model_dims(models, "qwen3_32b") == exact == load_model_dims(models, "QWEN3-32b")
+    with pytest.raises(OpperfError, match=r"unknown model 'qwen3-33b'.*known: .*Qwen3-32B"):
+        load_model_dims(models, "qwen3-33b")

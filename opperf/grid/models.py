@@ -12,6 +12,7 @@ from pathlib import Path
 
 from opperf.errors import OpperfError
 from opperf.grid.config import read_yaml_mapping
+from opperf.model_names import model_key
 
 _REQUIRED = ("hidden_size", "num_attention_heads", "vocab_size", "tp_sizes")
 _POSITIVE_INTEGER_FIELDS = (
@@ -206,10 +207,6 @@ def _check_divisibility(model: ModelConfig, path: Path) -> None:
             fail("ep_sizes", f"EP size {ep} does not divide the {model.num_experts} routed experts")
 
 
-def _normalise_name(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isalnum())
-
-
 def load_models(path: str | Path) -> dict[str, ModelConfig]:
     """Every model of a models.yaml, validated (bad fields are errors naming the model and field)."""
     path = Path(path)
@@ -220,16 +217,9 @@ def load_models(path: str | Path) -> dict[str, ModelConfig]:
 def select_models(models: dict[str, ModelConfig], names: list[str], *, path: str | Path | None = None
                   ) -> list[ModelConfig]:
     """The models named by --target-models (name or alias, case/punctuation-insensitive), in the given order."""
-    index: dict[str, ModelConfig] = {}
-    for model in models.values():
-        for key in (model.name, *model.aliases):
-            index.setdefault(_normalise_name(key), model)
     chosen: list[ModelConfig] = []
     for name in names:
-        model = index.get(_normalise_name(name))
-        if model is None:
-            raise OpperfError(f"unknown target model {name!r}; known: {', '.join(sorted(models))}",
-                              path=path, field="--target-models")
+        model = models[model_key(models, name, path=path, field="--target-models", what="target model")]
         if model not in chosen:
             chosen.append(model)
     return chosen

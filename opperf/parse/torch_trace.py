@@ -15,6 +15,9 @@ else an empty slot whose `Concrete Inputs` value goes into the `Input Scalars` c
 The recorded `Input Strides` of non-contiguous tensor slots go into the `Input Strides` column
 (`contract.strides_text`): a transposed weight or a chunk of a fused projection is another call than
 its contiguous twin.
+torch.profiler records no dtype for the tensors of a TensorList (cat's inputs); when the trace lies in a
+profile directory of the reference workload, its `workload.json` names the activation dtype, which those
+slots then get (`list_dtype`); elsewhere they stay empty and replay falls back as its hook documents.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
 failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
@@ -33,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_SHAPES, INPUT_STRIDES, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+                             INPUT_SHAPES, INPUT_STRIDES, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
                              PROFILER_TYPE_TO_TORCH, TORCH_TO_PROFILER_DTYPE)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
@@ -139,7 +142,7 @@ class _Slots:
         return strides_text(self.dims, self.strides)
 
 
-def _input_slots(args: dict) -> _Slots:
+def _input_slots(args: dict, list_dtype: str = "") -> _Slots:
     dims_list = args.get("Input Dims") or []
     types = args.get("Input type") or []
     concrete = args.get("Concrete Inputs") or []
@@ -153,7 +156,7 @@ def _input_slots(args: dict) -> _Slots:
             member_strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
             for member, member_stride in zip(dims, member_strides):   # one slot per tensor (no member dtypes recorded)
                 slots.shapes.append(",".join(str(int(d)) for d in member))
-                slots.dtypes.append("")
+                slots.dtypes.append(list_dtype)
                 slots.formats.append("ND")
                 slots.scalars.append("")
                 slots.dims.append([int(d) for d in member])
@@ -201,9 +204,10 @@ def _parse_scalar(text: str, type_name: str):
 class _MetaShapes:
     """Output shapes/dtypes of an aten op from its recorded inputs, by running it on meta tensors."""
 
-    def __init__(self):
+    def __init__(self, list_dtype: str = ""):
         import torch   # only traces need torch; kernel_details parsing never imports it
 
+        self.list_dtype = list_dtype         # profiler dtype of TensorList members, '' when unknown
         self.torch = torch
         self.cache: dict = {}
         global _SCALAR_TYPES
@@ -256,9 +260,11 @@ class _MetaShapes:
                 dtype = getattr(torch, PROFILER_TYPE_TO_TORCH[type_name])
                 values.append(torch.empty([int(d) for d in dims], dtype=dtype, device="meta"))
             elif type_name == "TensorList" and all(isinstance(d, list) for d in dims):
-                # Member dtypes are not recorded: shapes can still be inferred, dtypes are then left empty.
-                dtype_known = False
-                values.append([torch.empty([int(d) for d in member], device="meta") for member in dims])
+                # Member dtypes are not recorded: shapes can still be inferred; dtypes only from the workload's.
+                member_dtype = _torch_dtype_of(torch, self.list_dtype)
+                dtype_known = dtype_known and member_dtype is not None
+                values.append([torch.empty([int(d) for d in member], dtype=member_dtype or torch.float32,
+                                           device="meta") for member in dims])
             elif _is_tensor_arg(dims, type_name):
                 return None, False
             else:
@@ -290,6 +296,29 @@ class _MetaShapes:
             except Exception:   # noqa: BLE001 — not this overload (or no meta kernel): try the next
                 continue
         return None
+
+
+def _torch_dtype_of(torch, profiler_dtype: str):
+    """`DT_BF16` → torch.bfloat16 (None for '' or a name torch does not have)."""
+    for torch_name, profiler_name in TORCH_TO_PROFILER_DTYPE.items():
+        if profiler_name == profiler_dtype and hasattr(torch, torch_name):
+            return getattr(torch, torch_name)
+    return None
+
+
+def workload_list_dtype(trace_path: Path) -> str:
+    """The activation dtype the reference workload recorded beside its trace (workload.json), as a profiler
+    dtype name; '' for any other trace."""
+    manifest = trace_path.parent / WORKLOAD_MANIFEST
+    if not manifest.exists():
+        return ""
+    try:
+        dtype = str(json.loads(manifest.read_text(encoding="utf-8")).get("dtype", ""))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise OpperfError(f"cannot read the workload manifest: {exc}", path=manifest, field="dtype") from exc
+    if dtype and dtype not in TORCH_TO_PROFILER_DTYPE:
+        raise OpperfError(f"unknown dtype {dtype!r}", path=manifest, field="dtype")
+    return TORCH_TO_PROFILER_DTYPE.get(dtype, "")
 
 
 def _scalar_types() -> dict[int, object]:
@@ -365,9 +394,10 @@ def convert_trace(path: str | Path) -> TraceConversion:
                 conversion.outcomes[NOT_A_ROW_NO_DEVICE_TIME] += 1
     else:
         chosen = _innermost_compute_ops(ops, conversion.outcomes)
-    meta = _MetaShapes() if chosen else None
+    list_dtype = workload_list_dtype(path)
+    meta = _MetaShapes(list_dtype) if chosen else None
     for op, duration_us in chosen:
-        slots = _input_slots(op.args)
+        slots = _input_slots(op.args, list_dtype)
         inferred = meta.outputs(op.name, op.args)
         if inferred is None:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1

@@ -418,8 +418,9 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     return ctx.cast_format(built, index)
 
 
-def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
-    """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
+def declarative_arguments(definition: KernelDefinition, ctx: BuildContext) -> tuple[list, dict, list]:
+    """The call's positional and keyword arguments from the definition's `inputs` and `kwargs`, and the tensors
+    among them that are warm (`cache: warm`) in the workload. Shared with the offline NPU check."""
     # A lone 0-d tensor has no shape text ('' is zero slots) but has its dtype: count the longer of the two.
     slot_count = max(len(ctx.slots.input_shapes), len(ctx.slots.input_dtypes))
     required = sum(not spec.optional for spec in definition.inputs)
@@ -427,7 +428,6 @@ def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> R
         expected = f"{required}" if required == len(definition.inputs) else f"{required} to {len(definition.inputs)}"
         raise ctx.error(f"the row has {slot_count} input slots, the definition {definition.path} describes "
                         f"{expected}")
-    fn = resolve_callable(definition.api, definition.import_modules)
     args, kwargs, warm = [], dict(definition.kwargs), []
     for index, spec in enumerate(definition.inputs[:slot_count]):
         value = build_argument(spec, index, ctx)
@@ -439,6 +439,13 @@ def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> R
             args.append(value)
         if isinstance(value, torch.Tensor) and spec.cache == "warm":
             warm.append(value)
+    return args, kwargs, warm
+
+
+def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
+    """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
+    args, kwargs, warm = declarative_arguments(definition, ctx)
+    fn = resolve_callable(definition.api, definition.import_modules)
     return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(definition.api, args, kwargs),
                       warm=tuple(warm))
 

@@ -32,7 +32,7 @@ from opperf.trace import Trace
 from opperf.versions import check_stack_matches
 
 log = get_logger("replay.job")
-TRACE_STEP = 4                        # the replay stage's number (DESIGN.md stages)
+TRACE_STEP = 4                        # the replay stage's number (docs/design.md, stages)
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 REPRODUCER_TEMPLATE = "replay_reproducer.py.j2"
 
@@ -280,6 +280,5 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),
         generated_at=utc_timestamp())
-    write_text_atomic(path, text)
-    path.chmod(0o755)
+    write_text_atomic(path, text, executable=True)
     return path

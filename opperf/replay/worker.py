@@ -131,5 +131,20 @@ def _npu_format_cast(tensor, fmt: str):
     return torch_npu.npu_format_cast(tensor, acl_formats[fmt])
 
 
+def die_with_parent() -> None:
+    """A child replay process runs in its own session (so a timeout can kill its whole group); it must still end
+    when its job does (a killed Snakemake, a SIGKILLed job): Linux delivers SIGKILL when the parent goes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # PR_SET_PDEATHSIG
+    if os.getppid() != parent:                                      # the parent left before the call
+        os._exit(1)
+
+
 if __name__ == "__main__":
+    die_with_parent()
     sys.exit(main())

@@ -1,16 +1,23 @@
 """The replay report of one database: replay_report.md, duration_gap.csv, summary.json, PNG plots.
 
-summary.json follows seeds/reproduce-scripts-conventions (benchmark, script, workflow, pass_n, ops_count,
+The question a reader brings is "how far is replay from the profile, per kernel type, and can I trust
+it". Profiled rows (they have a profiled in-workload duration) answer it: each is compared with its own
+replay, as the ratio replay/profile (median, p10, p90, rows inside the band). Generated grid rows have no
+profile to compare with; they are counted apart with their replay median. No statistic mixes the two.
+
+summary.json follows the reproduce-scripts conventions (docs/report.md: benchmark, script, workflow, pass_n, ops_count,
 elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir, stats). An "op" is
 a kernel type; its `passed`/`total` count rows (replayed with status ok / all rows), its `profile`
 compares the mean replay duration (`gen_time`, µs) with the mean profiled duration (`base_time`, µs)
-over the rows that have both, `speedup = base_time / gen_time`.
+over the rows that have both, `speedup = base_time / gen_time`. The per-type ratio statistics of the
+markdown table are in the extra top-level key `replay_accuracy` (the seed allows extra top-level keys).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import platform
 import statistics
@@ -27,21 +34,41 @@ from opperf.replay.engine import STATUS_OK, duration_value
 
 log = get_logger("report")
 DEFAULT_BAND = (0.8, 1.2)
+WORST_ROWS = 15
 REPORT_FILES = ("replay_report.md", "duration_gap.csv", "summary.json", "replay_vs_profile.png",
-                "status_by_kernel.png")
+                "duration_gap_histogram.png", "status_by_kernel.png")
 GAP_COLUMNS = ("Type", "line", *contract.SIGNATURE_COLUMNS, contract.PROFILING_AVERAGE, contract.REPLAY_AVERAGE,
                "replay_over_profile", "band", contract.SOURCE)
 
 
 @dataclass
+class RowPair:
+    """One row having both durations: where it is (line, shapes) and how far its replay is from its profile."""
+
+    kernel_type: str
+    line: int
+    profiled_us: float
+    replayed_us: float
+    source: str
+    shapes: dict[str, str]
+
+    @property
+    def ratio(self) -> float:
+        """replay / profile: 1.0 is a perfect replay, 2.0 replay twice as slow as the workload ran."""
+        return self.replayed_us / self.profiled_us
+
+
+@dataclass
 class KernelSummary:
-    """One kernel type's replay result: row counts by status, and replay vs profile where both exist."""
+    """One kernel type's replay result: row counts by status, paired rows, and generated rows' replays."""
 
     kernel_type: str
     rows: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
-    pairs: list[tuple[float, float]] = field(default_factory=list)     # (profiled µs, replayed µs)
-    replayed_us: list[float] = field(default_factory=list)
+    pairs: list[RowPair] = field(default_factory=list)
+    profiled_rows: int = 0                      # rows with a profiled duration (paired or not)
+    generated_rows: int = 0                     # grid rows: no profile to compare with
+    generated_replayed_us: list[float] = field(default_factory=list)
     errors: list[tuple[int, str, str]] = field(default_factory=list)   # (line, status, error)
 
     @property
@@ -49,11 +76,41 @@ class KernelSummary:
         return self.statuses.get(STATUS_OK, 0)
 
     def profile(self) -> dict | None:
+        """The seed's op_results profile: mean replay vs mean profiled µs over the paired rows only."""
         if not self.pairs:
             return None
-        base = statistics.fmean(p for p, _ in self.pairs)
-        gen = statistics.fmean(r for _, r in self.pairs)
+        base = statistics.fmean(p.profiled_us for p in self.pairs)
+        gen = statistics.fmean(p.replayed_us for p in self.pairs)
         return {"gen_time": round(gen, 4), "base_time": round(base, 4), "speedup": round(base / gen, 4)}
+
+    def accuracy(self, band: tuple[float, float]) -> dict:
+        """Ratio statistics of the paired rows and the generated rows' replay median (None where no row)."""
+        ratios = [p.ratio for p in self.pairs]
+        return {
+            "profiled_rows": self.profiled_rows,
+            "paired_rows": len(ratios),
+            "median_ratio": _round(statistics.median(ratios)) if ratios else None,
+            "p10_ratio": _round(percentile(ratios, 10)) if ratios else None,
+            "p90_ratio": _round(percentile(ratios, 90)) if ratios else None,
+            "inside_band": sum(1 for r in ratios if band[0] <= r <= band[1]),
+            "generated_rows": self.generated_rows,
+            "generated_replayed_rows": len(self.generated_replayed_us),
+            "generated_median_replay_us": (_round(statistics.median(self.generated_replayed_us))
+                                           if self.generated_replayed_us else None),
+        }
+
+
+def _round(value: float) -> float:
+    return round(value, 4)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation between closest ranks (numpy's default method)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], gaps: list[dict]) -> KernelSummary:
@@ -67,19 +124,26 @@ def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], ga
             summary.errors.append((line, status, row[contract.REPLAY_ERROR]))
         replayed = duration_value(row.get(contract.REPLAY_AVERAGE, ""))
         profiled = duration_value(row.get(contract.PROFILING_AVERAGE, ""))
-        if replayed is not None:
-            summary.replayed_us.append(replayed)
-        if replayed is not None and profiled is not None:
-            summary.pairs.append((profiled, replayed))
-            ratio = replayed / profiled
-            if not band[0] <= ratio <= band[1]:
-                gap = {"Type": kernel_type, "line": str(line)}
-                gap.update({c: contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS})
-                gap.update({contract.PROFILING_AVERAGE: row[contract.PROFILING_AVERAGE],
-                            contract.REPLAY_AVERAGE: row[contract.REPLAY_AVERAGE],
-                            "replay_over_profile": f"{ratio:.4f}", "band": f"{band[0]:g}-{band[1]:g}",
-                            contract.SOURCE: row.get(contract.SOURCE, "")})
-                gaps.append(gap)
+        source = row.get(contract.SOURCE, "")
+        if profiled is None:
+            if source == contract.SOURCE_GENERATED:
+                summary.generated_rows += 1
+                if replayed is not None:
+                    summary.generated_replayed_us.append(replayed)
+            continue
+        summary.profiled_rows += 1
+        if replayed is None:
+            continue
+        shapes = {c: contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS}
+        pair = RowPair(kernel_type, line, profiled, replayed, source, shapes)
+        summary.pairs.append(pair)
+        if not band[0] <= pair.ratio <= band[1]:
+            gap = {"Type": kernel_type, "line": str(line), **shapes,
+                   contract.PROFILING_AVERAGE: row[contract.PROFILING_AVERAGE],
+                   contract.REPLAY_AVERAGE: row[contract.REPLAY_AVERAGE],
+                   "replay_over_profile": f"{pair.ratio:.4f}", "band": f"{band[0]:g}-{band[1]:g}",
+                   contract.SOURCE: source}
+            gaps.append(gap)
     return summary
 
 
@@ -118,29 +182,57 @@ def environment_spec(backend: str) -> dict:
     return spec
 
 
-def _plot(summaries: Sequence[KernelSummary], output_dir: Path) -> list[Path]:
+def _plot(summaries: Sequence[KernelSummary], output_dir: Path, band: tuple[float, float]) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written = []
+    pairs = [p for s in summaries for p in s.pairs]
     figure, axes = plt.subplots(figsize=(6, 6))
-    pairs = [(p, r, s.kernel_type) for s in summaries for p, r in s.pairs]
     if pairs:
-        axes.scatter([p for p, _, _ in pairs], [r for _, r, _ in pairs], s=10, alpha=0.7)
-        low = min(min(p, r) for p, r, _ in pairs)
-        high = max(max(p, r) for p, r, _ in pairs)
+        inside = [p for p in pairs if band[0] <= p.ratio <= band[1]]
+        outside = [p for p in pairs if not band[0] <= p.ratio <= band[1]]
+        low = min(min(p.profiled_us, p.replayed_us) for p in pairs) * 0.8
+        high = max(max(p.profiled_us, p.replayed_us) for p in pairs) * 1.25
+        axes.fill_between([low, high], [low * band[0], high * band[0]], [low * band[1], high * band[1]],
+                          color="tab:green", alpha=0.15, label=f"band {band[0]:g}-{band[1]:g} x profile")
         axes.plot([low, high], [low, high], color="grey", linewidth=1, label="replay = profile")
+        axes.scatter([p.profiled_us for p in inside], [p.replayed_us for p in inside], s=10, alpha=0.7,
+                     color="tab:blue", label=f"inside band ({len(inside)} rows)")
+        axes.scatter([p.profiled_us for p in outside], [p.replayed_us for p in outside], s=12, alpha=0.8,
+                     color="tab:red", marker="x", label=f"outside band ({len(outside)} rows)")
         axes.set_xscale("log")
         axes.set_yscale("log")
-        axes.legend()
+        axes.set_xlim(low, high)
+        axes.set_ylim(low, high)
+        axes.legend(fontsize=8)
     else:
         axes.text(0.5, 0.5, "no row has both a profiled and a replayed duration", ha="center", va="center")
     axes.set_xlabel("Profiling Average Duration (us)")
     axes.set_ylabel("Average Duration (us), replay")
-    axes.set_title("Replay vs profile, one point per row")
+    axes.set_title("Replay vs profile, one point per profiled row")
     figure.tight_layout()
     written.append(_save(figure, output_dir / "replay_vs_profile.png"))
+    plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    if pairs:
+        ratios = [p.ratio for p in pairs]
+        low, high = min(*ratios, band[0]) / 1.1, max(*ratios, band[1]) * 1.1
+        edges = [low * (high / low) ** (i / 40) for i in range(41)]          # 40 bins, even on a log axis
+        axes.hist(ratios, bins=edges, color="tab:blue", alpha=0.8)
+        axes.axvspan(band[0], band[1], color="tab:green", alpha=0.15, label=f"band {band[0]:g}-{band[1]:g}")
+        axes.axvline(1.0, color="grey", linewidth=1, label="replay = profile")
+        axes.set_xscale("log")
+        axes.legend(fontsize=8)
+    else:
+        axes.text(0.5, 0.5, "no row has both a profiled and a replayed duration", ha="center", va="center")
+    axes.set_xlabel("replay / profile (Average Duration / Profiling Average Duration)")
+    axes.set_ylabel("rows")
+    axes.set_title("Duration gap: replay/profile ratio of every profiled row")
+    figure.tight_layout()
+    written.append(_save(figure, output_dir / "duration_gap_histogram.png"))
     plt.close(figure)
 
     statuses = sorted({status for s in summaries for status in s.statuses})
@@ -167,23 +259,54 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
+def _cell(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _markdown(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dict], band, timings,
               summary: dict) -> str:
     stats = summary["stats"]
+    pairs = [p for s in summaries for p in s.pairs]
+    inside = sum(1 for p in pairs if band[0] <= p.ratio <= band[1])
+    ratios = [p.ratio for p in pairs]
     lines = [f"# Replay report: {title}", "",
              f"{stats['total_ops']} kernel types, {sum(s.rows for s in summaries)} rows; "
-             f"{stats['passed_ops']} kernel types replayed every row (pass rate {stats['pass_rate']:.3f}); "
-             f"{sum(s.passed for s in summaries)} rows hold a replay duration. "
-             f"{len(gaps)} rows have a replay/profile ratio outside {band[0]:g}-{band[1]:g} (duration_gap.csv).", "",
+             f"{stats['passed_ops']} kernel types replayed every row (pass rate {stats['pass_rate']:.3f}).", "",
+             f"**Replay vs profile.** {len(pairs)} profiled rows have a replay; {inside} of them "
+             f"({inside / len(pairs):.0%}) are inside the band {band[0]:g}-{band[1]:g} x profile"
+             + (f", median replay/profile {statistics.median(ratios):.3f} "
+                f"(p10 {percentile(ratios, 10):.3f}, p90 {percentile(ratios, 90):.3f})" if ratios else "")
+             + f"; the {len(gaps)} outside are listed in duration_gap.csv." if pairs else
+             "**Replay vs profile.** No row has both a profiled and a replayed duration.", "",
              "## Kernel types", "",
-             "| Type | rows | ok | other statuses | mean replay (us) | mean profiled (us) | profiled/replay |",
-             "|---|---:|---:|---|---:|---:|---:|"]
+             "How to read: a *profiled* row carries the duration the kernel took inside the profiled workload; "
+             "its replay is compared with it as the ratio replay/profile (1 = replay reproduces the workload, "
+             "2 = replay twice as slow). *paired* counts the profiled rows that also have a replay; the median, "
+             "p10 and p90 of their ratios and how many fall inside the band say how far replay is from the "
+             "profile. *Generated* rows come from the shape grid and have no profile: only their replay "
+             "median is shown, never mixed into the ratios.", "",
+             "| Type | rows | ok | other statuses | profiled rows | paired | median replay/profile | p10 | p90 "
+             f"| inside {band[0]:g}-{band[1]:g} | generated rows | generated replay median (us) |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summaries:
         others = ", ".join(f"{k} {v}" for k, v in s.statuses.items() if k != STATUS_OK) or "-"
-        profile = s.profile()
-        mean_replay = f"{statistics.fmean(s.replayed_us):.3f}" if s.replayed_us else "-"
-        lines.append(f"| {s.kernel_type} | {s.rows} | {s.passed} | {others} | {mean_replay} | "
-                     f"{profile['base_time'] if profile else '-'} | {profile['speedup'] if profile else '-'} |")
+        a = s.accuracy(band)
+        inside_cell = f"{a['inside_band']}/{a['paired_rows']}" if a["paired_rows"] else "-"
+        lines.append(f"| {s.kernel_type} | {s.rows} | {s.passed} | {others} | {a['profiled_rows']} | "
+                     f"{a['paired_rows']} | {_cell(a['median_ratio'])} | {_cell(a['p10_ratio'])} | "
+                     f"{_cell(a['p90_ratio'])} | {inside_cell} | {a['generated_rows']} | "
+                     f"{_cell(a['generated_median_replay_us'])} |")
+    worst = sorted(pairs, key=lambda p: (-abs(math.log(p.ratio)), p.kernel_type, p.line))[:WORST_ROWS]
+    if worst:
+        lines += ["", f"## The {len(worst)} rows furthest from their profile", "",
+                  "Ordered by how far the ratio is from 1 in either direction (x2 and /2 count the same). "
+                  "`line` is the row's line in the kernel type's CSV.", "",
+                  "| Type | line | Input Shapes | Input Data Types | Output Shapes | profiled (us) | replay (us) "
+                  "| replay/profile |", "|---|---:|---|---|---|---:|---:|---:|"]
+        for p in worst:
+            lines.append(f"| {p.kernel_type} | {p.line} | `{p.shapes[contract.INPUT_SHAPES]}` | "
+                         f"{p.shapes[contract.INPUT_DTYPES]} | `{p.shapes[contract.OUTPUT_SHAPES]}` | "
+                         f"{p.profiled_us:.3f} | {p.replayed_us:.3f} | {p.ratio:.3f} |")
     failing = [(s.kernel_type, e) for s in summaries for e in s.errors]
     if failing:
         lines += ["", "## Rows that did not replay", "", "| Type | line | status | error |", "|---|---:|---|---|"]
@@ -196,7 +319,11 @@ def _markdown(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dic
                   "|---|---:|---:|---:|"]
         for stage, entry in sorted(timings.items()):
             lines.append(f"| {stage} | {entry['jobs']} | {entry['total_s']:.2f} | {entry['max_s']:.2f} |")
-    lines += ["", "## Plots", "", "![replay vs profile](replay_vs_profile.png)", "",
+    lines += ["", "## Plots", "",
+              "Replay against profile, one point per paired row; the shaded region is the band, red crosses "
+              "are outside it:", "", "![replay vs profile](replay_vs_profile.png)", "",
+              "How the replay/profile ratios spread (log axis, the band shaded):", "",
+              "![duration gap histogram](duration_gap_histogram.png)", "",
               "![status by kernel](status_by_kernel.png)", ""]
     return "\n".join(lines)
 
@@ -236,6 +363,7 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
                   "pass_rate": round(passed_ops / len(summaries), 4) if summaries else 0.0,
                   "op_results": op_results},
         "stage_timings_s": timings,
+        "replay_accuracy": {"band": list(band), "kernel_types": {s.kernel_type: s.accuracy(band) for s in summaries}},
     }
     written = []
     with atomic_output(output_dir / "duration_gap.csv") as handle:
@@ -245,7 +373,7 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     written.append(output_dir / "duration_gap.csv")
     write_text_atomic(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     written.append(output_dir / "summary.json")
-    written += _plot(summaries, output_dir)
+    written += _plot(summaries, output_dir, band)
     write_text_atomic(output_dir / "replay_report.md", _markdown(title, summaries, gaps, band, timings, summary))
     written.append(output_dir / "replay_report.md")
     log.info("report of %s: %d kernel types, %d gap rows -> %s", title, len(summaries), len(gaps), output_dir)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import yaml
 
 from opperf.errors import OpperfError
+from opperf.model_names import model_key
 
 _REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                     "vocab_size", "num_hidden_layers")
@@ -55,9 +56,7 @@ def load_model_dims(models_path: str | Path, name: str, num_layers: int | None =
         models = yaml.safe_load(models_path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise OpperfError(f"cannot read model configs: {exc}", path=models_path) from exc
-    if name not in models:
-        raise OpperfError(f"unknown model {name!r}; known: {', '.join(sorted(models))}", path=models_path)
-    entry = models[name]
+    entry = models[model_key(models, name, path=models_path, field="--model")]
     missing = [f for f in _REQUIRED_FIELDS if f not in entry]
     if missing:
         raise OpperfError(f"model {name!r} lacks {missing}", path=models_path, field=missing[0])

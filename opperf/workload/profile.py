@@ -8,13 +8,15 @@ vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 from __future__ import annotations
 
 import shutil
-import tempfile
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.contract import WORKLOAD_MANIFEST
+from opperf.io import make_temp_dir
 from opperf.log import get_logger, span
 from opperf.workload.model import DecoderDims, ReferenceDecoder
 
@@ -122,7 +124,7 @@ def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype:
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for _ in range(plan.warmup_iterations):
             run_workload(model, plan, token_ids, device)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    staging = make_temp_dir(prefix=f".{output_dir.name}.", dir=output_dir.parent)
     try:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
@@ -130,6 +132,7 @@ def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype:
             else:
                 labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
+        write_manifest(staging, dims, plan, backend, dtype)
         if output_dir.exists():
             shutil.rmtree(output_dir)
         staging.rename(output_dir)
@@ -138,6 +141,14 @@ def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype:
         raise
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir
+
+
+def write_manifest(directory: Path, dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype: str) -> None:
+    """workload.json beside the trace: what ran. The parse stage reads `dtype` for TensorList members (cat's
+    inputs), whose dtype torch.profiler does not record."""
+    manifest = {"dtype": dtype, "backend": backend, "model_dims": asdict(dims), "plan": asdict(plan)}
+    (directory / WORKLOAD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
 
 
 def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:

@@ -144,7 +144,8 @@ def _dispatch_ffn_combine(ctx: BuildContext) -> NpuCall:
     if not ep_text.isdigit() or int(ep_text) < 1:
         raise ctx.error(f"EP Size {ep_text!r} is not a positive integer", contract.EP_SIZE)
     ep_size = int(ep_text)
-    x_shape, w1_shape = slots.require(0, "x"), slots.require(1, "weight1")
+    slots.require(0, "x")
+    w1_shape = slots.require(1, "weight1")
     local_experts = w1_shape[0]
     x = slots.tensor(0, "x")
     expert_idx = slots.index(3, "expert_idx", local_experts * ep_size)

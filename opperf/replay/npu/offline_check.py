@@ -28,7 +28,7 @@ import torch
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.replay.definitions import KernelDefinition, definition_for
-from opperf.replay.inputs import _NO_ARGUMENT, BuildContext, build_argument
+from opperf.replay.inputs import BuildContext, declarative_arguments
 from opperf.replay.npu.torch_npu_wheel import Registration
 from opperf.replay.verify import verify_outputs
 
@@ -80,20 +80,7 @@ def build_meta_call(definition: KernelDefinition, row: Mapping[str, str], *, pat
                               field="hook")
         call = builder(row, ctx)
         return BuiltCall(call.api, tuple(call.args), dict(call.kwargs), call.outputs)
-    slot_count = len(ctx.slots.input_shapes)
-    required = sum(not spec.optional for spec in definition.inputs)
-    if not required <= slot_count <= len(definition.inputs):
-        raise ctx.error(f"the row has {slot_count} input slots, the definition describes {required} to "
-                        f"{len(definition.inputs)}")
-    args, kwargs = [], dict(definition.kwargs)
-    for index, spec in enumerate(definition.inputs[:slot_count]):
-        value = build_argument(spec, index, ctx)
-        if value is _NO_ARGUMENT:
-            continue
-        if spec.name:
-            kwargs[spec.name] = value
-        else:
-            args.append(value)
+    args, kwargs, _ = declarative_arguments(definition, ctx)
     return BuiltCall(definition.api, tuple(args), kwargs)
 
 

@@ -55,22 +55,28 @@ class WheelContents:
     meta_sources: dict[str, str] = field(default_factory=dict)   # file name in the wheel -> Python source
 
 
-def find_or_download_wheel(version: str, cache_dir: str | Path) -> Path:
-    """The torch_npu wheel of `version` in `cache_dir`, downloaded with pip (no dependencies) if absent."""
+def download_wheel(package: str, version: str, cache_dir: str | Path) -> Path:
+    """The wheel of `package`=`version` in `cache_dir`, downloaded with pip (no dependencies) if absent."""
     cache_dir = Path(cache_dir)
-    cached = sorted(cache_dir.glob(f"torch_npu-{version}-*.whl"))
+    pattern = f"{package.replace('-', '_')}-{version}-*.whl"
+    cached = sorted(cache_dir.glob(pattern))
     if cached:
         return cached[0]
     cache_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"torch-npu=={version}",
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{package}=={version}",
                "-d", str(cache_dir), *WHEEL_PLATFORM]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    cached = sorted(cache_dir.glob(f"torch_npu-{version}-*.whl"))
+    cached = sorted(cache_dir.glob(pattern))
     if completed.returncode != 0 or not cached:
         tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no wheel written"]
-        raise OpperfError(f"cannot download torch-npu=={version} with pip ({tail[0]}); put the wheel there by hand",
+        raise OpperfError(f"cannot download {package}=={version} with pip ({tail[0]}); put the wheel there by hand",
                           path=cache_dir)
     return cached[0]
+
+
+def find_or_download_wheel(version: str, cache_dir: str | Path) -> Path:
+    """The torch_npu wheel of `version` in `cache_dir`, downloaded if absent."""
+    return download_wheel("torch-npu", version, cache_dir)
 
 
 def _yaml_schemas(text: str, path: Path) -> list[str]:

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from opperf.errors import OpperfError
-from opperf.replay.npu.torch_npu_wheel import WHEEL_PLATFORM
+from opperf.replay.npu.torch_npu_wheel import download_wheel
 
 _C_ASCEND_SCHEMA_RE = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)?\((?:Tensor|int|str|float|bool|SymInt)"
                                  rb"[\x09\x0a\x20-\x7e]*?\)\s*->\s*[\x09\x0a\x20-\x7e]+?)\x00")
@@ -51,20 +49,8 @@ class VllmAscendContents:
 
 
 def find_or_download_wheel(version: str, cache_dir: str | Path) -> Path:
-    """The vllm-ascend wheel of `version` in `cache_dir`, downloaded with pip (no dependencies) if absent."""
-    cache_dir = Path(cache_dir)
-    cached = sorted(cache_dir.glob(f"vllm_ascend-{version}-*.whl"))
-    if cached:
-        return cached[0]
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"vllm-ascend=={version}",
-               "-d", str(cache_dir), *WHEEL_PLATFORM]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    cached = sorted(cache_dir.glob(f"vllm_ascend-{version}-*.whl"))
-    if completed.returncode != 0 or not cached:
-        tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["no wheel written"]
-        raise OpperfError(f"cannot download vllm-ascend=={version} with pip ({tail[0]})", path=cache_dir)
-    return cached[0]
+    """The vllm-ascend wheel of `version` in `cache_dir`, downloaded if absent."""
+    return download_wheel("vllm-ascend", version, cache_dir)
 
 
 def _module_functions(source: str) -> tuple[ast.Module | None, dict[str, ast.FunctionDef]]:

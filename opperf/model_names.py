@@ -1,0 +1,36 @@
+"""One way to look a model up by name wherever a model is named (workload --model, grid, config).
+
+Users write `Qwen3-32B`, `qwen3-32b`, `qwen3_32b` or an alias from models.yaml (`dsv3`); all must find the
+same entry, so matching ignores case and punctuation, over each model's key and its `aliases`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from opperf.errors import OpperfError
+
+
+def normalise_model_name(name: str) -> str:
+    """The matching form of a model name: lower case, letters and digits only."""
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
+def model_key(models: Mapping[str, object], name: str, *, path: str | Path | None = None,
+              field: str | None = None, what: str = "model") -> str:
+    """The models.yaml key that `name` (a key or an alias, any case or punctuation) refers to.
+
+    `models` maps keys to their entries (a raw models.yaml mapping or loaded model objects); an entry's
+    aliases are its `aliases` item or attribute. Unknown names are an error listing the known keys.
+    """
+    index: dict[str, str] = {}
+    for key, entry in models.items():
+        aliases = entry.get("aliases") if isinstance(entry, Mapping) else getattr(entry, "aliases", ())
+        for spelling in (key, *(aliases or ())):
+            index.setdefault(normalise_model_name(spelling), str(key))
+    found = index.get(normalise_model_name(name))
+    if found is None:
+        raise OpperfError(f"unknown {what} {name!r}; known: {', '.join(sorted(map(str, models)))} "
+                          "(or their aliases; case and punctuation are ignored)", path=path, field=field)
+    return found
