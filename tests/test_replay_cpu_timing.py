@@ -58,6 +58,14 @@ def test_a_calls_sample_is_its_top_level_ops_not_the_python_between_them():
     assert all(0 < sample < SLEEP_S * 1e6 for sample in profiled), profiled
 
 
+def test_a_call_that_runs_no_op_gets_no_samples_and_spoils_no_other_row():
+    timer = CpuProfilerTimer(threads=1)
+    timer.measure(ReplayCase(fn=lambda: None), 0, 3, "no op")
+    timer.measure(ReplayCase(fn=torch.ops.aten.neg, args=(torch.ones(8),)), 0, 3, "neg")
+    results = timer.collect()
+    assert list(results) == ["neg"] and len(results["neg"].samples_us) == 3
+
+
 def test_unknown_cpu_timing_names_the_option():
     with pytest.raises(OpperfError, match="--cpu-timing"):
         make_timer("cpu", cpu_timing="cycles")
