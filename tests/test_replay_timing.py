@@ -51,6 +51,9 @@ class KinetoRecord:
     def linked_correlation_id(self):
         return self.linked
 
+    def start_thread_id(self):
+        return 1
+
 
 def test_kernels_count_for_the_call_whose_top_level_op_launched_them():
     prefix = "opperf_replay#"

@@ -139,39 +139,52 @@ class CpuProfilerTimer:
 def range_cpu_op_times(events, prefix: str) -> dict[int, list[float]]:
     """Per range token (`<prefix><token>`), each range instance's summed top-level CPU op time in µs.
 
-    `events`: Kineto events (`_KinetoEvent`). An op is at the top of a range when it starts inside the
-    range, on the range's thread, and inside no earlier op of that range. A range with no op inside
-    gives no sample (the caller checks the count).
+    `events`: Kineto events (`_KinetoEvent`). A range with no op inside gives no sample (the caller checks
+    the count).
     """
-    cpu_type = torch.autograd.DeviceType.CPU
-    ranges: list[tuple[int, int, int, int]] = []        # (start, end, thread, token)
-    ops: list[tuple[int, int, int]] = []                # (start, end, thread)
-    for event in events:
-        if event.device_type() != cpu_type:
-            continue
-        name = event.name()
-        if name.startswith(prefix):
-            ranges.append((event.start_ns(), event.end_ns(), event.start_thread_id(), int(name[len(prefix):])))
-        else:
-            ops.append((event.start_ns(), event.end_ns(), event.start_thread_id()))
-    ranges.sort()
-    starts = [r[0] for r in ranges]
-    totals = [0] * len(ranges)
-    found = [False] * len(ranges)
-    covered_until: dict[int, int] = {}
-    for start, end, thread in sorted(ops, key=lambda op: (op[0], -op[1])):
-        position = bisect.bisect_right(starts, start) - 1
-        if position < 0 or start > ranges[position][1] or thread != ranges[position][2]:
-            continue
-        if start >= covered_until.get(position, -1) and end <= ranges[position][1]:
-            totals[position] += end - start
-            found[position] = True
-            covered_until[position] = end
+    ranges, ops = _ranges_and_ops(events, prefix)
+    totals, found = [0] * len(ranges), [False] * len(ranges)
+    for (start, end, _, _), position in _top_level_ops(ranges, ops):
+        totals[position] += end - start
+        found[position] = True
     per_token: dict[int, list[float]] = {}
     for (_, _, _, token), total, seen in zip(ranges, totals, found):
         if seen:
             per_token.setdefault(token, []).append(total / 1000.0)
     return per_token
+
+
+def _ranges_and_ops(events, prefix: str) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int, int, int]]]:
+    """The replay's call ranges (start, end, thread, token), sorted, and the launching CPU ops (start, end,
+    thread, correlation id) of a Kineto event list; runtime API calls (cudaLaunchKernel, ...) are neither."""
+    cpu_type = torch.autograd.DeviceType.CPU
+    ranges, ops = [], []
+    for event in events:
+        if event.device_type() != cpu_type or event.linked_correlation_id() != 0:
+            continue
+        name = event.name()
+        if name.startswith(prefix):
+            ranges.append((event.start_ns(), event.end_ns(), event.start_thread_id(), int(name[len(prefix):])))
+        else:
+            ops.append((event.start_ns(), event.end_ns(), event.start_thread_id(), event.correlation_id()))
+    ranges.sort()
+    return ranges, ops
+
+
+def _top_level_ops(ranges, ops):
+    """(op, range position) for each op at the top of a call range: it starts inside the range, on its
+    thread, ends inside it, and lies in no earlier op of that range (the op the call made; the ops nested
+    in it have rows of their own in the parse stage)."""
+    starts = [r[0] for r in ranges]
+    covered_until: dict[int, int] = {}
+    for op in sorted(ops, key=lambda o: (o[0], -o[1])):
+        start, end, thread, _ = op
+        position = bisect.bisect_right(starts, start) - 1
+        if position < 0 or start > ranges[position][1] or end > ranges[position][1] or thread != ranges[position][2]:
+            continue
+        if start >= covered_until.get(position, -1):
+            covered_until[position] = end
+            yield op, position
 
 
 def _clone_case(case: ReplayCase) -> ReplayCase:
@@ -377,41 +390,17 @@ def range_device_times(events, prefix: str) -> dict[int, list[float]]:
     the parse stage gives those nested ops rows of their own (bincount's min/max, a cat that copies
     through copy_), so counting them here would compare two different sums.
     """
+    ranges, ops = _ranges_and_ops(events, prefix)
+    top_level = {op[3]: position for op, position in _top_level_ops(ranges, ops)}
     cpu_type = torch.autograd.DeviceType.CPU
-    ops: list[tuple[int, int, int]] = []            # (start, end, correlation) of launching ops
-    ranges: list[tuple[int, int, int]] = []
-    device: list[tuple[int, int]] = []
-    for event in events:
-        if event.device_type() == cpu_type:
-            if event.linked_correlation_id() != 0:
-                continue                 # runtime API calls (cudaLaunchKernel, ...): not a launching op
-            name = event.name()
-            if name.startswith(prefix):
-                ranges.append((event.start_ns(), event.end_ns(), int(name[len(prefix):])))
-            else:
-                ops.append((event.start_ns(), event.end_ns(), event.correlation_id()))
-        else:
-            linked = event.linked_correlation_id()
-            if linked > 0:
-                device.append((linked, event.duration_ns()))
-    ranges.sort()
-    starts = [r[0] for r in ranges]
-    top_level: dict[int, int] = {}                  # correlation of an op at the top of a range -> range position
-    covered_until: dict[int, int] = {}
-    for start, end, correlation in sorted(ops, key=lambda op: (op[0], -op[1])):
-        position = bisect.bisect_right(starts, start) - 1
-        if position < 0 or start > ranges[position][1]:
-            continue
-        if start > covered_until.get(position, -1):     # not inside an earlier op of this range
-            top_level[correlation] = position
-            covered_until[position] = end
     totals = [0] * len(ranges)
-    for linked, duration in device:
-        position = top_level.get(linked)
-        if position is not None:
-            totals[position] += duration
+    for event in events:
+        if event.device_type() != cpu_type:
+            position = top_level.get(event.linked_correlation_id())
+            if position is not None:
+                totals[position] += event.duration_ns()
     per_token: dict[int, list[float]] = {}
-    for (_, _, token), total in zip(ranges, totals):
+    for (_, _, _, token), total in zip(ranges, totals):
         per_token.setdefault(token, []).append(total / 1000.0)
     return per_token
 
