@@ -40,6 +40,49 @@ def _set_cpu_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+class RangeSession:
+    """One torch.profiler session over a batch of rows; each row's timed calls run in ranges of their own.
+
+    `range_name(key, repeat_count, policy)` opens the session if needed and names the row's range;
+    `collect(attribute, method)` stops it and turns `attribute(events, prefix)` (per range token, one sample
+    per call) into each row's TimingResult. A row whose calls did not all get a sample fails alone
+    (`strict=False`) or fails the batch (`strict=True`).
+    """
+
+    PREFIX = "opperf_replay#"
+
+    def __init__(self, activities: list, *, record_shapes: bool = False, strict: bool = False):
+        self.activities, self.record_shapes, self.strict = activities, record_shapes, strict
+        self._profiler = None
+        self._pending: dict[int, tuple[Hashable, int, str]] = {}    # range token -> (key, repeat count, policy)
+
+    def range_name(self, key: Hashable, repeat_count: int, policy: str) -> str:
+        if self._profiler is None:
+            from torch.profiler import profile
+
+            self._profiler = profile(activities=self.activities, record_shapes=self.record_shapes)
+            self._profiler.__enter__()
+        token = len(self._pending)
+        self._pending[token] = (key, repeat_count, policy)
+        return f"{self.PREFIX}{token}"
+
+    def collect(self, attribute, method: str) -> dict[Hashable, TimingResult]:
+        results: dict[Hashable, TimingResult] = {}
+        if self._profiler is None:
+            return results
+        profiler, pending = self._profiler, self._pending
+        self._profiler, self._pending = None, {}
+        profiler.__exit__(None, None, None)
+        per_token = attribute(profiler.profiler.kineto_results.events(), self.PREFIX)
+        for token, (key, repeat_count, policy) in pending.items():
+            samples = per_token.get(token, [])
+            if len(samples) == repeat_count:
+                results[key] = TimingResult(samples, method, policy)
+            elif self.strict:
+                raise OpperfError(f"the profiler reported {len(samples)} call ranges for {repeat_count} calls")
+        return results
+
+
 class CpuWallClockTimer:
     """Wall clock around each call on the host CPU (the caches are left warm: recorded as `none`).
 
@@ -85,16 +128,15 @@ class CpuProfilerTimer:
     """
 
     backend = "cpu"
-    RANGE_PREFIX = "opperf_replay#"
 
     def __init__(self, threads: int | None = None, record_shapes: bool = True):
-        self.record_shapes = record_shapes
+        from torch.profiler import ProfilerActivity
+
         shapes = "record_shapes" if record_shapes else "no record_shapes"
         self.method = (f"{METHOD_CPU_PROFILER.replace('record_shapes', shapes)}, "
                        f"{_set_cpu_threads(threads)} threads")
-        self._profiler = None
-        self._pending: dict[int, tuple[Hashable, int]] = {}     # range token -> (key, repeat count)
-        self._results: dict[Hashable, TimingResult] = {}
+        # A call that ran no op the profiler records: its row alone gets no samples (failed_run).
+        self.session = RangeSession([ProfilerActivity.CPU], record_shapes=record_shapes)
 
     def synchronize(self) -> None:
         return None
@@ -104,36 +146,14 @@ class CpuProfilerTimer:
 
         for _ in range(warmup_count):
             case.run()
-        self._start_session()
-        token = len(self._pending)
-        name = f"{self.RANGE_PREFIX}{token}"
+        name = self.session.range_name(key, repeat_count, "none")
         for _ in range(repeat_count):
             with record_function(name):
                 case.run()
-        self._pending[token] = (key, repeat_count)
-
-    def _start_session(self) -> None:
-        if self._profiler is None:
-            from torch.profiler import ProfilerActivity, profile
-
-            self._profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=self.record_shapes)
-            self._profiler.__enter__()
 
     def collect(self) -> dict[Hashable, TimingResult]:
         """Stop the session and return every key's samples (each call's top-level op time)."""
-        results, self._results = self._results, {}
-        if self._profiler is None:
-            return results
-        profiler, pending = self._profiler, self._pending
-        self._profiler, self._pending = None, {}
-        profiler.__exit__(None, None, None)
-        per_token = range_cpu_op_times(profiler.profiler.kineto_results.events(), self.RANGE_PREFIX)
-        for token, (key, repeat_count) in pending.items():
-            samples = per_token.get(token, [])
-            if len(samples) == repeat_count:
-                results[key] = TimingResult(samples, self.method, "none")
-            # else: a call that ran no op the profiler records; its row alone gets no samples (failed_run)
-        return results
+        return self.session.collect(range_cpu_op_times, self.method)
 
 
 def range_cpu_op_times(events, prefix: str) -> dict[int, list[float]]:
@@ -247,7 +267,7 @@ class CacheState:
         for tensor in case.warm_tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
-            view = storage_bytes_view(tensor)
+            view = storage_bytes_view(tensor)[-self.l2_bytes:]     # what the cache keeps of a larger input
             identity = (view.untyped_storage().data_ptr(), view.storage_offset(), view.numel())
             if identity not in seen:
                 seen.add(identity)
@@ -292,7 +312,6 @@ class CudaTimer:
     """
 
     backend = "cuda"
-    RANGE_PREFIX = "opperf_replay#"
     COOLDOWN_MIN_US = 200.0
 
     def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
@@ -307,8 +326,9 @@ class CudaTimer:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.cache = CacheState(self.device, l2_policy, _device_l2_bytes(self.device))
         self.primary = primary
-        self._profiler = None
-        self._pending: dict[int, tuple[Hashable, int, str]] = {}     # range token -> (key, repeat count, policy)
+        from torch.profiler import ProfilerActivity
+
+        self.session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         self._results: dict[Hashable, TimingResult] = {}
 
     def synchronize(self) -> None:
@@ -327,9 +347,7 @@ class CudaTimer:
             return
         from torch.profiler import record_function
 
-        self._start_session()
-        token = len(self._pending)
-        name = f"{self.RANGE_PREFIX}{token}"
+        name = self.session.range_name(key, repeat_count, policy)
         for index in range(repeat_count):
             self.cache.prepare(views)
             with record_function(name):
@@ -337,7 +355,6 @@ class CudaTimer:
             if idle_s:
                 self.synchronize()
                 time.sleep(idle_s)
-        self._pending[token] = (key, repeat_count, policy)
 
     def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
                        idle_s: float = 0.0) -> list[float]:
@@ -355,29 +372,11 @@ class CudaTimer:
         self.synchronize()
         return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
 
-    def _start_session(self) -> None:
-        if self._profiler is None:
-            from torch.profiler import ProfilerActivity, profile
-
-            self.synchronize()
-            self._profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-            self._profiler.__enter__()
-
     def collect(self) -> dict[Hashable, TimingResult]:
         """Stop the session, attribute its kernels to the calls, and return every key's samples."""
         results, self._results = self._results, {}
-        if self._profiler is None:
-            return results
         self.synchronize()
-        profiler, pending = self._profiler, self._pending
-        self._profiler, self._pending = None, {}
-        profiler.__exit__(None, None, None)
-        per_token = range_device_times(profiler.profiler.kineto_results.events(), self.RANGE_PREFIX)
-        for token, (key, repeat_count, policy) in pending.items():
-            samples = per_token.get(token, [])
-            if len(samples) != repeat_count:
-                raise OpperfError(f"the profiler reported {len(samples)} call ranges for {repeat_count} calls")
-            results[key] = TimingResult(samples, METHOD_CUDA_KERNEL, policy)
+        results.update(self.session.collect(range_device_times, METHOD_CUDA_KERNEL))
         return results
 
 
