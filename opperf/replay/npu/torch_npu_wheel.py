@@ -92,14 +92,19 @@ def _yaml_schemas(text: str, path: Path) -> list[str]:
     return schemas
 
 
-def read_wheel(path: str | Path) -> WheelContents:
-    """Schemas and meta-kernel sources of a torch_npu wheel (a zip; nothing is installed or imported)."""
-    path = Path(path)
-    match = re.match(r"torch_npu-([^-]+)-", path.name)
+def open_wheel(path: Path, distribution: str) -> tuple[zipfile.ZipFile, re.Match | None]:
+    """A wheel opened as the zip it is, and the match of its `<distribution>-<version>-` file name."""
     try:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as exc:
         raise OpperfError(f"not a readable wheel: {exc}", path=path) from exc
+    return archive, re.match(rf"{distribution}-([^-]+)-", path.name)
+
+
+def read_wheel(path: str | Path) -> WheelContents:
+    """Schemas and meta-kernel sources of a torch_npu wheel (a zip; nothing is installed or imported)."""
+    path = Path(path)
+    archive, match = open_wheel(path, "torch_npu")
     with archive:
         names = set(archive.namelist())
         if SCHEMA_YAML not in names:

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import ast
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opperf.errors import OpperfError
-from opperf.replay.npu.torch_npu_wheel import download_wheel
+from opperf.replay.npu.torch_npu_wheel import download_wheel, open_wheel
 
 _C_ASCEND_SCHEMA_RE = re.compile(rb"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)?\((?:Tensor|int|str|float|bool|SymInt)"
                                  rb"[\x09\x0a\x20-\x7e]*?\)\s*->\s*[\x09\x0a\x20-\x7e]+?)\x00")
@@ -94,11 +92,7 @@ def _python_ops(name: str, tree: ast.Module, local: dict[str, ast.FunctionDef],
 
 def read_wheel(path: str | Path) -> VllmAscendContents:
     path = Path(path)
-    match = re.match(r"vllm_ascend-([^-]+)-", path.name)
-    try:
-        archive = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise OpperfError(f"not a readable wheel: {exc}", path=path) from exc
+    archive, match = open_wheel(path, "vllm_ascend")
     schemas: list[str] = []
     python_ops: list[PythonOp] = []
     modules: dict[str, tuple[ast.Module | None, dict[str, ast.FunctionDef]]] = {}
