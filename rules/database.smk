@@ -1,10 +1,12 @@
 rule database_kernel:
-    """The final {KernelType}.csv of a database: contract columns in contract order, written atomically."""
+    """The final {KernelType}.csv of a database (one row per runtime key) and layouts/{KernelType}.csv (every row)."""
     input:
         rows=database_rows_input,
+        definition=kernel_definition,
         code=stage_code("database"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
+        layouts="data/{device}/{stack}/{version_dir}/layouts/{kernel}.csv",
     log:
         "logs/database/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
@@ -13,10 +15,13 @@ rule database_kernel:
         "../envs/cpu.yaml"
     params:
         rows=database_rows_file,
+        backend=lambda wildcards: database_backend(wildcards.device),
+        definition=kernel_definition_option,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py kernel --rows {params.rows} --kernel {wildcards.kernel:q} "
-        "--output {output.csv} --log-level {params.log_level} > {log} 2>&1"
+        "--backend {params.backend} --definition {params.definition} "
+        "--output {output.csv} --layouts {output.layouts} --log-level {params.log_level} > {log} 2>&1"
 
 
 rule database_op_mapping:
