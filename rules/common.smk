@@ -205,8 +205,12 @@ def database_rows_file(wildcards):
 
 
 def database_targets():
-    """The completion marker of every database this config builds (each pulls in all its files)."""
-    return ["results/{}/{}/{}/database_manifest.tsv".format(*key) for key in databases()]
+    """Every database this config builds: its completion marker (which pulls in all its files) and its check."""
+    return [
+        path.format(*key)
+        for key in databases()
+        for path in ("results/{}/{}/{}/database_manifest.tsv", "reports/{}/{}/{}/database_check.json")
+    ]
 
 
 def all_targets(wildcards):

@@ -64,3 +64,25 @@ rule database_complete:
     shell:
         "python scripts/build_database.py manifest --files {input.files:q} --output {output.manifest} "
         "--log-level {params.log_level} > {log} 2>&1"
+
+
+rule database_check:
+    """The database as its consumer will use it: findable rows, unique runtime keys (scripts/check_database.py)."""
+    input:
+        files=database_files,
+        code=stage_code("database"),
+    output:
+        json="reports/{device}/{stack}/{version_dir}/database_check.json",
+        markdown="reports/{device}/{stack}/{version_dir}/database_check.md",
+    log:
+        "logs/database/{device}/{stack}/{version_dir}/check.log",
+    benchmark:
+        "benchmarks/runs/database/{device}/{stack}/{version_dir}/check.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        database=lambda wildcards: f"data/{wildcards.device}/{wildcards.stack}/{wildcards.version_dir}",
+        log_level=config["log_level"],
+    shell:
+        "python scripts/check_database.py {params.database} --json {output.json} "
+        "--markdown {output.markdown} --log-level {params.log_level} > {log} 2>&1"
