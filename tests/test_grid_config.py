@@ -97,6 +97,7 @@ def test_shipped_grid_config_routes_the_fixture_and_cpu_types():
     # NPU/CUDA: every token axis up to the standard's range end; CPU: the demo's declared sub-ranges.
     assert config.max_tokens_for("cpu") == 256 and config.max_tokens_for("npu") == 131072
     assert config.axis_caps_for("cpu") == {"NK_GRID": 4096} and config.axis_caps_for("npu") == {}
+    assert not config.tile_boundaries_for("cpu") and config.tile_boundaries_for("npu")
     assert config.standard.version == "v1" and config.standard.source["commit"] == "84fec85"
 
 
@@ -106,6 +107,7 @@ def test_shipped_grid_config_routes_the_fixture_and_cpu_types():
     ({"axis_caps": {"cpu": {"NK_GRID": 0}}}, "axis_caps.cpu.NK_GRID", "expected a positive integer"),
     ({"token_counts": {"axes": ["NO_GRID"]}}, "token_counts.axes", "expected a list of density axes"),
     ({"standard": 3}, "standard", "expected the path of a density standard"),
+    ({"token_counts": {"tile_boundaries": {"cpu": "no"}}}, "token_counts.tile_boundaries", "true/false"),
 ])
 def test_bad_density_settings_name_the_field(tmp_path, top, field, message):
     with pytest.raises(OpperfError, match=message) as error:

@@ -86,6 +86,7 @@ class MemorySettings:
 class GridConfig:
     path: str
     dense_tokens_up_to: int
+    tile_boundaries: dict[str, bool]        # back end (or "default") → whether token axes get tile boundaries
     sweep_at: int                           # the token count sweeps hold (capped at max_tokens)
     max_tokens: dict[str, int]              # back end (or "default") → token cap
     token_axes: tuple[str, ...]             # density axes that count tokens: capped, with tile boundaries
@@ -99,6 +100,9 @@ class GridConfig:
 
     def max_tokens_for(self, backend: str) -> int:
         return self.max_tokens.get(backend, self.max_tokens["default"])
+
+    def tile_boundaries_for(self, backend: str) -> bool:
+        return self.tile_boundaries.get(backend, self.tile_boundaries.get("default", True))
 
     def axis_caps_for(self, backend: str) -> dict[str, int]:
         """The largest value of each capped axis on a back end (a declared sub-range of the standard)."""
@@ -289,6 +293,9 @@ def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
     tokens = raw.get("token_counts", {}) or {}
     dense = _positive_int(tokens.get("dense_up_to", 16), path, "token_counts.dense_up_to")
     sweep_at = _positive_int(tokens.get("sweep_at", 256), path, "token_counts.sweep_at")
+    tiles = tokens.get("tile_boundaries", {"default": True})
+    if not isinstance(tiles, dict) or not all(isinstance(v, bool) for v in tiles.values()):
+        _fail(path, "token_counts.tile_boundaries", f"expected a mapping of back end → true/false, got {tiles!r}")
     max_tokens_raw = tokens.get("max_tokens", {"default": DEFAULT_MAX_TOKENS})
     if not isinstance(max_tokens_raw, dict) or "default" not in max_tokens_raw:
         _fail(path, "token_counts.max_tokens", "expected a mapping of back end → token cap with a 'default'")
@@ -337,7 +344,8 @@ def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
                 _fail(path, f"router.{kernel_type}", f"kernel type {kernel_type!r} routes to unknown pattern "
                                                      f"{name!r} (known: {', '.join(sorted(patterns))})")
         router[str(kernel_type)] = tuple(names)
-    return GridConfig(path=str(path), dense_tokens_up_to=dense, sweep_at=sweep_at, max_tokens=max_tokens, token_axes=tuple(token_axes),
+    return GridConfig(path=str(path), dense_tokens_up_to=dense, tile_boundaries={str(k): v for k, v in tiles.items()},
+                      sweep_at=sweep_at, max_tokens=max_tokens, token_axes=tuple(token_axes),
                       standard=standard, axis_caps=axis_caps,
                       memory=MemorySettings(float(fraction), float(mib)), grids=grids, generic=generic,
                       patterns=patterns, router=router)

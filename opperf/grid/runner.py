@@ -98,7 +98,7 @@ class KernelGrid:
 
 def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig], target_models: Sequence[str],
                      rows: int, seed: int, max_hbm_gb: float, max_tokens: int, axis_caps: dict[str, int] | None = None,
-                     models_path=None) -> GridSettings:
+                     tile_boundaries: bool = True, models_path=None) -> GridSettings:
     """Resolve the target models and build the value grids and memory estimator of one run."""
     if rows < 0:
         raise OpperfError(f"--rows must be >= 0 (0 = no cap), got {rows}", field="--rows")
@@ -109,12 +109,13 @@ def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig],
     chosen = select_models(models, list(target_models), path=models_path)
     grids = ValueGrids(grids=grid_config.grids, generic=grid_config.generic, models=chosen, max_tokens=max_tokens,
                        standard=grid_config.standard, token_axes=grid_config.token_axes, axis_caps=axis_caps,
+                       tile_boundaries=tile_boundaries,
                        dense_tokens_up_to=grid_config.dense_tokens_up_to, sweep_at=grid_config.sweep_at,
                        config_path=grid_config.path)
     estimator = MemoryEstimator.for_budget_gb(max_hbm_gb, grid_config.memory.workspace_fraction,
                                               grid_config.memory.workspace_mib)
     described = {"target_models": [m.name for m in chosen], "rows": rows, "seed": seed, "max_hbm_gb": max_hbm_gb,
-                 "max_tokens": max_tokens, "axis_caps": dict(axis_caps or {})}
+                 "max_tokens": max_tokens, "axis_caps": dict(axis_caps or {}), "tile_boundaries": tile_boundaries}
     return GridSettings(grid_config, grids, estimator, rows, seed, described, tuple(m.name for m in chosen))
 
 

@@ -4,8 +4,8 @@ An iterator's source is one of
 - a density axis of the standard (`M_GRID`, `ELEM_TOKENS_GRID`, `HEADS_GRID`, ..., a template axis such as
   `transpose_batch_matmul.K`): the smallest point set meeting the standard over the axis' range, stopped
   at the back end's cap for the axis if grid.yaml `axis_caps` sets one; a token axis (`token_counts.axes`)
-  also stops at the run's token cap and gets the tile boundaries (every count up to `dense_up_to`, then
-  p-1, p, p+1 for each power of two p);
+  also stops at the run's token cap and, unless the back end turns them off, gets the tile boundaries
+  (every count up to `dense_up_to`, then p-1, p, p+1 for each power of two p);
 - `tokens`: the tile boundaries alone; `sweep_tokens`: the one token count sweeps hold (grid.yaml
   `token_counts.sweep_at`, at most the token cap);
 - a key of `grids:` in grid.yaml (a plain list);
@@ -93,7 +93,8 @@ class ValueGrids:
     def __init__(self, *, grids: dict[str, list[Value]], generic: dict[str, list[Value]],
                  models: Sequence[ModelConfig], max_tokens: int, standard: DensityStandard,
                  token_axes: Sequence[str] = (), axis_caps: dict[str, int] | None = None,
-                 dense_tokens_up_to: int = 16, sweep_at: int = 256, config_path: str | None = None):
+                 tile_boundaries: bool = True, dense_tokens_up_to: int = 16, sweep_at: int = 256,
+                 config_path: str | None = None):
         self.grids = grids
         self.generic = generic
         self.models = list(models)
@@ -101,6 +102,7 @@ class ValueGrids:
         self.standard = standard
         self.token_axes = tuple(token_axes)
         self.axis_caps = dict(axis_caps or {})
+        self.tile_boundaries = tile_boundaries
         self.dense_tokens_up_to = dense_tokens_up_to
         self.sweep_at = sweep_at
         self.config_path = config_path
@@ -140,7 +142,7 @@ class ValueGrids:
         """An axis' point set: the standard's over the axis range (capped; a token axis with tile boundaries)."""
         rule = self.standard.rule(axis)
         high = self.axis_high(axis)
-        if rule.name not in self.token_axes:
+        if rule.name not in self.token_axes or not self.tile_boundaries:
             return rule.points(high=high)
         low, high = rule.window(high=high)
         tiles = [v for v in token_counts(high, self.dense_tokens_up_to) if v >= low]
