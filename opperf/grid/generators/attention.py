@@ -166,39 +166,34 @@ def fused_infer_attention(params: dict, grids: ValueGrids) -> Iterator[Candidate
     yield from _mla_sweep(params, grids)
 
 
+# One sweep per structural axis: (swept name, its axis, the model grid giving the two held values, their names).
+_DENSE_SWEEPS = (
+    ("heads", HEADS, "model.kv_layout", ("kv_heads", "head_dim")),
+    ("kv_heads", KV_HEADS, "model.head_layout", ("heads", "head_dim")),
+    ("head_dim", HEAD_DIM, "model.heads_kv", ("heads", "kv_heads")),
+)
+
+
 def _dense_sweeps(scene: str, params: dict, grids: ValueGrids) -> Iterator[Candidate | Outside]:
-    """Heads, KV heads and head_dim, one at a time, at the anchor batch and length around each model layout."""
+    """Heads, KV heads and head_dim, one at a time, at the anchor batch and length around each model layout;
+    FIA takes query heads that are a multiple of the KV heads only."""
     where = "generator fused_infer_attention"
     batch, length = params["sweep_batch"], params["sweep_seq_len"]
     if not _fits_tokens(scene, batch, length, grids):
         return
     anchor = (("batch", batch), ("seq_len", length))
-    for kv_heads, head_dim in grids.values("model.kv_layout", field=where):
-        group = (("scene", scene), (SWEEP, "heads"), ("kv_heads", kv_heads), ("head_dim", head_dim)) + anchor
-        users = grids.users("model.kv_layout", (kv_heads, head_dim))
-        for heads in grids.values(HEADS, field=where):
-            axes = (("heads", HEADS, heads),)
-            if heads % kv_heads:
-                yield Outside(group, axes)
-            else:
-                yield _with_position(_dense(scene, batch, length, heads, kv_heads, head_dim, params), group, axes,
-                                     users)
-    for heads, head_dim in grids.values("model.head_layout", field=where):
-        group = (("scene", scene), (SWEEP, "kv_heads"), ("heads", heads), ("head_dim", head_dim)) + anchor
-        users = grids.users("model.head_layout", (heads, head_dim))
-        for kv_heads in grids.values(KV_HEADS, field=where):
-            axes = (("kv_heads", KV_HEADS, kv_heads),)
-            if kv_heads > heads or heads % kv_heads:
-                yield Outside(group, axes)
-            else:
-                yield _with_position(_dense(scene, batch, length, heads, kv_heads, head_dim, params), group, axes,
-                                     users)
-    for heads, kv_heads in grids.values("model.heads_kv", field=where):
-        group = (("scene", scene), (SWEEP, "head_dim"), ("heads", heads), ("kv_heads", kv_heads)) + anchor
-        users = grids.users("model.heads_kv", (heads, kv_heads))
-        for head_dim in grids.values(HEAD_DIM, field=where):
-            yield _with_position(_dense(scene, batch, length, heads, kv_heads, head_dim, params), group,
-                                 (("head_dim", HEAD_DIM, head_dim),), users)
+    for swept, axis, source, held_names in _DENSE_SWEEPS:
+        for held in grids.values(source, field=where):
+            group = (("scene", scene), (SWEEP, swept)) + tuple(zip(held_names, held)) + anchor
+            users = grids.users(source, held)
+            for value in grids.values(axis, field=where):
+                layout = dict(zip(held_names, held), **{swept: value})
+                axes = ((swept, axis, value),)
+                if layout["kv_heads"] > layout["heads"] or layout["heads"] % layout["kv_heads"]:
+                    yield Outside(group, axes)
+                    continue
+                yield _with_position(_dense(scene, batch, length, layout["heads"], layout["kv_heads"],
+                                            layout["head_dim"], params), group, axes, users)
 
 
 def _mla_sweep(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
