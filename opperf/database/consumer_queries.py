@@ -268,3 +268,22 @@ def answer_summary(answers: Sequence[Answer]) -> dict[str, dict[str, int]]:
         by_status[item.status]["calls"] += item.recorded.calls
         by_op.setdefault(item.recorded.query.op_name, Counter())[item.status] += 1
     return {"by_status": by_status, "by_op": {op: dict(c) for op, c in sorted(by_op.items())}}
+
+
+def manifest_records(recorded: Sequence[RecordedQuery]) -> list[dict]:
+    """The queries as the density standard's query manifest lines: one JSON object per distinct query."""
+    def tensors(specs):
+        return [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")} for s in specs]
+
+    return [{"workload_id": "; ".join(r.scenarios), "calls": r.calls, "view": r.view,
+             "query": {"op_name": r.query.op_name, "inputs": tensors(r.query.inputs),
+                       "outputs": tensors(r.query.outputs)}} for r in recorded]
+
+
+def write_query_manifest(path: str | Path, recorded: Sequence[RecordedQuery]) -> None:
+    """Write `manifest_records` as JSON Lines, atomically."""
+    import json
+
+    from opperf.io import write_text_atomic
+
+    write_text_atomic(path, "".join(json.dumps(line, sort_keys=True) + "\n" for line in manifest_records(recorded)))
