@@ -948,6 +948,19 @@ def path_for(mapping: Mapping, op_mapping: Mapping, columns: Sequence[str] = ())
     return _GenericPath(overrides, mapping.get("tc_input_count"), kernel_type)
 
 
+def _first_unreadable_cell(rows: Sequence[Mapping]) -> str | None:
+    """Where the runtime's shape parser first raises: 'line N, field F: text'."""
+    for index, row in enumerate(rows):
+        for column in ("Input Shapes", "Output Shapes"):
+            if column in row:
+                try:
+                    parse_runtime_shapes(_text(row[column]))
+                except RuntimeWouldRaise:
+                    shown = "an empty cell (read as NaN)" if _text(row[column]) == "nan" else repr(_text(row[column]))
+                    return f"line {index + 2}, field {column!r}: the runtime's shape parser raises on {shown}"
+    return None
+
+
 class Database:
     """A database directory as the runtime's interpolation step sees it: op_mapping.yaml and kernel CSVs,
     read lazily, candidate points built once per kernel type and path."""
@@ -1001,7 +1014,7 @@ class Database:
             try:
                 self._points[key] = path.points(kernel_type, rows, preferred, **options)
             except RuntimeWouldRaise as exc:
-                raise RuntimeWouldRaise(f"{kernel_type}.csv: {exc}") from exc
+                raise RuntimeWouldRaise(f"{kernel_type}.csv {_first_unreadable_cell(rows) or exc}") from exc
         return self._points[key]
 
     def interpolate(self, query: Query) -> Interpolation:
@@ -1171,7 +1184,7 @@ def holdout_errors(rows: pd.DataFrame, kernel_type: str, op_mapping: Mapping | N
         else:
             points = database.points(path, kernel_type) or []
     except RuntimeWouldRaise as exc:
-        raise OpperfError(f"the runtime cannot read this CSV: {exc}", field=kernel_type) from exc
+        raise OpperfError(f"the runtime cannot interpolate {exc}") from exc
     axis = path.axis_groups_for(kernel_type)[0][0]
     override = path.override(kernel_type)
     records = []
