@@ -523,14 +523,34 @@ class _Path:
     def axis_groups_for(self, kernel_type: str) -> tuple:
         return self.axis_groups
 
+    # What a point's bucket[0] holds: rows combined in one answer must agree on it.
+    bucket_name = "input formats"
+
     def legal(self, target: _Target, step: _Step) -> str | None:
-        """None when the rows used lie in the query's bucket (one axis varies, nothing else); else why not."""
-        raise NotImplementedError
+        """None when the rows used lie in the query's bucket (one axis varies, nothing else); else why not.
+
+        A point's bucket is (what the rows must share, their dtype spellings); `shapes`, where a path sets
+        them, must differ from the query's along one axis only."""
+        if len(step.axes) > 1:
+            return f"varies {len(step.axes)} axes at once ({', '.join(step.axes)})"
+        shared = {p.bucket[0] for p in step.used}
+        if len(shared) > 1:
+            return f"combines {self.bucket_name} {sorted(map(str, shared))}"
+        dtypes = {p.bucket[1] for p in step.used}
+        if dtypes != {target.bucket[1]}:
+            return f"row dtypes {sorted(dtypes)} are not the query's {target.bucket[1]}"
+        odd = [p for p in step.used if target.shapes and not single_axis(target.shapes, p.shapes)]
+        if odd:
+            return (f"row shapes {';'.join(map(str, odd[0].shapes))} differ from the query's "
+                    f"{';'.join(map(str, target.shapes))} in more than one axis")
+        return None
 
 
 class _MatmulPath(_Path):
     name = "matmul"
     axis_groups = MATMUL_AXIS_GROUPS
+    # The query's weight is TensorCast's (K, N) while rows may store (N, K): rows combined must share theirs.
+    bucket_name = "weight layouts"
 
     def __init__(self, policy, input_count: int | None):
         super().__init__(policy)
@@ -588,19 +608,6 @@ class _MatmulPath(_Path):
             return (0 if formats and all(f == "ND" for f in formats) else 1, -len(pts))
 
         return sorted(matched, key=rank)
-
-    def legal(self, target, step):
-        # The query's weight layout is TensorCast's (K, N); rows may store (N, K): only the rows' own layouts
-        # and dtypes must agree with each other and with the query's dtypes.
-        if len(step.axes) > 1:
-            return f"varies {len(step.axes)} axes at once ({', '.join(step.axes)})"
-        layouts = {p.bucket[0] for p in step.used}
-        if len(layouts) > 1:
-            return f"combines weight layouts {sorted(layouts)}"
-        dtypes = {p.bucket[1] for p in step.used}
-        if dtypes != {target.bucket[1]}:
-            return f"row dtypes {sorted(dtypes)} are not the query's {target.bucket[1]}"
-        return None
 
 
 class _GenericPath(_Path):
@@ -680,19 +687,6 @@ class _GenericPath(_Path):
         return _Target(kernel_type, axes[0], regime, bucket=(None, tuple(spelled)),
                        shapes=(*logical, *(tuple(o.shape) for o in query.outputs)) if numel_axis else ())
 
-    def legal(self, target, step):
-        formats = {p.bucket[0] for p in step.used}
-        if len(formats) > 1:
-            return f"combines input formats {sorted(formats)}"
-        dtypes = {p.bucket[1] for p in step.used}
-        if dtypes != {target.bucket[1]}:
-            return f"row dtypes {sorted(dtypes)} are not the query's {target.bucket[1]}"
-        if target.shapes:
-            odd = [p for p in step.used if not single_axis(target.shapes, p.shapes)]
-            if odd:
-                return f"row shapes {odd[0].shapes} differ from the query's {target.shapes} in more than one axis"
-        return None
-
 
 def _broadcast_pattern(output: tuple[int, ...], inputs: Sequence[tuple[int, ...]]) -> tuple:
     if not output or not inputs:
@@ -744,7 +738,7 @@ class _ElementwisePath(_Path):
                       ("broadcast_pattern", _broadcast_pattern(out, stripped)))
             input_dtypes = tuple(parse_runtime_names(_text(row.get("Input Data Types", ""))))
             points.append(Point(kernel_type, index + 2, {"io_numel": float(sum(numels) + out_numel)}, latency[0],
-                                latency[1], latency[1] == preferred, regime, bucket=(input_dtypes,),
+                                latency[1], latency[1] == preferred, regime, bucket=(None, input_dtypes),
                                 shapes=(*stripped, out)))
         return points
 
@@ -764,18 +758,9 @@ class _ElementwisePath(_Path):
                   ("input_count", len(stripped)), ("output_dtype", out_dtype or ""),
                   ("broadcast_pattern", _broadcast_pattern(out_shape, stripped)))
         spelled = tuple(RUNTIME_DTYPES.get(s.dtype, str(s.dtype)) for s in query.inputs)
-        return _Target(kernel_type, {"io_numel": float(sum(numels) + _numel(out_shape))}, regime, bucket=(spelled,),
+        return _Target(kernel_type, {"io_numel": float(sum(numels) + _numel(out_shape))}, regime,
+                       bucket=(None, spelled),
                        shapes=(*stripped, out_shape), metadata={"output_dtype": out_dtype})
-
-    def legal(self, target, step):
-        odd = [p for p in step.used if not single_axis(target.shapes, p.shapes)]
-        if odd:
-            return (f"row shapes {';'.join(map(str, odd[0].shapes))} differ from the query's "
-                    f"{';'.join(map(str, target.shapes))} in more than one axis")
-        dtypes = {p.bucket for p in step.used}
-        if dtypes != {target.bucket}:
-            return f"row input dtypes {sorted(map(str, dtypes))} are not the query's {target.bucket[0]}"
-        return None
 
 
 def _normalize_attention_q(shape: tuple[int, ...], head_dim: int = 0) -> tuple[int, ...] | None:
