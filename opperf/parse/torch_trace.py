@@ -37,7 +37,7 @@ import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
                              INPUT_SHAPES, INPUT_STRIDES, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
-                             PROFILER_TYPE_TO_TORCH, TORCH_TO_PROFILER_DTYPE)
+                             PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES, TORCH_TO_PROFILER_DTYPE)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
@@ -324,10 +324,7 @@ def workload_list_dtype(trace_path: Path) -> str:
 def _scalar_types() -> dict[int, object]:
     import torch
 
-    # c10::ScalarType enum values as the profiler records them in `Concrete Inputs`.
-    names = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
-             9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn"}
-    return {code: getattr(torch, name) for code, name in names.items() if hasattr(torch, name)}
+    return {code: getattr(torch, name) for code, name in SCALAR_TYPE_NAMES.items() if hasattr(torch, name)}
 
 
 def _nest(ops: list[_Op], markers: list[tuple[int, float, tuple]]) -> dict[int, int]:
