@@ -48,6 +48,8 @@ from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
 from opperf.errors import OpperfError
 
 SCHEMA_HOOK = "opperf.replay.schema"
+# Back ends whose Types are op names (torch traces): a Type with no definition replays from its op's schema.
+SCHEMA_BACKENDS = ("cpu", "cuda")
 SCHEMA_PREFIX = "schema:"
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEFINITIONS_DIR = REPOSITORY_ROOT / "config" / "kernels"

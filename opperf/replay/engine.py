@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
-from opperf.replay.definitions import KernelDefinition
+from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
 from opperf.replay.methods import Timer, TimingResult
 from opperf.stats import duration_stats, format_number
 
@@ -176,9 +176,19 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         case = build_case(definition, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
     except Exception as exc:            # a recipe that cannot be built for this row: record it, keep the row
         log.debug("build failed for line %s: %s", line, traceback.format_exc())
-        status = STATUS_NO_DEFINITION if type(exc).__name__ == "NoSchemaError" else STATUS_FAILED_BUILD
-        return RowOutcome(status, error=str(exc) if status == STATUS_NO_DEFINITION else _error_text(exc),
-                          recipe=recipe)
+        fallback = schema_refinement_fallback(definition, backend)
+        try:
+            if fallback is None:
+                raise exc
+            case = build_case(fallback, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
+        except Exception as final:
+            status = STATUS_NO_DEFINITION if type(final).__name__ == "NoSchemaError" else STATUS_FAILED_BUILD
+            return RowOutcome(status, error=str(final) if status == STATUS_NO_DEFINITION else _error_text(exc),
+                              recipe=recipe)
+        # The definition refines the common case (an out= variant, another overload did not fit): the schema
+        # builds this row; the recipe says so.
+        case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
+        definition = fallback
     recipe = case.recipe or recipe
     try:
         result = case.run()
@@ -192,6 +202,13 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         return RowOutcome(STATUS_FAILED_VERIFY, error=verdict.message, call=case.description,
                           expected_outputs=verdict.expected, produced_outputs=verdict.produced, recipe=recipe)
     return PreparedRow(case, case.description, verdict.expected, verdict.produced, recipe)
+
+
+def schema_refinement_fallback(definition: KernelDefinition, backend: str) -> KernelDefinition | None:
+    """The op's schema recipe, for a row its definition cannot build, on back ends whose Types are op names."""
+    if definition.schema_op or backend not in SCHEMA_BACKENDS:
+        return None
+    return schema_definition(definition.type, (backend,))
 
 
 def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: int,

@@ -21,8 +21,8 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span, utc_timestamp
-from opperf.replay.definitions import (KernelDefinition, definition_for, load_definition, load_definitions,
-                                       schema_definition)
+from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, definition_for, load_definition,
+                                       load_definitions, schema_definition)
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
@@ -153,10 +153,6 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         by_key = resolve_outcomes(by_key, session.summaries(), kernel_types=definition.kernel_types,
                                   kernel_type=kernel_type, repeat_count=settings.repeat_count)
     return items, by_key
-
-
-# Back ends whose Types are op names (torch traces), so a Type with no definition replays from its op's schema.
-SCHEMA_BACKENDS = ("cpu", "cuda")
 
 
 def check_attempted(items: Sequence[WorkItem], outcomes: Mapping[tuple[str, ...], RowOutcome], rows_path) -> None:

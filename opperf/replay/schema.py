@@ -98,7 +98,8 @@ def _type_text(argument) -> str:
 
 
 def _is_tensor_list(type_text: str) -> bool:
-    return type_text in ("List[Tensor]", "Tensor[]")
+    """Tensor[] or Tensor?[]: the parse gives each member a slot of its own (an unrecorded Tensor?[]: one empty)."""
+    return type_text in ("List[Tensor]", "Tensor[]", "List[Optional[Tensor]]", "Tensor?[]")
 
 
 def _slot_count(ctx: BuildContext) -> int:
@@ -145,7 +146,8 @@ def bindings(packet, ctx: BuildContext) -> list[Binding]:
             taken = tuple(range(cursor, cursor + width))
             cursor += width
             if position in lists:
-                fits = all(_holds_tensor(ctx, i) for i in taken)
+                unrecorded = "Optional" in _type_text(argument) and width == 1 and not _holds_tensor(ctx, taken[0])
+                fits = unrecorded or all(_holds_tensor(ctx, i) for i in taken)
             else:
                 fits = _fits_slot(_type_text(argument), ctx, taken[0])
             if not fits:
@@ -222,11 +224,13 @@ class _Values:
     def value(self, argument, slots: tuple[int, ...]):
         type_text = _type_text(argument)
         ctx = self.ctx
+        if _is_tensor_list(type_text) and "Optional" in type_text:
+            if not _holds_tensor(ctx, slots[0]):
+                return self.index_list(argument, slots[0])
+            return [self.index_member(argument, position, i) for position, i in enumerate(slots)]
         if _is_tensor_list(type_text):
             return [self.tensor(argument, i) for i in slots]
         index = slots[0]
-        if "Tensor" in type_text and "[]" in type_text or type_text == "List[Optional[Tensor]]":
-            return self.index_list(argument, index)
         if "Tensor" in type_text:
             if ctx.input_shape(index) is None:
                 return self.zero_dim(argument, index)
@@ -350,6 +354,18 @@ class _Values:
                     return a[1]             # the reduction dimension, grouped
         shape = self.first_tensor_shape(skip=name, floating=True) or self.first_tensor_shape(skip=name)
         return shape[0] if shape else 0
+
+    def index_member(self, argument, position: int, index: int) -> torch.Tensor:
+        """Member `position` of an index list indexes dimension `position` of self: below its size (bool: a mask)."""
+        ctx = self.ctx
+        shape, dtype = ctx.input_shape(index), ctx.input_dtype(index)
+        if dtype == torch.bool or shape is None:
+            return self.tensor(argument, index)
+        source = self.shape_of("self") or ()
+        high = source[position] if position < len(source) else max(self.other_dims(argument.name) or [2])
+        built = ctx.index_tensor(shape, dtype, 0, high, strides=ctx.input_strides(index))
+        self.warm.append(built)
+        return built
 
     def index_list(self, argument, index: int):
         """`Tensor?[] indices` (index, index_put_): not recorded, rebuilt as one index tensor over the leading
