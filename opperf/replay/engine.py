@@ -181,10 +181,10 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
             if fallback is None:
                 raise exc
             case = build_case(fallback, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
-        except Exception as final:
-            status = STATUS_NO_DEFINITION if type(final).__name__ == "NoSchemaError" else STATUS_FAILED_BUILD
-            return RowOutcome(status, error=str(final) if status == STATUS_NO_DEFINITION else _error_text(exc),
-                              recipe=recipe)
+        except Exception as final:      # the definition's own failure is the news, unless there was none
+            no_recipe = fallback is None and type(final).__name__ == "NoSchemaError"
+            return RowOutcome(STATUS_NO_DEFINITION if no_recipe else STATUS_FAILED_BUILD,
+                              error=str(final) if no_recipe else _error_text(exc), recipe=recipe)
         # The definition refines the common case (an out= variant, another overload did not fit): the schema
         # builds this row; the recipe says so.
         case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
