@@ -136,3 +136,14 @@ def test_replay_records_the_recipe_and_a_definition_that_does_not_fit_falls_back
     unknown = replay_row(schema_definition("vllm.rms_norm", ("cpu",)), fields, backend="cpu", device="cpu",
                          timer=timer)
     assert unknown.status == STATUS_NO_DEFINITION and "torch knows no op vllm::rms_norm" in unknown.error
+
+
+def test_ascend_kernel_types_find_their_op_by_name():
+    from opperf.replay.npu.schema_coverage import find_ops, name_candidates
+
+    assert name_candidates("AddRmsNormDynamicQuantAiCore") == ["add_rms_norm_dynamic_quant", "addrmsnormdynamicquant"]
+    assert name_candidates("GatherV2AiCore")[0] == "gather" and name_candidates("split_qkv_rmsnorm_rope_kernel_0")[0] \
+        == "split_qkv_rmsnorm_rope"
+    assert find_ops("LogicalAndAiCore", {}) == ["aten::logical_and"]
+    assert find_ops("RmsNorm", {"npu": {"npu_rms_norm"}}) == ["aten::rms_norm", "npu::npu_rms_norm"]
+    assert find_ops("reduce_scatterAicpuKernel", {}) == []
