@@ -182,11 +182,16 @@ def stage_parse(work: Path, args) -> dict:
     return timings
 
 
+def replay_runs(args) -> list[str]:
+    """Each cache policy, then (unless --no-repeat) a second replay under the default policy with another seed."""
+    return [*args.policies, *([REPEAT_RUN] if args.repeat else [])]
+
+
 def stage_replay(work: Path, args) -> dict:
     timings = {}
     for name in args.workloads:
         parsed = database_dir(work, name, "parsed", args)
-        for run_name in [*args.policies, REPEAT_RUN]:
+        for run_name in replay_runs(args):
             policy = run_name.removesuffix("-repeat")
             target = database_dir(work, name, run_name, args)
             if target.exists():
@@ -370,7 +375,7 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
               "policies": {}, "per_workload": {}, "fixed_cost": fixed, "stage_wall_s": wall}
-    for run_name in [*args.policies, REPEAT_RUN]:
+    for run_name in replay_runs(args):
         merged = []
         for name in args.workloads:
             rows = read_rows(database_dir(work, name, run_name, args))
@@ -386,7 +391,8 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
         "power_limited_prefill": _headline(analyse_run([r for r in merged if in_power_limited_phase(r)])),
         "all_other_rows": _headline(analyse_run([r for r in merged if not in_power_limited_phase(r)]))}
     first = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, DEFAULT_CACHE_POLICY, args)), n)]
-    second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)]
+    second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)] \
+        if args.repeat else []
     report["repeatability"] = repeatability(first, second)
     replay_wall = sum(wall.get("replay", {}).get(f"{n}/{DEFAULT_CACHE_POLICY}", 0) for n in args.workloads)
     replayed = sum(1 for r in first if _number(r.get(contract.REPLAY_AVERAGE)) is not None)
@@ -487,6 +493,9 @@ def main() -> int:
     parser.add_argument("--policies", nargs="+", choices=CACHE_POLICIES, default=["insitu", "flush", "none"])
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
+                        help="a second replay under the default policy (another seed) for repeatability "
+                             "(--no-repeat: skip it, half the replay time)")
     args = parser.parse_args()
     smoke = args.backend == "cpu"
     args.catalog = SMOKE_WORKLOADS if smoke else WORKLOADS
