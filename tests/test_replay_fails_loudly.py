@@ -19,11 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from snakemake_api import copy_workflow, run_workflow
+from snakemake_api import run_workflow, tiny_cpu_replay_workflow
 
 from conftest import REPO
 
-TRACE = Path(__file__).parent / "data" / "replay" / "tiny_cpu" / "trace.json"
 CHECKOUT_PARTS = ("opperf", "scripts", "config", "templates")
 BROKEN_TIMING = 'raise ImportError("planted: this install cannot start a replay process")\n'
 
@@ -105,19 +104,8 @@ def test_a_server_of_a_replaced_checkout_is_not_reused_and_relative_paths_are_th
 
 @pytest.mark.workflow
 def test_the_workflow_fails_a_replay_job_that_could_attempt_no_row(tmp_path):
-    (tmp_path / "wf").mkdir()
-    workdir = copy_workflow(tmp_path / "wf")
-    from opperf.versions import cpu_version_dir
-
-    version_dir = cpu_version_dir()
-    (workdir / "resources" / "tiny_cpu").mkdir(parents=True)
-    shutil.copy(TRACE, workdir / "resources" / "tiny_cpu" / "trace.json")
-    (workdir / "config" / "replay_sources.tsv").write_text(
-        f"device\tstack\tversion_dir\tpath\nCPU\ttorch\t{version_dir}\tresources/tiny_cpu/trace.json\n")
+    workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
     (workdir / "opperf" / "replay" / "timing.py").write_text(BROKEN_TIMING)
-    config = {"sources": "config/replay_sources.tsv", "workload": {"enabled": False}, "comm": {"enabled": False},
-              "grid": {"enabled": False}, "replay": {"backends": ["cpu"], "repeat_count": 2, "warmup_count": 1}}
-    root = f"CPU/torch/{version_dir}"
     target = f"results/{root}/replayed/mm.csv"
     with pytest.raises(Exception):
         run_workflow(workdir, [target], config=config)
