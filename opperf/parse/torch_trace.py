@@ -15,9 +15,13 @@ else an empty slot whose `Concrete Inputs` value goes into the `Input Scalars` c
 The recorded `Input Strides` of non-contiguous tensor slots go into the `Input Strides` column
 (`contract.strides_text`): a transposed weight or a chunk of a fused projection is another call than
 its contiguous twin.
-torch.profiler records no dtype for the tensors of a TensorList (cat's inputs); when the trace lies in a
-profile directory of the reference workload, its `workload.json` names the activation dtype, which those
-slots then get (`list_dtype`); elsewhere they stay empty and replay falls back as its hook documents.
+torch.profiler records no dtype for the tensors of a TensorList (cat's inputs): they get the reference workload's
+`workload.json` dtype, else one the trace does record (the op's child ops, the launched kernel's name, the
+trace's dominant floating dtype: `_list_member_dtype`). An index op's `Tensor?[] indices`, recorded as one empty
+slot, is rebuilt from the index tensors the op reshapes inside itself (`_with_index_lists`).
+CUDA traces also get an attribution account: the share of the trace's device time that became rows and what the
+rest was (graph replays, Triton kernels, memcpy/memset outside any op; `Attribution`); a kernel no op launched
+gets a row of its own, by its name, where the name can be a Type.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
 failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
