@@ -35,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+STAGES = ("profile", "parse", "grid", "replay", "database", "check")
+
+
 def run(command: list[str], log_path: Path) -> float:
     """Run one stage script from the repository root, its output in `log_path`; its wall time in seconds."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +80,8 @@ def main() -> int:
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_cuda_database"))
     parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES),
+                        help="run only these stages on the work directory's earlier results (default: all)")
     args = parser.parse_args()
     device = args.device or ("H100" if args.backend == "cuda" else "CPU")
     dtype = "bfloat16" if args.backend == "cuda" else "float32"
@@ -85,31 +90,38 @@ def main() -> int:
 
     version_dir = workload_version_dir(args.backend)
     work = args.work_dir
-    if work.exists():
+    if "profile" in args.stages and work.exists():
         shutil.rmtree(work)
     rows_dir = work / "data" / device / "torch" / version_dir
     database = work / "database" / device / "torch" / version_dir
     logs = work / "logs"
     args.output_dir.mkdir(parents=True, exist_ok=True)
     python = sys.executable
-    timings = {}
-    timings["profile"] = run([python, "scripts/profile_workload.py", "--backend", args.backend, "--dtype", dtype,
+    timings_path = work / "timings.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+
+    def stage(name: str, command: list[str]) -> None:
+        if name in args.stages:
+            timings[name] = run(command, logs / f"{name}.log")
+            timings_path.write_text(json.dumps(timings))
+
+    stage("profile", [python, "scripts/profile_workload.py", "--backend", args.backend, "--dtype", dtype,
                               "--model", args.model, "--num-layers", "2",
                               "--prefill-lengths", *map(str, args.prefill_lengths),
                               "--decode-batch-sizes", *map(str, args.decode_batch_sizes),
                               "--decode-context", "1024", "--decode-steps", "2",
-                              "--output", str(work / "profile")], logs / "profile.log")
-    timings["parse"] = run([python, "scripts/parse_kernel_details.py", "--profiling-path",
-                            str(work / "profile" / "trace.json"), "--database-path", str(rows_dir)],
-                           logs / "parse.log")
-    timings["grid"] = run([python, "scripts/generate_shape_grid.py", "--data-dir", str(rows_dir), "--device", device,
-                           "--backend", args.backend, "--target-models", args.model, "--rows", str(args.rows)],
-                          logs / "grid.log")
-    timings["replay"] = run([python, "scripts/replay.py", "--database-path", str(rows_dir), "--backend",
+                              "--output", str(work / "profile")])
+    stage("parse", [python, "scripts/parse_kernel_details.py", "--profiling-path",
+                            str(work / "profile" / "trace.json"), "--database-path", str(rows_dir)])
+    stage("grid", [python, "scripts/generate_shape_grid.py", "--data-dir", str(rows_dir), "--device", device,
+                           "--backend", args.backend, "--target-models", args.model, "--rows", str(args.rows)])
+    stage("replay", [python, "scripts/replay.py", "--database-path", str(rows_dir), "--backend",
                              args.backend, "--device", device, "--repeat-count", str(args.repeat_count),
-                             "--reports-dir", str(work / "reports")], logs / "replay.log")
-    timings["database"] = run([python, "scripts/build_database.py", "directory", "--rows-dir", str(rows_dir),
-                               "--device", device, "--output", str(database)], logs / "database.log")
+                             "--reports-dir", str(work / "reports")])
+    stage("database", [python, "scripts/build_database.py", "directory", "--rows-dir", str(rows_dir),
+                               "--device", device, "--output", str(database)])
+    if "check" not in args.stages:
+        return 0
     check_json, check_md = args.output_dir / "check.json", args.output_dir / "check.md"
     started = time.monotonic()
     check = subprocess.run([python, "scripts/check_database.py", str(database), "--json", str(check_json),

@@ -411,7 +411,36 @@ def runtime_receives(framework_op: str) -> tuple[bool, str]:
     packet = getattr(getattr(torch.ops, namespace), name, None)
     if packet is None or (overload or "default") not in packet.overloads():
         return False, f"torch {torch.__version__} has no op {framework_op}"
-    qualified = f"{namespace}::{name}" + (f".{overload}" if overload and overload != "default" else "")
-    if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
+    op = getattr(packet, overload or "default")
+    try:
+        composite = op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+    except RuntimeError:        # an overload torch registers by name only (aten::index_put_.hacked_twin)
+        return False, f"torch {torch.__version__} has no dispatchable op {framework_op}"
+    if composite:
         return False, "decomposes (CompositeImplicitAutograd) before dispatch: its parts reach the runtime"
     return True, ""
+
+
+def schema_framework_ops(kernel_type: str) -> list[str]:
+    """The functional overloads of a torch-trace kernel type's own op that reach dispatch (no `out=`).
+
+    A torch trace names a kernel type after its aten op (`argmax`, `index_put_`, `vllm.rms_norm`); when no
+    definition lists its framework ops, the op itself is what the performance model issues.
+    """
+    import torch
+
+    namespace, dot, name = kernel_type.partition(".")
+    if not dot:
+        namespace, name = "aten", kernel_type
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
+    if packet is None:
+        return []
+    found = []
+    for overload in packet.overloads():
+        schema = getattr(packet, overload)._schema
+        if any(argument.name == "out" or argument.is_out for argument in schema.arguments):
+            continue
+        framework_op = f"{namespace}.{name}.{overload}"
+        if runtime_receives(framework_op)[0]:
+            found.append(framework_op)
+    return found
