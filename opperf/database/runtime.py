@@ -171,6 +171,16 @@ def row_latency(row: Mapping[str, str]) -> float | None:
     return None
 
 
+def _elements(row: Mapping[str, str]) -> int:
+    """Elements of a row's input tensors (then of its outputs): the size the runtime's padding rule orders by."""
+    inputs = sum(math.prod(s) for s in _shapes(row.get(contract.INPUT_SHAPES, "")))
+    return inputs or sum(math.prod(s) for s in _shapes(row.get(contract.OUTPUT_SHAPES, "")))
+
+
+def _rank(row: Mapping[str, str]) -> int:
+    return sum(len(s) for s in _shapes(row.get(contract.INPUT_SHAPES, "")))
+
+
 def _calls(row: Mapping[str, str]) -> int:
     try:
         return int(float(row.get(contract.PROFILING_SAMPLE_COUNT, "") or 0))
@@ -183,9 +193,8 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
     """(the runtime's CSV, every row): one row per runtime key, and all rows in the runtime's text.
 
     Of rows sharing a key, the runtime gets the one it can use (a finite positive latency) that carried
-    most of the profiled calls (the workload's dominant layout); ties keep the first. It is written where
-    the key first appears, so the file keeps the input's order. `Runtime Key Rows` says how many rows of
-    the layouts file it stands for.
+    most of the profiled calls (the workload's dominant layout); ties keep the first. Rows are written
+    largest call first (see below); `Runtime Key Rows` says how many rows of the layouts file one stands for.
     """
     rows = frame.to_dict(orient="records")
     records = [runtime_row(r, backend, out_slots) for r in rows]
@@ -196,8 +205,13 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
     for members in groups.values():
         best = max(members, key=lambda i: (row_latency(records[i]) is not None, _calls(records[i]), -i))
         chosen.append((members[0], best, len(members)))
+    # Larger calls first: the runtime matches a query to a row whose dims it may pad up to (a query dim of
+    # 64 "pads" a row dim of 1), and a later rule can relabel such a match as exact, so a smaller row written
+    # earlier would answer a larger row's own query. No row can pad a larger one, so this order leaves every
+    # row's own query to itself. Among equal sizes, higher rank first (a query of (1, 1, 256, 128) has its
+    # leading 1 dropped and then equals a (1, 256, 128) row), then the input order.
     view = []
-    for _, best, count in sorted(chosen):
+    for _, best, count in sorted(chosen, key=lambda c: (-_elements(records[c[1]]), -_rank(records[c[1]]), c[0])):
         view.append({**records[best], RUNTIME_KEY_ROWS: str(count)})
     columns = list(frame.columns)
     every_row = pd.DataFrame([runtime_row(r, backend, aligned=False) for r in rows], columns=columns)
