@@ -74,12 +74,33 @@ def workload_model_dims(wildcards):
     return models[model_key(models, config["workload"]["model"], path=config["models"], field="workload.model")]
 
 
+def version_dir_from_config_or_host(key, version_dir_for):
+    """The version_dir of config section `key` (workload, comm): version_dir_for(config `<key>.version_dir`)
+    checks a configured one, or reads it from this host's toolchain when none is configured.
+
+    A submit host (a SLURM login node) has no GPU or CANN to read a device's versions from: planning there
+    takes them from the config instead (docs/cluster.md), and the device's job refuses a stack that differs.
+    """
+    configured = config[key].get("version_dir")
+    try:
+        return version_dir_for(configured)
+    except OpperfError as exc:
+        if configured:
+            raise WorkflowError(f"config {key}.version_dir: {exc}") from None
+        raise WorkflowError(
+            f"{key}.version_dir: {exc}; this host cannot read the device's versions, so set {key}.version_dir "
+            f"in your config to the device host's (docs/cluster.md, 'What the submit host needs')"
+        ) from None
+
+
 def workload_database():
     """(device, stack, version_dir) of the database the reference workload feeds, or None."""
     workload = config.get("workload", {})
     if not workload.get("enabled", True):
         return None
-    return (workload.get("device", "CPU"), "torch", workload_version_dir(workload.get("backend", "cpu")))
+    backend = workload.get("backend", "cpu")
+    version_dir = version_dir_from_config_or_host("workload", lambda given: workload_version_dir(backend, given))
+    return (workload.get("device", "CPU"), "torch", version_dir)
 
 
 def databases():
@@ -346,7 +367,7 @@ def comm_targets():
     if not comm["enabled"]:
         return []
     backend = comm["backend"]
-    version_dir = comm["version_dir"] or comm_version_dir(backend)
+    version_dir = version_dir_from_config_or_host("comm", lambda given: given or comm_version_dir(backend))
     return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in comm["ops"]]
 
 
