@@ -1,6 +1,7 @@
 """Config validation and the input functions every rule shares (path logic only, no computation)."""
 
 import csv
+import difflib
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -173,6 +174,25 @@ def kernel_types(device, stack, version_dir):
     return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 
+def checked_kernel_type(wildcards):
+    """{kernel} of a per-kernel target, once the parse checkpoint says it is a kernel type of its database.
+
+    A typo'd target (MatMulV9.csv) would otherwise be planned and fail later with a missing file; this stops
+    with one line naming the target, the closest kernel types and how many there are.
+    """
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    known = kernel_types(*key)
+    if wildcards.kernel not in known:
+        database = "/".join(key)
+        closest = difflib.get_close_matches(wildcards.kernel, known, n=3, cutoff=0.5)
+        hint = f"closest: {', '.join(closest)}; " if closest else ""
+        raise WorkflowError(
+            f"data/{database}/{wildcards.kernel}.csv: {wildcards.kernel!r} is not a kernel type of database "
+            f"{database} ({hint}all {len(known)}: {', '.join(known)})"
+        )
+    return wildcards.kernel
+
+
 def database_files(wildcards):
     """Every per-kernel CSV and the op_mapping.yaml of one database."""
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
@@ -210,6 +230,7 @@ def _stage_root(wildcards):
 
 def database_rows_input(wildcards):
     """What a database CSV is made from: the replayed CSV, else what replay would have measured."""
+    checked_kernel_type(wildcards)
     if replay_enabled(wildcards.device):
         return f"{_stage_root(wildcards)}/replayed/{wildcards.kernel}.csv"
     return replay_rows_input(wildcards)
@@ -225,6 +246,27 @@ def database_rows_file(wildcards):
 def database_targets():
     """The completion marker of every database this config builds (each pulls in all its files)."""
     return ["results/{}/{}/{}/database_manifest.tsv".format(*key) for key in databases()]
+
+
+def not_a_device_pattern():
+    """Wildcard pattern of a path segment that is no device key (nor results/workload, reports/npu_check)."""
+    known = "|".join(sorted([*DEVICES, "workload", "npu_check"]))
+    return rf"(?!(?:{known})$)[^/]+"
+
+
+def unknown_device_error(wildcards):
+    """Input function of the unknown_device rule. It always stops, with one line naming the valid devices."""
+    from opperf.devices import resolve_device
+
+    target = f"{wildcards.folder}/{wildcards.device}/{wildcards.stack}/{wildcards.rest}"
+    try:
+        hint = f"; it is the full name of {resolve_device(wildcards.device, DEVICES).name!r}: paths use the key"
+    except OpperfError:
+        hint = f"; add it to {config['devices']} to build a database for it"
+    raise WorkflowError(
+        f"{target}: {wildcards.device!r} is not a device key of {config['devices']} "
+        f"(keys: {', '.join(sorted(DEVICES))}){hint}"
+    )
 
 
 def all_targets(wildcards):
@@ -271,25 +313,35 @@ def grid_max_tokens_option(wildcards):
 # --- replay ---
 
 
-def _definition_index(family):
-    """Reported Type → definition file of a family (config/kernels/<family>), loaded once per run."""
+def _definition_index(backend):
+    """Reported Type → definition file of the types `backend` replays (exactly one each), loaded once per run."""
     from opperf.replay.definitions import definition_index
 
     cache = _definition_index.__dict__.setdefault("cache", {})
-    if family not in cache:
-        backend = "npu" if family == "npu" else None
-        cache[family] = {
+    if backend not in cache:
+        family = "npu" if backend == "npu" else "torch"
+        cache[backend] = {
             k: str(Path(v).relative_to(Path(workflow.basedir).resolve())) if Path(v).is_absolute() else str(v)
             for k, v in definition_index(Path(workflow.basedir) / "config" / "kernels" / family, backend).items()
         }
-    return cache[family]
+    return cache[backend]
 
 
 def kernel_definition(wildcards):
     """The one definition file replaying {kernel} on the database's back end ([] when none exists)."""
-    family = Path(kernel_definitions_dir(wildcards)).name
-    path = _definition_index(family).get(wildcards.kernel)
+    path = _definition_index(database_backend(wildcards.device)).get(wildcards.kernel)
     return [path] if path else []
+
+
+def database_kernel_definitions(wildcards):
+    """The definition files op_mapping.yaml is generated from: one per kernel type of the database that has one.
+
+    Not the whole definitions directory: editing (or restoring) another kernel type's file must not rewrite
+    this database's op_mapping.yaml.
+    """
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    index = _definition_index(database_backend(wildcards.device))
+    return sorted({index[kernel] for kernel in kernel_types(*key) if kernel in index})
 
 
 def kernel_definition_option(wildcards):
@@ -300,10 +352,8 @@ def kernel_definition_option(wildcards):
 
 def replay_rows_input(wildcards):
     """The rows a replay job measures: the grid stage's directory, else the parse checkpoint's."""
-    if grid_enabled():
-        return f"{_stage_root(wildcards)}/grid"
-    checkpoints.parse_profiles.get(**wildcards)
-    return f"{_stage_root(wildcards)}/parsed"
+    checked_kernel_type(wildcards)
+    return f"{_stage_root(wildcards)}/{'grid' if grid_enabled() else 'parsed'}"
 
 
 def replay_rows_file(wildcards):

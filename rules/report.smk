@@ -2,6 +2,8 @@ rule replay_report:
     """The replay report of one database: markdown, duration gaps, JSON summary, plots (stage 7)."""
     input:
         replayed=report_replayed_csvs,
+        # the finished database: every database job's benchmark file exists before the stage timings are read
+        database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
         code=stage_code("report"),
     output:
         report="reports/{device}/{stack}/{version_dir}/replay_report.md",
