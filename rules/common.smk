@@ -409,16 +409,61 @@ def replay_prune_options(wildcards):
 # --- comm ---
 
 
-def comm_targets():
-    """The collective CSVs of config `comm` (none when comm.enabled is false): data/{device}/{backend}/{version}/…"""
-    from opperf.comm.collectives import collective_file_name, comm_version_dir
+def comm_collection():
+    """(device, backend, version_dir) of the collectives config `comm` benchmarks, or None (comm.enabled false)."""
+    from opperf.comm.collectives import comm_version_dir
 
     comm = config["comm"]
     if not comm["enabled"]:
-        return []
+        return None
     backend = comm["backend"]
     version_dir = version_dir_from_config_or_host("comm", lambda given: given or comm_version_dir(backend))
-    return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in comm["ops"]]
+    return (comm["device"], backend, version_dir)
+
+
+def comm_collective_files(device, backend, version_dir):
+    """The collective CSVs of config comm.ops in data/{device}/{backend}/{version_dir}/."""
+    from opperf.comm.collectives import collective_file_name
+
+    return [
+        f"data/{device}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in config["comm"]["ops"]
+    ]
+
+
+def comm_targets():
+    """The collective CSVs of config `comm`, their bandwidth plot and, with comm.reference, the alignment report."""
+    collection = comm_collection()
+    if collection is None:
+        return []
+    root = "reports/{}/{}/{}".format(*collection)
+    targets = comm_collective_files(*collection) + [f"{root}/busbw.png"]
+    if config["comm"]["reference"]:
+        targets.append(f"{root}/alignment.csv")
+    return targets
+
+
+def comm_collection_csvs(wildcards):
+    """Inputs of the comm report rules: the collective CSVs of one collection."""
+    return comm_collective_files(wildcards.device, wildcards.comm, wildcards.comm_version)
+
+
+def comm_plot_runs(wildcards, input):
+    """plot_comm_bandwidth.py's --run options: every CSV of the collection under the device's name."""
+    return " ".join(f"--run {wildcards.device}={path}" for path in input.csvs)
+
+
+def comm_link_limit_gbps(wildcards):
+    """The device's interconnect_gbps (config/devices.yaml), drawn as the plot's link limit."""
+    return DEVICES[wildcards.device].interconnect_gbps
+
+
+def comm_link_label(wildcards):
+    return DEVICES[wildcards.device].interconnect or "link limit"
+
+
+def comm_reference_files(wildcards):
+    """The reference collective CSVs (config comm.reference), so a changed reference re-runs the comparison."""
+    return sorted(str(p) for p in Path(config["comm"]["reference"]).glob("*.csv"))
 
 
 def comm_op(wildcards):
