@@ -10,7 +10,15 @@ rule comm_collective:
     """One collective over the configured sizes, device counts and tiers: checked, timed, written atomically."""
     input:
         devices=config["devices"],
-        code=stage_code("comm"),
+        # what the benchmark imports, not comm/plot.py or comm/alignment.py (a plot change re-collects nothing)
+        code=stage_code(
+            "comm/bench",
+            "comm/collectives",
+            "comm/results",
+            "comm/sizes",
+            "comm/timing",
+            "comm/topology",
+        ),
     output:
         csv="data/{device}/{comm}/{comm_version}/{collective}.csv",
     log:
@@ -54,7 +62,7 @@ rule comm_bandwidth_plot:
     """Bus bandwidth against message size of one collection's collectives, the device's link limit drawn."""
     input:
         csvs=comm_collection_csvs,
-        code=stage_code("comm"),
+        code=stage_code("comm/plot", "comm/collectives", "comm/results", "comm/sizes"),
     output:
         plot=report(
             "reports/{device}/{comm}/{comm_version}/busbw.png",
@@ -88,7 +96,7 @@ rule comm_alignment:
     input:
         csvs=comm_collection_csvs,
         reference=comm_reference_files,
-        code=stage_code("comm"),
+        code=stage_code("comm/alignment", "comm/collectives", "comm/results", "comm/sizes"),
     output:
         comparison=report(
             "reports/{device}/{comm}/{comm_version}/alignment.csv",
