@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,9 +88,12 @@ def main() -> int:
         command += ["--profile", args.profile]
     print(f"[reproduce] {' '.join(command)}  (in {workdir})", flush=True)
     started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    load_before = [round(x, 2) for x in os.getloadavg()]     # other work on the host slows every stage
     with open(workdir / "reproduce_snakemake.log", "w", encoding="utf-8") as log:
         result = subprocess.run(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
     elapsed_s = time.monotonic() - started
+    load_after = [round(x, 2) for x in os.getloadavg()]
     if result.returncode != 0:
         print(f"[reproduce] snakemake failed (exit {result.returncode}); see {workdir / 'reproduce_snakemake.log'}")
         return 1
@@ -113,7 +117,11 @@ def main() -> int:
               "elapsed_s": round(elapsed_s, 3), "device_ids": [], "max_concurrency": args.concurrency,
               "task_log_dir": str(workdir / "logs"),
               "database_dir": str(workdir / "data" / root), "database_csvs": len(database_csvs),
-              "rows_without_replay": unreplayed, "snakemake_profile": args.profile or ""}
+              "rows_without_replay": unreplayed, "snakemake_profile": args.profile or "",
+              "rows": sum(entry["total"] for entry in summary["stats"]["op_results"].values()),
+              "measured": {"started_at": started_at, "cpu_model": summary["env_spec"].get("cpu_model", ""),
+                           "load_average_1_5_15_min_before": load_before,
+                           "load_average_1_5_15_min_after": load_after}}
     write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
     stats = summary["stats"]
     ok = stats["pass_rate"] == 1.0 and not unreplayed and len(database_csvs) == stats["total_ops"]

@@ -172,9 +172,20 @@ def stage_timings(benchmarks_root: Path, database_key: Sequence[str]) -> dict[st
     return timings
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), to say which machine a timing comes from."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment_spec(backend: str) -> dict:
     spec = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count(), "backend": backend, "executable": sys.executable}
+            "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "backend": backend, "executable": sys.executable}
     try:
         import importlib.metadata as metadata
         spec["torch"] = metadata.version("torch")
