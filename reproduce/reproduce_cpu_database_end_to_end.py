@@ -21,13 +21,14 @@ How to run
     `python -m snakemake --cores N` (plus --profile if given), so the checkout is never written to.
 
 What to expect
-    About 3 minutes on 2 cores (170 s measured on the 2-core CI machine type). The script prints one line
-    per kernel type (rows, paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and
-    writes a JSON report in the schema of reports/.../summary.json (the reproduce-scripts conventions:
-    benchmark, script, workflow, pass_n, ops_count, elapsed_s, device_ids, max_concurrency,
-    llm_concurrency, env_spec, task_log_dir, stats.op_results). On torch 2.13.0: 14 kernel types, 255 rows,
-    pass_rate 1.0. The CPU replay/profile ratios are mostly well below 1 (replay faster than the profile
-    recorded): see docs/report.md. Exit code 0 when every kernel type replayed every row and every database
+    83 s on a quiet 2-core CI machine (2026-11-23); 588 s on the same machine type at load average 9-11
+    (2026-11-24: benchmarks/results/cpu_end_to_end.json). The script prints one line per kernel type (rows,
+    paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and writes a JSON report in
+    the schema of reports/.../summary.json (the reproduce-scripts conventions: benchmark, script, workflow,
+    pass_n, ops_count, elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir,
+    stats.op_results), plus when, on which CPU and under what load it ran ("measured"). On torch 2.13.0:
+    14 kernel types, 262 rows, pass_rate 1.0. Most CPU rows are outside the 0.8-1.2 band (replay and
+    profile spread both ways): docs/replay.md, "CPU back end: accuracy", says why. Exit code 0 when every kernel type replayed every row and every database
     CSV has a replay duration in every row; 1 otherwise; 2 on bad arguments.
 
 Data / configuration
