@@ -28,7 +28,8 @@ rule database_op_mapping:
     """op_mapping.yaml of a database, generated from the kernel definitions of its kernel types."""
     input:
         kernels=database_kernel_csvs,
-        definitions=kernel_definitions_dir,
+        definitions=database_kernel_definitions,
+        not_replayed="config/not_replayed.yaml",
         devices=config["devices"],
         code=stage_code("database"),
     output:
@@ -40,10 +41,11 @@ rule database_op_mapping:
     conda:
         "../envs/cpu.yaml"
     params:
+        definitions_dir=kernel_definitions_dir,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py op-mapping --kernels {input.kernels:q} "
-        "--device {wildcards.device} --devices {input.devices} --definitions {input.definitions} "
+        "--device {wildcards.device} --devices {input.devices} --definitions {params.definitions_dir} "
         "--output {output.mapping} --log-level {params.log_level} > {log} 2>&1"
 
 

@@ -2,9 +2,19 @@ rule replay_report:
     """The replay report of one database: markdown, duration gaps, JSON summary, plots (stage 7)."""
     input:
         replayed=report_replayed_csvs,
+        # the finished database: every database job's benchmark file exists before the stage timings are read
+        database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
         code=stage_code("report"),
+        templates=["templates/replay_report.md.j2", "templates/replay_report.html.j2"],
     output:
         report="reports/{device}/{stack}/{version_dir}/replay_report.md",
+        table=report(
+            "reports/{device}/{stack}/{version_dir}/replay_report.html",
+            caption="../report/accuracy_table.rst",
+            category="Replay",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "accuracy by kernel type"},
+        ),
         gaps=report(
             "reports/{device}/{stack}/{version_dir}/duration_gap.csv",
             caption="../report/duration_gap.rst",

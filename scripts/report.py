@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Stage 7: write the replay report of one database from its replayed per-kernel CSVs.
 
-    report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \
+    report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \\
         --database CPU/torch/torch2.13.0_cpu --benchmarks-root benchmarks/runs
 
-Writes replay_report.md, duration_gap.csv (rows whose replay/profile ratio is outside --band),
-summary.json (reproduce-scripts conventions) and two PNG plots.
+Writes replay_report.md and replay_report.html (the same: headline numbers, per-kernel-type table, worst rows,
+rows that did not replay, stage timings), duration_gap.csv (rows whose replay/profile ratio is outside --band),
+summary.json (reproduce-scripts conventions) and three PNG plots: replay_vs_profile.png (by kernel type),
+duration_gap_histogram.png and status_by_kernel.png.
 """
 
 import argparse
@@ -23,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", nargs="+", required=True, help="per-kernel CSVs (replayed or final database)")
     parser.add_argument("--output-dir", required=True, help="reports/{device}/{stack}/{version_dir}")
     parser.add_argument("--database", required=True, help="{device}/{stack}/{version_dir}, the report's title")
-    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
+    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu",
+                        help="the back end the rows were replayed on: recorded in summary.json, and the report "
+                             "links that back end's accuracy explanation (default: %(default)s)")
     parser.add_argument("--band", type=float, nargs=2, default=[0.8, 1.2], metavar=("LOW", "HIGH"),
                         help="replay/profile ratio band; rows outside go into duration_gap.csv (default: 0.8 1.2)")
     parser.add_argument("--benchmarks-root", default="benchmarks/runs",
