@@ -17,6 +17,10 @@ Run it with a Python that can import msmodeling (its requirements: torch, transf
     python benchmarks/runtime_lookup.py --msmodeling ../msmodeling data/CPU/torch/torch2.13.0_cpu \
         data/A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5 --json benchmarks/results/runtime_lookup/result.json
 
+`--rows DIR DEVICE VERSION_DIR` builds a database first from a directory of replayed rows (the committed
+CUDA benchmark's `benchmarks/results/cuda_replay/database/dense`, say) with the database stage's own code,
+into a temporary directory, and checks that too.
+
 Prints one line per kernel type and a total per database; writes the same as JSON. Exit 1 if any lookup
 raised or any row the runtime should find was not found.
 """
@@ -130,9 +134,11 @@ def check_database(database: Path, msmodeling: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("databases", nargs="+", type=Path, help="database directories (data/{device}/{stack}/{version})")
+    parser.add_argument("databases", nargs="*", type=Path, help="database directories (data/{device}/{stack}/{version})")
     parser.add_argument("--msmodeling", type=Path, default=os.environ.get("OPPERF_MSMODELING_DIR"),
                         help="a msmodeling checkout (default $OPPERF_MSMODELING_DIR)")
+    parser.add_argument("--rows", nargs=3, action="append", default=[], metavar=("DIR", "DEVICE", "VERSION_DIR"),
+                        help="also build and check a database from replayed rows (repeatable)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     if not args.msmodeling or not (args.msmodeling / "tensor_cast").is_dir():
@@ -140,7 +146,19 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    results = [check_database(d, args.msmodeling) for d in args.databases]
+    import tempfile
+
+    from opperf.database.build import build_database_directory
+
+    databases = list(args.databases)
+    scratch = tempfile.TemporaryDirectory(prefix="runtime_lookup_")
+    for rows_dir, device, version_dir in args.rows:
+        target = Path(scratch.name) / Path(rows_dir).name / version_dir
+        build_database_directory(rows_dir, device, target, ROOT / "config" / "devices.yaml", ROOT / "config" / "kernels")
+        databases.append(target)
+    results = [check_database(d, args.msmodeling) for d in databases]
+    for result, source in zip(results[len(args.databases):], args.rows):
+        result["database"] = f"{source[0]} (built as {source[2]})"
     print(f"{'database / kernel type':60} {'rows':>5} {'w/dur':>5} {'found':>5} {'model':>5} {'interp':>6} {'raised':>6}")
     for result in results:
         for kernel_type, k in result["kernel_types"].items():

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
 from opperf.errors import OpperfError
 
 if TYPE_CHECKING:      # pandas is imported where it is used: text-only writers (traces) start faster without it
@@ -160,3 +162,16 @@ def staged_directory(target: str | Path, *, replace_whole: bool = False) -> Iter
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def read_yaml_mapping(path: Path, what: str) -> dict:
+    """A YAML file whose top level is a mapping; unreadable, invalid or other YAML is an error naming the file."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read the {what}: {exc}", path=path) from exc
+    except yaml.YAMLError as exc:
+        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
+    if not isinstance(raw, dict):
+        raise OpperfError(f"the {what} must be a mapping at the top level", path=path)
+    return raw

@@ -237,6 +237,15 @@ def grid_target_models(wildcards):
     return ",".join(targets)
 
 
+def grid_density_standard(wildcards):
+    """The density standard grid.yaml names (its `standard:` key, relative to it; else the shipped one)."""
+    import yaml
+
+    patterns = Path(config["grid"]["patterns"])
+    named = (yaml.safe_load(patterns.read_text(encoding="utf-8")) or {}).get("standard")
+    return str(patterns.parent / named) if named else "config/density_standard.yaml"
+
+
 def grid_device_backend(wildcards):
     """The back end of the database's {device} (its token cap in grid.yaml)."""
     return DEVICES[wildcards.device].backend

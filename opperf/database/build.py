@@ -187,6 +187,14 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             kernel_types[kernel]["not_replayed"] = not_replayed[kernel].reason
             kernel_types[kernel]["not_replayed_because"] = not_replayed[kernel].detail
     mappings, left_out = _mappings_for(definitions, set(kernel_types))
+    if entry.backend in ("cpu", "cuda"):
+        from opperf.database.runtime import schema_framework_ops
+
+        # Types replayed from their op's schema (no definition): the op's functional overloads map to them.
+        for kernel, fields in kernel_types.items():
+            if fields["definition"] is None:
+                for framework_op in schema_framework_ops(kernel):
+                    mappings.setdefault(framework_op, {"kernel_type": kernel, "alternate_kernel_types": []})
     versions = {"torch": stack_versions.torch}
     if stack_versions.vllm:
         versions["vllm"] = stack_versions.vllm

@@ -255,23 +255,53 @@ def _input_rule(kernel_type: str, index: int, query: tuple[int, ...], row: tuple
     return None
 
 
-def _compute_match(kernel_type: str, query: RuntimeQuery, record: Mapping[str, str],
-                   input_count: int | None) -> str | None:
-    shapes = _shapes(record.get(contract.INPUT_SHAPES, ""))
-    dtypes = _names(record.get(contract.INPUT_DTYPES, ""))
-    formats = _names(record.get(contract.INPUT_FORMATS, ""))
-    inputs = list(query.inputs)
+@dataclass(frozen=True)
+class _ParsedRow:
+    """A row as the runtime compares it, parsed once per table."""
+
+    latency: float | None
+    inputs: tuple[tuple[int, ...], ...]          # logical shapes (FRACTAL_NZ restored) of non-empty slots
+    dtypes: tuple[str, ...]
+    output: tuple[int, ...] | None
+    output_dtype: str | None
+
+
+_PARSED: dict[int, tuple[pd.DataFrame, list[_ParsedRow]]] = {}
+
+
+def _parsed(table: pd.DataFrame) -> list[_ParsedRow]:
+    """The table's rows parsed (cached while the table lives: the check asks once per row)."""
+    cached = _PARSED.get(id(table))
+    if cached is not None and cached[0] is table:
+        return cached[1]
+    rows = []
+    for record in table.to_dict(orient="records"):
+        shapes = _shapes(record.get(contract.INPUT_SHAPES, ""))
+        formats = _names(record.get(contract.INPUT_FORMATS, ""))
+        outputs = _shapes(record.get(contract.OUTPUT_SHAPES, ""))
+        out_dtypes = _names(record.get(contract.OUTPUT_DTYPES, ""))
+        rows.append(_ParsedRow(
+            row_latency(record),
+            tuple(_logical(s, formats[i] if i < len(formats) else "ND") for i, s in enumerate(shapes)),
+            tuple(_names(record.get(contract.INPUT_DTYPES, ""))),
+            outputs[0] if outputs else None, out_dtypes[0] if out_dtypes else None))
+    if len(_PARSED) > 256:
+        _PARSED.clear()
+    _PARSED[id(table)] = (table, rows)
+    return rows
+
+
+def _compute_match(kernel_type: str, query: RuntimeQuery, row: _ParsedRow, input_count: int | None) -> str | None:
+    shapes, dtypes, inputs = row.inputs, row.dtypes, query.inputs
     if input_count is not None:
-        shapes, dtypes, formats, inputs = (shapes[:input_count], dtypes[:input_count], formats[:input_count],
-                                           inputs[:input_count])
+        shapes, dtypes, inputs = shapes[:input_count], dtypes[:input_count], inputs[:input_count]
     if len(inputs) != len(shapes):
         return None
     matched = "identity"
     for index, (shape, dtype) in enumerate(inputs):
         if index >= len(dtypes) or dtypes[index] != dtype:
             return None
-        rule = _input_rule(kernel_type, index, shape,
-                           _logical(shapes[index], formats[index] if index < len(formats) else "ND"))
+        rule = _input_rule(kernel_type, index, shape, shapes[index])
         if rule is None:
             return None
         # The runtime names the match after the last non-identity rule, except that a padding rule does not
@@ -285,21 +315,19 @@ def _compute_match(kernel_type: str, query: RuntimeQuery, record: Mapping[str, s
     return matched
 
 
-def _elementwise_match(query: RuntimeQuery, record: Mapping[str, str]) -> str | None:
-    if query.output is None:
-        return None
-    shapes, dtypes = _shapes(record.get(contract.OUTPUT_SHAPES, "")), _names(record.get(contract.OUTPUT_DTYPES, ""))
-    if not shapes:
+def _elementwise_match(query: RuntimeQuery, row: _ParsedRow) -> str | None:
+    if query.output is None or row.output is None:
         return None
     shape, dtype = query.output
-    stripped, row, row_stripped = strip_batch(shape), shapes[0], strip_batch(shapes[0])
-    matched = (stripped in (row, row_stripped) or _padded(stripped, row) or _padded(stripped, row_stripped))
-    if not matched and len(stripped) == 3 and len(row) == 2:
+    stripped, target, target_stripped = strip_batch(shape), row.output, strip_batch(row.output)
+    matched = (stripped in (target, target_stripped) or _padded(stripped, target)
+               or _padded(stripped, target_stripped))
+    if not matched and len(stripped) == 3 and len(target) == 2:
         flat = (stripped[0] * stripped[1], stripped[2])
-        matched = flat in (row, row_stripped) or _padded(flat, row) or _padded(flat, row_stripped)
+        matched = flat in (target, target_stripped) or _padded(flat, target) or _padded(flat, target_stripped)
     if not matched:
         return None
-    return "elementwise" if dtypes and dtypes[0] == dtype else "elementwise_dtype_scaled"
+    return "elementwise" if row.output_dtype == dtype else "elementwise_dtype_scaled"
 
 
 def find(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: RuntimeQuery) -> tuple[str, int] | None:
@@ -321,14 +349,14 @@ def find(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: Run
         table = tables.get(kernel_type)
         if table is None:
             continue
-        for row_index, record in enumerate(table.to_dict(orient="records")):
-            if row_latency(record) is None:
+        for row_index, row in enumerate(_parsed(table)):
+            if row.latency is None:
                 continue
             if elementwise:
-                if _elementwise_match(query, record):
+                if _elementwise_match(query, row):
                     return kernel_type, row_index
                 continue
-            rule = _compute_match(kernel_type, query, record, mapping.get("tc_input_count"))
+            rule = _compute_match(kernel_type, query, row, mapping.get("tc_input_count"))
             if rule is None:
                 continue
             score = (1.0 if "padding" in rule else 0.0, kernel_index, row_index)
@@ -383,7 +411,36 @@ def runtime_receives(framework_op: str) -> tuple[bool, str]:
     packet = getattr(getattr(torch.ops, namespace), name, None)
     if packet is None or (overload or "default") not in packet.overloads():
         return False, f"torch {torch.__version__} has no op {framework_op}"
-    qualified = f"{namespace}::{name}" + (f".{overload}" if overload and overload != "default" else "")
-    if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):
+    op = getattr(packet, overload or "default")
+    try:
+        composite = op.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+    except RuntimeError:        # an overload torch registers by name only (aten::index_put_.hacked_twin)
+        return False, f"torch {torch.__version__} has no dispatchable op {framework_op}"
+    if composite:
         return False, "decomposes (CompositeImplicitAutograd) before dispatch: its parts reach the runtime"
     return True, ""
+
+
+def schema_framework_ops(kernel_type: str) -> list[str]:
+    """The functional overloads of a torch-trace kernel type's own op that reach dispatch (no `out=`).
+
+    A torch trace names a kernel type after its aten op (`argmax`, `index_put_`, `vllm.rms_norm`); when no
+    definition lists its framework ops, the op itself is what the performance model issues.
+    """
+    import torch
+
+    namespace, dot, name = kernel_type.partition(".")
+    if not dot:
+        namespace, name = "aten", kernel_type
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
+    if packet is None:
+        return []
+    found = []
+    for overload in packet.overloads():
+        schema = getattr(packet, overload)._schema
+        if any(argument.name == "out" or argument.is_out for argument in schema.arguments):
+            continue
+        framework_op = f"{namespace}.{name}.{overload}"
+        if runtime_receives(framework_op)[0]:
+            found.append(framework_op)
+    return found

@@ -52,7 +52,12 @@ import yaml
 from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
 from opperf.errors import OpperfError
 
-DEFAULT_DEFINITIONS_DIR = Path(__file__).resolve().parents[2] / "config" / "kernels"
+SCHEMA_HOOK = "opperf.replay.schema"
+# Back ends whose Types are op names (torch traces): a Type with no definition replays from its op's schema.
+SCHEMA_BACKENDS = ("cpu", "cuda")
+SCHEMA_PREFIX = "schema:"
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DEFINITIONS_DIR = REPOSITORY_ROOT / "config" / "kernels"
 BACKENDS = ("cpu", "cuda", "npu")
 CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activation", "elementwise",
               "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
@@ -147,6 +152,22 @@ class KernelDefinition:
     description: str = ""
     op_mapping: Mapping[str, Any] = field(default_factory=dict)   # runtime fields for op_mapping.yaml
     runtime_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    schema_op: str | None = None      # `aten::cumsum`: built from the op's schema (no file; opperf.replay.schema)
+
+    @property
+    def reference(self) -> str:
+        """How a job names this recipe: the definition file, or `schema:<ns>::<op>`."""
+        return f"{SCHEMA_PREFIX}{self.schema_op}" if self.schema_op else str(self.path)
+
+    @property
+    def recipe(self) -> str:
+        """The `Replay Recipe` of rows replayed from it (a schema recipe names its overload once it is chosen)."""
+        if self.schema_op:
+            return f"schema {self.schema_op}"
+        try:            # the checkout's own files by their repository path, the same on every host
+            return f"definition {self.path.resolve().relative_to(REPOSITORY_ROOT)}"
+        except ValueError:
+            return f"definition {self.path}"
 
     @property
     def kernel_types(self) -> tuple[str, ...]:
@@ -436,6 +457,31 @@ def _framework_ops(raw: Any, path: Path) -> tuple[tuple[str, ...], dict[str, dic
         if fields_of_op:
             fields[name] = fields_of_op
     return tuple(names), fields
+
+def schema_op_for(kernel_type: str) -> str:
+    """The op a torch trace's Type stands for: `mm` → `aten::mm`, `vllm.rms_norm` → `vllm::rms_norm`."""
+    namespace, dot, name = kernel_type.partition(".")
+    return f"{namespace}::{name}" if dot else f"aten::{kernel_type}"
+
+
+def schema_definition(kernel_type: str, backends: Iterable[str] = BACKENDS,
+                      schema_op: str | None = None) -> KernelDefinition:
+    """The recipe of a Type no definition file covers: its op's schema builds every call (opperf.replay.schema).
+
+    Outputs beyond the row's slots are ignored (the parse inferred the row's outputs from the same schema)."""
+    schema_op = schema_op or schema_op_for(kernel_type)
+    namespace, _, name = schema_op.partition("::")
+    return KernelDefinition(type=kernel_type, backends=tuple(backends), category="schema",
+                            api=f"torch.ops.{namespace}.{name}", path=Path(f"{SCHEMA_PREFIX}{schema_op}"),
+                            hook=SCHEMA_HOOK, outputs=OutputSpec(verify=True, extra="ignore"), schema_op=schema_op)
+
+
+def load_recipe(reference: str | Path, kernel_type: str) -> KernelDefinition:
+    """A job's recipe by its reference: a definition file, or `schema:<ns>::<op>` (see KernelDefinition.reference)."""
+    text = str(reference)
+    if text.startswith(SCHEMA_PREFIX):
+        return schema_definition(kernel_type, schema_op=text[len(SCHEMA_PREFIX):])
+    return load_definition(text)
 
 
 def load_definition(path: str | Path) -> KernelDefinition:
