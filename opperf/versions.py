@@ -151,3 +151,8 @@ def check_stack_matches(version_dir: str, backend: str) -> None:
     if problems:
         raise OpperfError(f"refusing to write into {version_dir}: " + "; ".join(problems)
                           + " (wrong-stack numbers would silently corrupt the database)")
+
+
+def hccl_version_dir(cann_version: str) -> str:
+    """The runtime's directory of a CANN version's collectives: `8.5` -> `v8.5` (its data/{device}/hccl/v8.5/)."""
+    return cann_version if cann_version.startswith("v") else f"v{cann_version}"

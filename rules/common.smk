@@ -152,16 +152,19 @@ def kernel_types(device, stack, version_dir):
     return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 
-def database_files(wildcards):
-    """Every per-kernel CSV and the op_mapping.yaml of one database."""
+def database_kernel_csvs(wildcards):
+    """The runtime's per-kernel CSVs of one database: data/{device}/{stack}/{version_dir}/{KernelType}.csv."""
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
     root = "data/{}/{}/{}".format(*key)
-    return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)] + [f"{root}/op_mapping.yaml"]
+    return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)]
 
 
-def database_kernel_csvs(wildcards):
-    """The per-kernel CSVs of one database (without op_mapping.yaml)."""
-    return [f for f in database_files(wildcards) if f.endswith(".csv")]
+def database_files(wildcards):
+    """Every file of one database: the runtime's kernel CSVs, their layouts files, op_mapping.yaml."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    root = "data/{}/{}/{}".format(*key)
+    layouts = [f"{root}/layouts/{kernel}.csv" for kernel in kernel_types(*key)]
+    return database_kernel_csvs(wildcards) + layouts + [f"{root}/op_mapping.yaml"]
 
 
 def database_backend(device):
@@ -202,8 +205,12 @@ def database_rows_file(wildcards):
 
 
 def database_targets():
-    """The completion marker of every database this config builds (each pulls in all its files)."""
-    return ["results/{}/{}/{}/database_manifest.tsv".format(*key) for key in databases()]
+    """Every database this config builds: its completion marker (which pulls in all its files) and its check."""
+    return [
+        path.format(*key)
+        for key in databases()
+        for path in ("results/{}/{}/{}/database_manifest.tsv", "reports/{}/{}/{}/database_check.json")
+    ]
 
 
 def all_targets(wildcards):

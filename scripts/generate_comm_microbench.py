@@ -28,7 +28,7 @@ examples:
       --device H200 --num-devices 2 4 --bench-mode kernel --output-dir out/nccl
   # A3 super-pod, HCCL, intra-pod TP=16 and die-level pairs
   torchrun --standalone --nproc-per-node 16 scripts/generate_comm_microbench.py --do-run --backend hccl \\
-      --device A3 --num-devices 16 2 --output-dir data/A3/hccl/8.5
+      --device A3 --num-devices 16 2 --output-dir data/A3/hccl/v8.5
 """
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Profile the reference decoder workload on a back end (stage 1); writes a raw profile directory."""
+"""Profile the reference decoder, or a transformers model from its config.json, on a back end (stage 1); writes a
+raw profile directory."""
 
 import argparse
 import sys
@@ -14,14 +15,19 @@ from opperf.workload.profile import DTYPES, WorkloadPlan, profile_workload  # no
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Run a Llama-style reference decoder (random weights, dims from --models) under the back "
-                    "end's profiler: prefill at each --prefill-lengths, then --decode-steps decode steps over a "
-                    "KV cache. cpu/cuda write OUTPUT/trace.json (torch.profiler Chrome trace, record_shapes); "
-                    "npu writes the torch_npu.profiler bundle with kernel_details.csv.")
+        description="Run a Llama-style reference decoder (random weights, dims from --models), or any HuggingFace "
+                    "transformers causal LM from its config.json (--transformers-config; random weights, nothing "
+                    "downloaded; needs pip install -e '.[transformers]'), under the back end's profiler: prefill "
+                    "at each --prefill-lengths, then --decode-steps decode steps over a KV cache. cpu/cuda write "
+                    "OUTPUT/trace.json (torch.profiler Chrome trace, record_shapes); npu writes the "
+                    "torch_npu.profiler bundle with kernel_details.csv.")
     parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
     parser.add_argument("--models", default="config/models.yaml", help="model config file (default: %(default)s)")
     parser.add_argument("--model", default="opperf-tiny",
                         help="model name or alias in --models, any case or punctuation (default: %(default)s)")
+    parser.add_argument("--transformers-config", metavar="CONFIG_JSON",
+                        help="a transformers config.json (or its directory): profile that model instead of the "
+                             "reference decoder (--models/--model are then not used)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
     parser.add_argument("--decode-batch-sizes", type=int, nargs="+",
@@ -38,11 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    dims = load_model_dims(args.models, args.model, num_layers=args.num_layers)
+    config = None
+    if args.transformers_config:
+        from opperf.workload.transformers_model import read_config
+
+        dims, config = None, read_config(args.transformers_config, num_layers=args.num_layers)
+    else:
+        dims = load_model_dims(args.models, args.model, num_layers=args.num_layers)
     plan = WorkloadPlan(batch_size=args.batch_size, prefill_lengths=tuple(args.prefill_lengths),
                         decode_steps=args.decode_steps, decode_context=args.decode_context, seed=args.seed,
                         decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
-    profile_workload(dims, plan, args.backend, args.dtype, args.output)
+    profile_workload(dims, plan, args.backend, args.dtype, args.output, transformers_config=config,
+                     config_path=args.transformers_config or "")
     return 0
 
 

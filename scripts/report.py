@@ -31,12 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace-dir", default="", help="the database's trace directory (summary task_log_dir)")
     parser.add_argument("--device-ids", default="", help="device ids the replay used, e.g. 0,1")
     parser.add_argument("--max-concurrency", type=int, default=1, help="replay jobs that ran at once")
+    parser.add_argument("--parsed-dir", default="",
+                        help="the parse stage's directory of this database: its trace_attribution.json (how much of "
+                             "the traces' device time became rows) goes into the report; none there, none shown")
     add_logging_args(parser)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    from opperf.report.build import write_report
+    from opperf.report.build import read_attribution, write_report
     from opperf.replay.slots import parse_device_ids
 
     key = args.database.strip("/").split("/")
@@ -45,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     device_ids = parse_device_ids(args.device_ids) if args.device_ids else []
     write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
                  benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
-                 device_ids=device_ids, max_concurrency=args.max_concurrency)
+                 device_ids=device_ids, max_concurrency=args.max_concurrency,
+                 attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None)
     return 0
 
 

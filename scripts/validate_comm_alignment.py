@@ -14,7 +14,7 @@ from opperf.comm.alignment import validate_alignment  # noqa: E402
 
 EXAMPLES = """
 examples:
-  python scripts/validate_comm_alignment.py --measured data/A3/hccl/8.5 --reference ref/hccl/8.5
+  python scripts/validate_comm_alignment.py --measured data/A3/hccl/v8.5 --reference ref/hccl/v8.5
   python scripts/validate_comm_alignment.py --measured new/all_reduce.csv --reference old/all_reduce.csv \\
       --tolerance 0.1 --report reports/all_reduce_alignment.csv
 """

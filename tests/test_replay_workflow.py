@@ -3,33 +3,19 @@ kernel definition re-runs that kernel's replay only."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from snakemake_api import copy_workflow, run_workflow
+from snakemake_api import run_workflow, tiny_cpu_replay_workflow
 
 pytestmark = pytest.mark.workflow
 
-TRACE = Path(__file__).parent / "data" / "replay" / "tiny_cpu" / "trace.json"
 DATABASE = ("CPU", "torch", "torch{}_cpu")
 
 
 def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(tmp_path):
-    (tmp_path / "wf").mkdir()
-    workdir = copy_workflow(tmp_path / "wf")
-    from opperf.versions import cpu_version_dir
-
-    version_dir = cpu_version_dir()
-    (workdir / "resources" / "tiny_cpu").mkdir(parents=True)
-    shutil.copy(TRACE, workdir / "resources" / "tiny_cpu" / "trace.json")
-    (workdir / "config" / "replay_sources.tsv").write_text(
-        f"device\tstack\tversion_dir\tpath\nCPU\ttorch\t{version_dir}\tresources/tiny_cpu/trace.json\n")
-    config = {"sources": "config/replay_sources.tsv", "workload": {"enabled": False}, "comm": {"enabled": False},
-              "grid": {"enabled": False}, "replay": {"backends": ["cpu"], "repeat_count": 2, "warmup_count": 1}}
-    root = f"CPU/torch/{version_dir}"
+    workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
     report = f"reports/{root}/summary.json"
     run_workflow(workdir, [report], config=config)
 

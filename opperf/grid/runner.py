@@ -30,7 +30,7 @@ from opperf.grid.patterns import CandidateStats, pattern_candidates
 from opperf.grid.templates import Template, templates_from_rows
 from opperf.grid.values import ValueGrids
 from opperf.io import read_database_csv, staged_directory, write_csv_atomic, write_text_atomic
-from opperf.log import get_logger, span
+from opperf.log import Progress, get_logger, span
 from opperf.trace import Trace
 
 MANIFEST = KERNEL_TYPES_MANIFEST
@@ -274,8 +274,10 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
     frames: dict[str, pd.DataFrame] = {}
     results: list[KernelGridResult] = []
     dropped: dict[str, list[str]] = {}
+    progress = Progress(log, "grid", len(kernel_types), unit="kernel types")
     with span("grid.generate", log, kernel_types=len(kernel_types)) as totals:
-        for kernel_type in kernel_types:
+        for done, kernel_type in enumerate(kernel_types):
+            progress.update(done)
             path = input_dir / f"{kernel_type}.csv"
             frame = read_database_csv(path, required=(INPUT_SHAPES, OUTPUT_SHAPES))
             rows = frame.to_dict("records")
@@ -289,6 +291,7 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
                      "row cap, %d rejected by constraints)", kernel_type, result.status, result.existing_rows,
                      result.generated, result.duplicates, result.over_hbm_budget, result.dropped_by_row_cap,
                      result.rejected_by_constraints)
+        progress.finish(len(kernel_types))
         totals["generated"] = sum(r.generated for r in results)
     _log_coverage(results)
     manifest = input_dir / MANIFEST

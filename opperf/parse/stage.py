@@ -50,7 +50,9 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         _log_skips(database)
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")
-        write_parsed_directory(database_path, database)
+        attribution = {str(t.path): t.attribution for t in tables if t.attribution is not None}
+        write_parsed_directory(database_path, database, attribution)
+        database.attribution = attribution
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
         fields.update(rows=database.rows_read, kernel_types=len(database.rows),

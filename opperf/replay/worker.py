@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", required=True)
     parser.add_argument("--kernel", required=True)
-    parser.add_argument("--definition", required=True)
+    parser.add_argument("--definition", required=True, help="a definition file, or schema:<ns>::<op>")
     parser.add_argument("--backend", required=True, choices=["cpu", "cuda", "npu"])
     parser.add_argument("--indices", required=True, help="file with one 0-based row index per line")
     parser.add_argument("--progress", required=True, help="JSON-lines progress file to append to")
@@ -45,14 +45,14 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     args = build_parser().parse_args(argv)
     # Imports after argument parsing: a bad command line fails fast, before torch loads.
-    from opperf.replay.definitions import load_definition
+    from opperf.replay.definitions import load_recipe
     from opperf.replay.engine import RowOutcome, measure_prepared, prepare_row
     from opperf.replay.timing import device_for, make_timer
 
     imported = time.perf_counter()
     frame = read_database_csv(args.rows)
     rows = frame.to_dict(orient="records")
-    definition = load_definition(args.definition)
+    definition = load_recipe(args.definition, args.kernel)
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
     format_cast = format_cast_for(args.backend)

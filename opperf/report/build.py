@@ -328,10 +328,33 @@ def _markdown(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dic
     return "\n".join(lines)
 
 
+def read_attribution(parsed_dir: str | Path) -> dict | None:
+    """The parse's trace_attribution.json of a database directory (None when its profiles were no torch traces)."""
+    path = Path(parsed_dir) / contract.TRACE_ATTRIBUTION
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise OpperfError(f"cannot read the parse's attribution accounting: {exc}", path=path) from exc
+
+
+def _attribution_lines(attribution: dict) -> list[str]:
+    lines = ["", "## How much of the profiled device time is in rows (parse)", "",
+             "| trace | device time (us) | in rows | not in any row |", "|---|---:|---:|---|"]
+    for trace, entry in attribution.items():
+        rest = "; ".join(f"{kind}: {value['us']:.1f} us ({value['activities']})"
+                         for kind, value in entry.get("unattributed", {}).items()) or "-"
+        share = entry.get("share")
+        lines.append(f"| {trace} | {entry['device_us']:.1f} | {'-' if share is None else f'{100 * share:.2f} %'} | "
+                     f"{rest} |")
+    return lines
+
+
 def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, title: str, backend: str = "cpu",
                  band: tuple[float, float] = DEFAULT_BAND, benchmarks_root: str | Path | None = None,
                  database_key: Sequence[str] = (), task_log_dir: str = "", device_ids: Sequence[int] = (),
-                 max_concurrency: int = 1) -> list[Path]:
+                 max_concurrency: int = 1, attribution: dict | None = None) -> list[Path]:
     """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database)."""
     if not 0 < band[0] < band[1]:
         raise OpperfError(f"band {list(band)} must be two increasing positive ratios", field="duration_gap_band")
@@ -365,6 +388,8 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
         "stage_timings_s": timings,
         "replay_accuracy": {"band": list(band), "kernel_types": {s.kernel_type: s.accuracy(band) for s in summaries}},
     }
+    if attribution:
+        summary["trace_attribution"] = attribution
     written = []
     with atomic_output(output_dir / "duration_gap.csv") as handle:
         writer = csv.DictWriter(handle, GAP_COLUMNS, lineterminator="\n")
@@ -374,7 +399,10 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     write_text_atomic(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     written.append(output_dir / "summary.json")
     written += _plot(summaries, output_dir, band)
-    write_text_atomic(output_dir / "replay_report.md", _markdown(title, summaries, gaps, band, timings, summary))
+    markdown = _markdown(title, summaries, gaps, band, timings, summary)
+    if attribution:
+        markdown += "\n".join(_attribution_lines(attribution)) + "\n"
+    write_text_atomic(output_dir / "replay_report.md", markdown)
     written.append(output_dir / "replay_report.md")
     log.info("report of %s: %d kernel types, %d gap rows -> %s", title, len(summaries), len(gaps), output_dir)
     return written
@@ -386,4 +414,4 @@ def write_database_report(database_dir: Path, reports_dir: Path, *, kernels: Seq
     """The report of a database directory (the replay CLI's database form: one kernel type after another)."""
     files = [database_dir / f"{k}.csv" for k in kernels] if kernels else sorted(database_dir.glob("*.csv"))
     return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band,
-                        device_ids=device_ids, max_concurrency=1)
+                        device_ids=device_ids, max_concurrency=1, attribution=read_attribution(database_dir))
