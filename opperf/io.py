@@ -7,20 +7,30 @@ temporary file in the same directory and `os.replace` it over the target.
 mode: on a shared filesystem a team's database would be readable by its builder only. Every temporary
 file or directory that becomes an output therefore gets the mode an ordinary `open()`/`mkdir()` would have
 given it (`created_mode`), so the user's umask decides, as it does for every other program.
+
+Faults: an OS error while writing (disk full, read-only file system, no permission) becomes one
+`OutputError` naming the output and the OS's reason; the temporary is removed. A temporary's name says
+which process wrote it (`.{name}.{pid}@{host}.XXXXXXXX.tmp`), so the next write of the same output removes
+what a killed run left behind without touching a live writer's (`clear_stale_temporaries`). Inside
+`all_or_nothing()` (every script runs in one) a run that fails also removes the outputs it created.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opperf.errors import OpperfError
+from opperf.errors import OpperfError, OutputError
 
 if TYPE_CHECKING:      # pandas is imported where it is used: text-only writers (traces) start faster without it
     import pandas as pd
@@ -52,12 +62,152 @@ def make_temp_dir(prefix: str, dir: str | Path, suffix: str = "") -> Path:
     return path
 
 
+# --- temporaries and what a failed run created ----------------------------------------------------
+
+TEMP_SUFFIX = ".tmp"
+# A writer on another host cannot be asked whether it still runs; its temporary counts as abandoned after this.
+FOREIGN_TEMP_STALE_AFTER_S = 24 * 3600
+# Temporaries named before they carried their writer (`.{name}.XXXXXXXX.tmp`, `.{name}.old.XXXXXXXX`).
+_UNTAGGED_TEMP = re.compile(r"^(old\.)?[a-z0-9_]{8}$")
+
+
+def _writer_tag() -> str:
+    """`pid@host` of this process, dots of the host name replaced (a tag holds none)."""
+    return f"{os.getpid()}@{socket.gethostname().replace('.', '-')}"
+
+
+def temp_prefix(target: str | Path) -> str:
+    """The name prefix of this process's temporaries for `target`: `.{name}.{pid}@{host}.`."""
+    return f".{Path(target).name}.{_writer_tag()}."
+
+
+def _writer_is_gone(tag: str, path: Path) -> bool:
+    pid_text, _, host = tag.partition("@")
+    if not pid_text.isdigit() or not host:
+        return False
+    if host != socket.gethostname().replace(".", "-"):
+        try:
+            return time.time() - path.lstat().st_mtime > FOREIGN_TEMP_STALE_AFTER_S
+        except OSError:
+            return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:          # alive, someone else's
+        return False
+    return False
+
+
+def clear_stale_temporaries(target: str | Path) -> list[Path]:
+    """Remove the temporaries of `target` that a killed run left beside it (their writer is gone)."""
+    target = Path(target)
+    prefix = f".{target.name}."
+    removed = []
+    try:
+        siblings = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for path in siblings:
+        middle = path.name[len(prefix):]
+        if _UNTAGGED_TEMP.match(middle.removesuffix(TEMP_SUFFIX)):
+            stale = True
+        elif middle.endswith(TEMP_SUFFIX):
+            stale = _writer_is_gone(middle.split(".", 1)[0], path)
+        else:
+            stale = False
+        if not stale:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        removed.append(path)
+    return removed
+
+
+# What the current all_or_nothing() block created: (path, whole) where `whole` is a directory that is an output
+# in its own right (removed with its content) rather than a parent made for one (removed only if left empty).
+_created: contextvars.ContextVar[list[tuple[Path, bool]] | None] = contextvars.ContextVar("opperf_created",
+                                                                                          default=None)
+
+
+def _note_created(path: Path, whole: bool = True) -> None:
+    created = _created.get()
+    if created is not None:
+        created.append((path, whole))
+
+
+def _remove_created(created: list[tuple[Path, bool]]) -> None:
+    for path, whole in reversed(created):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                if whole:
+                    shutil.rmtree(path)
+                else:
+                    path.rmdir()                 # a parent another job may have written into meanwhile: kept then
+            else:
+                path.unlink()
+        except OSError:
+            continue
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Outputs (files, directories) created inside are removed again if the block raises.
+
+    Files that already existed and were replaced keep their complete new content: removing them would
+    lose a database file that an in-place update had finished.
+    """
+    outer = _created.get()
+    created: list[tuple[Path, bool]] = []
+    token = _created.set(created)
+    try:
+        yield
+    except BaseException:
+        _remove_created(created)
+        raise
+    finally:
+        _created.reset(token)
+    if outer is not None:
+        outer.extend(created)
+
+
+def make_parents(path: Path) -> None:
+    """`path.parent.mkdir(parents=True)`, noting the directories it creates (removed if the run fails empty)."""
+    missing = []
+    parent = path.parent
+    while not parent.is_dir() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue
+        _note_created(directory, whole=False)
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
-    """Open a temporary sibling of `path` for writing; on success it replaces `path`, on error it is removed."""
+    """Open a temporary sibling of `path` for writing; on success it replaces `path`, on error it is removed.
+
+    An OS error on the way (the directory cannot be made, the disk fills, the file system is read-only)
+    is raised as an OutputError naming `path`.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clear_stale_temporaries(path)
+    try:
+        make_parents(path)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
+    except OSError as exc:
+        raise OutputError(path, exc) from exc
     try:
         os.fchmod(fd, created_mode())
         kwargs = {} if "b" in mode else {"encoding": encoding, "newline": ""}
@@ -65,11 +215,20 @@ def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        created = not path.exists()
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if exc.filename not in (None, tmp, str(path)):
+            raise                                    # another file's error (an input read inside the block)
+        raise OutputError(path, exc) from exc
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if created:
+        _note_created(path)
 
 
 def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
@@ -89,7 +248,8 @@ def write_csv_atomic(path: str | Path, frame: "pd.DataFrame") -> None:
 def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> "pd.DataFrame":
     """Read a database CSV as strings (no dtype guessing: shapes like `4096,512` must stay text).
 
-    Missing files, empty files and missing required columns are errors naming the file and field.
+    Missing files, empty files, bytes that are not UTF-8 and missing required columns are errors naming
+    the file, line and field.
     """
     import pandas as pd
 
@@ -100,12 +260,45 @@ def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> "pd.D
         raise OpperfError("file is empty (no header)", path=path)
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+    except UnicodeDecodeError as exc:
+        raise (not_utf8_error(path) or OpperfError(f"not UTF-8 text: {exc.reason}", path=path)) from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise OpperfError(f"cannot parse CSV: {exc}", path=path) from exc
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise OpperfError(f"missing required column(s) {missing}", path=path, field=missing[0])
     return frame
+
+
+def not_utf8_error(path: str | Path) -> OpperfError | None:
+    """Where a CSV first holds bytes that are not UTF-8, as an error naming its line and column (None: none).
+
+    The decoder reports a byte offset into a buffer; a user needs the line a text editor shows and the
+    column (the header's name for the field the byte is in).
+    """
+    path = Path(path)
+    header: list[str] = []
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if line_number == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = raw[exc.start:exc.start + 1].hex()
+                fields = next(csv.reader([raw.decode("utf-8", errors="replace")]), [])
+                index = next((i for i, value in enumerate(fields) if "\ufffd" in value), None)
+                column = raw[:exc.start].decode("utf-8", errors="replace").count(",") + 1
+                if line_number == 1:
+                    where = f"header field {index + 1}" if index is not None else f"field {column}"
+                    return OpperfError(f"not UTF-8 text: byte 0x{bad} in {where}", path=path, row=1)
+                name = header[index] if index is not None and index < len(header) else None
+                where = f"column {index + 1}" if index is not None else f"column {column}"
+                return OpperfError(f"not UTF-8 text: byte 0x{bad} in {where}", path=path, row=line_number,
+                                   field=name)
+            if line_number == 1:
+                header = next(csv.reader([text]), [])
+    return None
 
 
 def csv_header(path: str | Path) -> list[str]:
@@ -121,42 +314,73 @@ def staged_directory(target: str | Path, *, replace_whole: bool = False) -> Iter
     (`replace_whole`: renamed aside, the new one renamed in, the old one put back if that fails) or
     kept existing throughout: each file replaced atomically (the kernel-types manifest last, so a
     reader that trusts it never sees a type whose CSV is not there yet), then the CSVs of kernel
-    types the old manifest listed and the new one lacks removed. On error nothing new is published.
+    types the old manifest listed and the new one lacks removed. On error nothing new is published;
+    an OS error is an OutputError naming the file under `target` it was for.
     """
-    from opperf.contract import KERNEL_TYPES_MANIFEST, kernel_type_problem
-
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = make_temp_dir(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    clear_stale_temporaries(target)
     try:
-        yield staging
-        for path in staging.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        if not target.exists():
-            os.rename(staging, target)
-            return
-        if replace_whole:
-            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-            os.replace(target, aside / target.name)
-            try:
-                os.rename(staging, target)
-            except BaseException:
-                os.replace(aside / target.name, target)
-                raise
-            finally:
-                shutil.rmtree(aside, ignore_errors=True)
-            return
-        old_manifest = target / KERNEL_TYPES_MANIFEST
-        old_types = set(old_manifest.read_text(encoding="utf-8").split()) if old_manifest.is_file() else set()
-        new_manifest = staging / KERNEL_TYPES_MANIFEST
-        new_types = set(new_manifest.read_text(encoding="utf-8").split()) if new_manifest.is_file() else set()
-        for path in sorted(staging.iterdir(), key=lambda p: p.name == KERNEL_TYPES_MANIFEST):
-            os.replace(path, target / path.name)
-        for kernel_type in old_types - new_types:
-            if kernel_type_problem(kernel_type) is None:
-                with contextlib.suppress(FileNotFoundError):
-                    (target / f"{kernel_type}.csv").unlink()
+        make_parents(target)
+        staging = make_temp_dir(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
+    except OSError as exc:
+        raise OutputError(target, exc) from exc
+    outer = _created.set(None)           # files made inside the staging directory are not outputs themselves
+    try:
+        try:
+            yield staging
+        finally:
+            _created.reset(outer)
+        _publish(staging, target, replace_whole)
+    except OutputError as exc:
+        raise exc.moved_to(staging, target) from exc.cause
+    except OSError as exc:
+        if exc.filename is not None and not _is_under(exc.filename, staging, target):
+            raise                                    # another file's error (an input read inside the block)
+        failed = Path(exc.filename) if exc.filename is not None else target
+        raise OutputError(failed, exc).moved_to(staging, target) from exc
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_under(name: str | bytes, *directories: Path) -> bool:
+    path = Path(os.fsdecode(name))
+    return any(path == d or d in path.parents for d in directories)
+
+
+def _publish(staging: Path, target: Path, replace_whole: bool) -> None:
+    """Move a filled staging directory's files into `target` (see staged_directory)."""
+    from opperf.contract import KERNEL_TYPES_MANIFEST, kernel_type_problem
+
+    for path in staging.iterdir():
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    if not target.exists():
+        os.rename(staging, target)
+        _note_created(target)
+        return
+    if replace_whole:
+        aside = make_temp_dir(prefix=temp_prefix(target), suffix=f".old{TEMP_SUFFIX}", dir=target.parent)
+        os.replace(target, aside / target.name)
+        try:
+            os.rename(staging, target)
+        except BaseException:
+            os.replace(aside / target.name, target)
+            raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+        return
+    old_manifest = target / KERNEL_TYPES_MANIFEST
+    old_types = set(old_manifest.read_text(encoding="utf-8").split()) if old_manifest.is_file() else set()
+    new_manifest = staging / KERNEL_TYPES_MANIFEST
+    new_types = set(new_manifest.read_text(encoding="utf-8").split()) if new_manifest.is_file() else set()
+    for path in sorted(staging.iterdir(), key=lambda p: p.name == KERNEL_TYPES_MANIFEST):
+        created = not (target / path.name).exists()
+        os.replace(path, target / path.name)
+        if created:
+            _note_created(target / path.name)
+    for kernel_type in old_types - new_types:
+        if kernel_type_problem(kernel_type) is None:
+            with contextlib.suppress(FileNotFoundError):
+                (target / f"{kernel_type}.csv").unlink()

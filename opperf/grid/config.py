@@ -10,9 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error, read_yaml_mapping
 from opperf.grid.evaluator import (Expression, ExpressionError, ShapeExpression, compile_expression,
                                    compile_shape)
 
@@ -88,7 +87,7 @@ class GridConfig:
 
 
 def _fail(path, where: str, message: str):
-    raise OpperfError(message, path=path, field=where)
+    raise field_error(message, path, where)
 
 
 def _positive_int(value, path, where: str) -> int:
@@ -239,19 +238,6 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
     return Pattern(name=name, match=match, iterators=iterators, constants=constants, constraints=constraints,
                    inputs=shapes["inputs"], outputs=shapes["outputs"], columns=columns,
                    require_template=require_template)
-
-
-def read_yaml_mapping(path: Path, what: str) -> dict:
-    """A YAML file whose top level is a mapping; unreadable, invalid or other YAML is an error naming the file."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise OpperfError(f"cannot read the {what}: {exc}", path=path) from exc
-    except yaml.YAMLError as exc:
-        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
-    if not isinstance(raw, dict):
-        raise OpperfError(f"the {what} must be a mapping at the top level", path=path)
-    return raw
 
 
 def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:

@@ -50,9 +50,9 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         _log_skips(database)
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")
-        write_parsed_directory(database_path, database)
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
+        write_parsed_directory(database_path, database)
         fields.update(rows=database.rows_read, kernel_types=len(database.rows),
                       groups=sum(len(r) for r in database.rows.values()),
                       skipped=sum(database.skip_counts.values()))

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error, read_yaml
 
 DEFAULT_DEFINITIONS_DIR = Path(__file__).resolve().parents[2] / "config" / "kernels"
 BACKENDS = ("cpu", "cuda", "npu")
@@ -151,7 +151,7 @@ class KernelDefinition:
 # --- validation helpers -------------------------------------------------------------------------
 
 def _fail(message: str, path: Path, field_name: str) -> OpperfError:
-    return OpperfError(message, path=path, field=field_name)
+    return field_error(message, path, field_name)
 
 
 def _string_list(raw: Any, path: Path, field_name: str, *, pattern: re.Pattern | None = None) -> tuple[str, ...]:
@@ -396,16 +396,7 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
 
 def load_definition(path: str | Path) -> KernelDefinition:
     """Load and validate one kernel definition file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise OpperfError(f"cannot read kernel definition: {exc.strerror}", path=path) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise OpperfError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                          row=mark.line + 1 if mark else None) from exc
-    return parse_definition(raw, path)
+    return parse_definition(read_yaml(path, "kernel definition"), path)
 
 
 def definition_files(directory: str | Path) -> list[Path]:

@@ -342,6 +342,31 @@ def resolve_callable(dotted: str, import_modules: Sequence[str] = ()) -> Callabl
     return target
 
 
+def check_definition_resolves(definition: KernelDefinition) -> None:
+    """The definition's modules import and its api exists in this environment, else an error naming its file
+    and field: a broken definition fails every row alike, so it is the job's error, not each row's."""
+    for module in definition.import_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise OpperfError(f"cannot import {module!r}: {exc}", path=definition.path,
+                              field="import_modules") from exc
+    if definition.api:
+        try:
+            resolve_callable(definition.api)
+        except OpperfError as exc:
+            raise OpperfError(exc.reason, path=definition.path, field="api") from exc
+    if definition.hook:
+        try:
+            module = importlib.import_module(definition.hook)
+        except ImportError as exc:
+            raise OpperfError(f"cannot import hook module {definition.hook!r}: {exc}", path=definition.path,
+                              field="hook") from exc
+        if not callable(getattr(module, "build_case", None)):
+            raise OpperfError(f"hook module {definition.hook!r} has no build_case(row, ctx)", path=definition.path,
+                              field="hook")
+
+
 def _index_high(bound: IndexBound, ctx: BuildContext, slot_index: int) -> int:
     if bound.constant is not None:
         return bound.constant

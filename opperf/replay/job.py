@@ -199,12 +199,12 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
                                  prune_invalid_rows=settings.prune_invalid_rows,
                                  prune_empty_duration_rows=settings.prune_empty_duration_rows,
                                  update_mode=settings.update_mode)
-    write_csv_atomic(output_path, written)
     job = KernelJobResult(kernel_type, items, outcomes, report)
     log.info("%s: %s; statuses %s", kernel_type, report.summary(), json.dumps(job.status_counts()))
     if trace_dir is not None:
         job.trace_files = write_traces(Trace(trace_dir, kernel_type, task_id), job, frame, definition, settings,
                                        rows_path, output_path, definitions_dir)
+    write_csv_atomic(output_path, written)       # last: the output exists only if everything before it was written
     return job
 
 
