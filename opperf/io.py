@@ -231,6 +231,20 @@ def atomic_output(path: str | Path, mode: str = "w", encoding: str | None = "utf
         _note_created(path)
 
 
+def check_writable(*targets: str | Path) -> None:
+    """Create and remove a temporary beside each target now, so a long stage (replay) on a read-only or
+    forbidden output directory stops at once with the OutputError it would meet at its end. (A full disk may
+    still let an empty file be made: that is met, and cleaned up, when the real write fails.)"""
+    for target in map(Path, targets):
+        try:
+            make_parents(target)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            raise OutputError(target, exc) from exc
+
+
 def write_text_atomic(path: str | Path, text: str, *, executable: bool = False) -> None:
     """Write text atomically; `executable` files (standalone reproducers) get the umask's 0777 mode."""
     with atomic_output(path) as handle:
@@ -270,11 +284,11 @@ def read_database_csv(path: str | Path, required: tuple[str, ...] = ()) -> "pd.D
     return frame
 
 
-def not_utf8_error(path: str | Path) -> OpperfError | None:
+def not_utf8_error(path: str | Path, delimiter: str = ",") -> OpperfError | None:
     """Where a CSV first holds bytes that are not UTF-8, as an error naming its line and column (None: none).
 
-    The decoder reports a byte offset into a buffer; a user needs the line a text editor shows and the
-    column (the header's name for the field the byte is in).
+    The decoder reports a byte offset into a buffer; a user needs the line a text editor shows, the column
+    number and (below the header) the column's name.
     """
     path = Path(path)
     header: list[str] = []
@@ -285,19 +299,14 @@ def not_utf8_error(path: str | Path) -> OpperfError | None:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                bad = raw[exc.start:exc.start + 1].hex()
-                fields = next(csv.reader([raw.decode("utf-8", errors="replace")]), [])
-                index = next((i for i, value in enumerate(fields) if "\ufffd" in value), None)
-                column = raw[:exc.start].decode("utf-8", errors="replace").count(",") + 1
-                if line_number == 1:
-                    where = f"header field {index + 1}" if index is not None else f"field {column}"
-                    return OpperfError(f"not UTF-8 text: byte 0x{bad} in {where}", path=path, row=1)
-                name = header[index] if index is not None and index < len(header) else None
-                where = f"column {index + 1}" if index is not None else f"column {column}"
-                return OpperfError(f"not UTF-8 text: byte 0x{bad} in {where}", path=path, row=line_number,
-                                   field=name)
+                fields = next(csv.reader([raw.decode("utf-8", errors="replace")], delimiter=delimiter), [])
+                index = next((i for i, value in enumerate(fields) if "\ufffd" in value),
+                             raw[:exc.start].count(delimiter.encode()))
+                name = header[index] if line_number > 1 and index < len(header) else None
+                return OpperfError(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} in column {index + 1}", path=path,
+                                   row=line_number, field=name)
             if line_number == 1:
-                header = next(csv.reader([text]), [])
+                header = next(csv.reader([text], delimiter=delimiter), [])
     return None
 
 

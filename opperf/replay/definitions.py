@@ -181,9 +181,10 @@ def _integer(raw: Any, path: Path, field_name: str) -> int:
 
 
 def _check_keys(entry: Mapping, allowed: set[str], path: Path, field_name: str) -> None:
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(set(entry) - allowed, key=str)
     if unknown:
-        raise _fail(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}", path, field_name)
+        where = str(unknown[0]) if field_name == "(top level)" else f"{field_name}.{unknown[0]}"
+        raise _fail(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}", path, where)
 
 
 def _index_bound(raw: Any, path: Path, field_name: str, slot_count: int) -> IndexBound:

@@ -24,6 +24,7 @@ import torch
 
 from opperf import contract
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error
 from opperf.grid.memory import tensor_bytes
 from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition
 
@@ -349,22 +350,20 @@ def check_definition_resolves(definition: KernelDefinition) -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise OpperfError(f"cannot import {module!r}: {exc}", path=definition.path,
-                              field="import_modules") from exc
+            raise field_error(f"cannot import {module!r}: {exc}", definition.path, "import_modules") from exc
     if definition.api:
         try:
             resolve_callable(definition.api)
         except OpperfError as exc:
-            raise OpperfError(exc.reason, path=definition.path, field="api") from exc
+            raise field_error(exc.reason, definition.path, "api") from exc
     if definition.hook:
         try:
             module = importlib.import_module(definition.hook)
         except ImportError as exc:
-            raise OpperfError(f"cannot import hook module {definition.hook!r}: {exc}", path=definition.path,
-                              field="hook") from exc
+            raise field_error(f"cannot import hook module {definition.hook!r}: {exc}", definition.path,
+                              "hook") from exc
         if not callable(getattr(module, "build_case", None)):
-            raise OpperfError(f"hook module {definition.hook!r} has no build_case(row, ctx)", path=definition.path,
-                              field="hook")
+            raise field_error(f"hook module {definition.hook!r} has no build_case(row, ctx)", definition.path, "hook")
 
 
 def _index_high(bound: IndexBound, ctx: BuildContext, slot_index: int) -> int:

@@ -159,7 +159,7 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                             current, started_at = None, None
                         elif record["event"] == "definition_error":
                             definition_error = OpperfError(record["message"], path=settings.definition_path,
-                                                           field=record["field"])
+                                                           row=record.get("line"), field=record["field"])
                         elif record["event"] == "stats":
                             log.info("%s: replay process: imports %.2f s, setup %.2f s, %d rows in %.2f s "
                                      "(of which collecting samples %.2f s)", settings.kernel_type,

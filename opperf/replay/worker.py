@@ -59,8 +59,8 @@ def main(argv=None) -> int:
         check_definition_resolves(definition)
     except OpperfError as exc:       # the job's error, not a row's: reported once, no row is run
         with open(args.progress, "a", encoding="utf-8") as progress:
-            progress.write(json.dumps({"event": "definition_error", "message": exc.reason, "field": exc.field})
-                           + "\n")
+            progress.write(json.dumps({"event": "definition_error", "message": exc.reason, "field": exc.field,
+                                       "line": exc.row}) + "\n")
         return 0
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
