@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -43,107 +42,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import bad_input_corpus as corpus  # noqa: E402
 import faults  # noqa: E402
-from snakemake_api import copy_workflow  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
-OUTCOMES = ("ok", "traceback", "unclear", "accepted-wrong", "left-behind", "counted-twice", "rows-lost")
-SNAKEMAKE_HEADER = re.compile(r'^WorkflowError in file "[^"]+", line \d+:$')
-SNAKEMAKE_FRAME = re.compile(r'^  File "[^"]+/(Snakefile|rules/[\w.]+\.smk)", line \d+, in <module>$')
-
-
-def snapshot(root: Path) -> dict[str, int]:
-    """Every file under the copy (size), but Snakemake's bookkeeping, logs and byte code."""
-    files = {}
-    for path in root.rglob("*"):
-        parts = path.relative_to(root).parts
-        if path.is_file() and not ({".snakemake", "__pycache__", "logs"} & set(parts)):
-            files[str(path.relative_to(root))] = path.stat().st_mtime_ns
-    return files
-
-
-def python_env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
-def run_case(case: corpus.Case, scratch: Path) -> dict:
-    root = copy_workflow(scratch / "wf")
-    case.prepare(root)
-    (root / case.fault_dir).mkdir(parents=True, exist_ok=True) if case.fault else None
-    before = snapshot(root)
-    started = time.perf_counter()
-    if case.command:
-        command = [sys.executable, *case.command]
-    else:
-        command = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
-        if case.configfiles:
-            command += ["--configfile", *case.configfiles]
-    reason = ""
-    if case.fault:
-        run = faults.run_with_fault(case.fault, command, root / case.fault_dir, cwd=root, env=python_env())
-        returncode, output, inside = run.returncode, run.stdout + run.stderr, run.left
-        reason = faults.expected_reason(case.fault)
-    else:
-        done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=python_env(), timeout=600)
-        returncode, output, inside = done.returncode, done.stdout + done.stderr, []
-    wall_s = time.perf_counter() - started
-    after = snapshot(root)
-    new_files = sorted(set(after) - set(before))
-    result = {"case": case.name, "group": case.group, "command": " ".join(command[1:]) if case.command else
-              "snakemake -n" + "".join(f" --configfile {f}" for f in case.configfiles),
-              "fault": case.fault or "", "fault_method": _fault_method(case.fault), "exit": returncode,
-              "wall_s": round(wall_s, 2), "expected": corpus.expected_line(case, root, reason)}
-    result.update(classify(case, root, returncode, output, new_files, inside, reason))
-    return result
-
-
-def _fault_method(fault: str | None) -> str:
-    if not fault:
-        return ""
-    if faults.namespaces_work():
-        return {"disk_full": "full 64 KiB tmpfs (ENOSPC)", "read_only": "read-only bind mount (EROFS)",
-                "no_permission": "unprivileged user, directory 0555 (EACCES)"}[fault]
-    return "RLIMIT_FSIZE 0 (EFBIG)" if fault == "disk_full" else "chmod 0555 (EACCES)"
-
-
-def classify(case: corpus.Case, root: Path, returncode: int, output: str, new_files: list[str], inside: list[str],
-             reason: str) -> dict:
-    lines = output.splitlines()
-    framing = [i for i, line in enumerate(lines) if SNAKEMAKE_HEADER.match(line) or SNAKEMAKE_FRAME.match(line)]
-    tracebacky = [line for i, line in enumerate(lines) if i not in framing and
-                  (line.startswith("Traceback (most recent call last)") or re.match(r'^\s+File "', line))]
-    if case.command:
-        error_lines = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
-    else:
-        error_lines = [lines[i + 1] for i in framing if SNAKEMAKE_HEADER.match(lines[i]) and i + 1 < len(lines)]
-    left = [f for f in new_files if not case.fault or not f.startswith(case.fault_dir + "/")] + \
-           [f"{case.fault_dir}/{f}" for f in inside]
-    got = error_lines[0] if len(error_lines) == 1 else None
-    detail = {"said": error_lines, "framing_lines": len(framing), "left": left}
-    if tracebacky:
-        return {**detail, "outcome": "traceback", "why": tracebacky[:3]}
-    if case.expect is None:                       # a kill-and-rerun case: the rerun must succeed and clean up
-        if returncode != 0:
-            return {**detail, "outcome": "unclear", "why": ["the rerun failed", *lines[-3:]]}
-        problems = case.check(root) if case.check else []
-        if any(p.startswith("rows lost") for p in problems):
-            return {**detail, "outcome": "rows-lost", "why": problems}
-        if any("samples, one parse gives" in p for p in problems):
-            return {**detail, "outcome": "counted-twice", "why": problems}
-        if problems:
-            return {**detail, "outcome": "left-behind", "why": problems}
-        return {**detail, "outcome": "ok", "why": []}
-    if returncode == 0:
-        outcome = "counted-twice" if "counted-twice" in case.tags else "accepted-wrong"
-        return {**detail, "outcome": outcome, "why": ["exit 0"]}
-    if case.command and returncode != 2:
-        return {**detail, "outcome": "unclear", "why": [f"exit {returncode}, not 2"]}
-    if not corpus.matches(case, root, got, reason):
-        return {**detail, "outcome": "unclear", "why": [f"said {error_lines!r}"]}
-    if left:
-        return {**detail, "outcome": "left-behind", "why": left}
-    return {**detail, "outcome": "ok", "why": []}
 
 
 def machine() -> str:
@@ -159,13 +59,16 @@ def markdown(report: dict) -> str:
     counts = report["counts"]
     lines = [f"# Bad inputs and faults: {report['cases']} cases", "",
              f"Measured {report['measured_at']} on {report['machine']}; commit {report['commit']}; "
-             f"faults by {report['fault_methods']}. Command: `python benchmarks/bad_inputs.py`.", "",
+             f"faults by {report['fault_methods']}. Command: `python benchmarks/bad_inputs.py` "
+             f"({report['wall_s']:.0f} s).", "",
              "| outcome | cases |", "|---|---|"]
-    lines += [f"| {outcome} | {counts.get(outcome, 0)} |" for outcome in OUTCOMES]
-    lines += ["", f"Snakemake's own framing around a load-time error: {report['snakemake_framing']}.", "",
-              "| group | case | exit | outcome | what the user saw (without `error: `) |", "|---|---|---|---|---|"]
+    lines += [f"| {outcome} | {counts.get(outcome, 0)} |" for outcome in corpus.OUTCOMES]
+    lines += ["", f"What Snakemake prints around our line for a load-time error: {report['snakemake_framing']}.",
+              "", "| group | case | exit | outcome | what the user saw (without `error: `) |", "|---|---|---|---|---|"]
     for row in report["results"]:
         said = "<br>".join(s.replace("|", "\\|") for s in row["said"]) or "(nothing: " + ", ".join(row["why"]) + ")"
+        if not row["said"] and row["outcome"] == "ok":
+            said = "(rerun succeeded; nothing left behind)"
         lines.append(f"| {row['group']} | {row['case']} | {row['exit']} | {row['outcome']} | {said} |")
     return "\n".join(lines) + "\n"
 
@@ -177,23 +80,27 @@ def main() -> int:
     args = parser.parse_args()
     cases = [c for c in corpus.CASES if args.k in c.name]
     results = []
+    started = time.perf_counter()
     for case in cases:
         with tempfile.TemporaryDirectory(prefix="opperf-bad-input-") as scratch:
-            result = run_case(case, Path(scratch))
+            result = corpus.run_case(case, Path(scratch))
         results.append(result)
         print(f"{result['outcome']:<14} {result['wall_s']:6.1f}s  {case.group:<12} {case.name}", flush=True)
         if result["outcome"] != "ok":
             print(f"    expected: {result['expected']}\n    why: {result['why']}", flush=True)
     counts = Counter(r["outcome"] for r in results)
-    framing = Counter(r["framing_lines"] for r in results if not any(c.name == r["case"] and c.command for c in cases))
+    framing = Counter(r["framing_lines"] for r in results if not r["command"].startswith("scripts/"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     report = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-              "commit": commit.stdout.strip(), "cases": len(results), "counts": dict(counts),
+              "load_average": os.getloadavg(), "commit": commit.stdout.strip(), "cases": len(results),
+              "wall_s": round(time.perf_counter() - started, 1), "counts": dict(counts),
               "fault_methods": "user namespaces (real ENOSPC, EROFS, EACCES)" if faults.namespaces_work() else
-              "RLIMIT_FSIZE (EFBIG) and chmod", "snakemake_framing": ", ".join(
-                  f"{n} lines in {k} cases" for n, k in sorted(framing.items())), "results": results}
+              "RLIMIT_FSIZE (EFBIG) and chmod",
+              "snakemake_framing": ", ".join(f"{n} lines (header + frame) in {k} cases"
+                                             for n, k in sorted(framing.items())),
+              "results": results}
     print()
-    for outcome in OUTCOMES:
+    for outcome in corpus.OUTCOMES:
         print(f"{outcome:<15} {counts.get(outcome, 0)}")
     if not args.k or args.write:
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ given it (`created_mode`), so the user's umask decides, as it does for every oth
 
 Faults: an OS error while writing (disk full, read-only file system, no permission) becomes one
 `OutputError` naming the output and the OS's reason; the temporary is removed. A temporary's name says
-which process wrote it (`.{name}.{pid}@{host}.XXXXXXXX.tmp`), so the next write of the same output removes
-what a killed run left behind without touching a live writer's (`clear_stale_temporaries`). Inside
+which process wrote it (`.{name}.{pid}@{host}.XXXXXXXX.tmp`), so the next write into the same directory
+removes what a killed run left behind without touching a live writer's (`clear_stale_temporaries`). Inside
 `all_or_nothing()` (every script runs in one) a run that fails also removes the outputs it created.
 """
 
@@ -67,13 +67,19 @@ def make_temp_dir(prefix: str, dir: str | Path, suffix: str = "") -> Path:
 TEMP_SUFFIX = ".tmp"
 # A writer on another host cannot be asked whether it still runs; its temporary counts as abandoned after this.
 FOREIGN_TEMP_STALE_AFTER_S = 24 * 3600
+# A temporary's name: `.{target name}.{pid}@{host}.{random}[.old].tmp` (the writer tagged, so it can be asked).
+_TAGGED_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9_-]+)\.[^.]+(\.old)?\.tmp$")
 # Temporaries named before they carried their writer (`.{name}.XXXXXXXX.tmp`, `.{name}.old.XXXXXXXX`).
-_UNTAGGED_TEMP = re.compile(r"^(old\.)?[a-z0-9_]{8}$")
+_UNTAGGED_TEMP = re.compile(r"^([a-z0-9_]{8}\.tmp|old\.[a-z0-9_]{8})$")
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "-")
 
 
 def _writer_tag() -> str:
     """`pid@host` of this process, dots of the host name replaced (a tag holds none)."""
-    return f"{os.getpid()}@{socket.gethostname().replace('.', '-')}"
+    return f"{os.getpid()}@{_host()}"
 
 
 def temp_prefix(target: str | Path) -> str:
@@ -81,16 +87,12 @@ def temp_prefix(target: str | Path) -> str:
     return f".{Path(target).name}.{_writer_tag()}."
 
 
-def _writer_is_gone(tag: str, path: Path) -> bool:
-    pid_text, _, host = tag.partition("@")
-    if not pid_text.isdigit() or not host:
-        return False
-    if host != socket.gethostname().replace(".", "-"):
+def _writer_is_gone(pid: int, host: str, path: Path) -> bool:
+    if host != _host():
         try:
             return time.time() - path.lstat().st_mtime > FOREIGN_TEMP_STALE_AFTER_S
         except OSError:
             return False
-    pid = int(pid_text)
     if pid == os.getpid():
         return False
     try:
@@ -103,22 +105,22 @@ def _writer_is_gone(tag: str, path: Path) -> bool:
 
 
 def clear_stale_temporaries(target: str | Path) -> list[Path]:
-    """Remove the temporaries of `target` that a killed run left beside it (their writer is gone)."""
+    """Remove the temporaries a killed run left in `target`'s directory: every tagged one whose writer is
+    gone (whatever output it was for: trace names change from run to run), and untagged ones of `target`."""
     target = Path(target)
-    prefix = f".{target.name}."
+    own_prefix = f".{target.name}."
     removed = []
     try:
-        siblings = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+        candidates = [p for p in target.parent.iterdir() if p.name.startswith(".") and
+                      (p.name.endswith(TEMP_SUFFIX) or p.name.startswith(own_prefix))]
     except OSError:
         return removed
-    for path in siblings:
-        middle = path.name[len(prefix):]
-        if _UNTAGGED_TEMP.match(middle.removesuffix(TEMP_SUFFIX)):
-            stale = True
-        elif middle.endswith(TEMP_SUFFIX):
-            stale = _writer_is_gone(middle.split(".", 1)[0], path)
+    for path in candidates:
+        tagged = _TAGGED_TEMP.match(path.name)
+        if tagged:
+            stale = _writer_is_gone(int(tagged["pid"]), tagged["host"], path)
         else:
-            stale = False
+            stale = path.name.startswith(own_prefix) and bool(_UNTAGGED_TEMP.match(path.name[len(own_prefix):]))
         if not stale:
             continue
         if path.is_dir() and not path.is_symlink():
@@ -181,7 +183,7 @@ def make_parents(path: Path) -> None:
     """`path.parent.mkdir(parents=True)`, noting the directories it creates (removed if the run fails empty)."""
     missing = []
     parent = path.parent
-    while not parent.is_dir() and parent != parent.parent:
+    while not parent.exists() and parent != parent.parent:      # an existing file stops it: ENOTDIR below
         missing.append(parent)
         parent = parent.parent
     for directory in reversed(missing):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+OUTCOMES = ("ok", "traceback", "unclear", "accepted-wrong", "left-behind", "counted-twice", "rows-lost")
 A3_PROFILE = "resources/profiles/A3_vllm0.18.0_torch2.9.0_cann8.5/kernel_details.csv"
 A3_DIR = "resources/profiles/A3_vllm0.18.0_torch2.9.0_cann8.5"
 A3_VERSION = "vllm0.18.0_torch2.9.0_cann8.5"
@@ -267,7 +268,6 @@ SRC = "config/sources.tsv"
 MM = "config/kernels/torch/mm.yaml"
 PARSE = ("scripts/parse_kernel_details.py", "--profiling-path")
 KERNEL_CSV = "parsed/MatMulV2.csv"
-CPU_VERSION_FLAG = "--backend"
 
 
 def _cases() -> list[Case]:
@@ -480,16 +480,16 @@ def _script_cases() -> list[Case]:
         Case("grid: devices memory_gb: -16", "catalog", both(parsed_a3(), edit(DEV, "memory_gb: 64          #",
                                                                                "memory_gb: -16          #")),
              at("{root}/" + DEV, "memory_gb: -16", "field 'A3.memory_gb': must be > 0, got -16"), command=grid,
-             note="the script's defaults are its checkout's config files, named in full"),
+             note="the script's defaults are its checkout's config files, named in full", tags=("child",)),
         Case("grid: grid.yaml YAML syntax error", "grid",
              both(parsed_a3(), edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4")),
              lambda root: f"{root}/{GRID}, line {line_with(GRID, '  batch: [1, 2, 4, 8')(root)}: not valid YAML: "
                           f"did not find expected ',' or ']' (while parsing a flow sequence started at line "
-                          f"{line_with(GRID, 'small_batch')(root)})", command=grid),
+                          f"{line_with(GRID, 'small_batch')(root)})", command=grid, tags=("child",)),
         Case("grid: models num_key_value_heads: -4", "models",
              both(parsed_a3(), edit(MOD, "num_key_value_heads: 4\n", "num_key_value_heads: -4\n")),
              at("{root}/" + MOD, "num_key_value_heads: -4", "field 'opperf-tiny.num_key_value_heads': must be >= 1, "
-                "got -4"), command=grid),
+                "got -4"), command=grid, tags=("child",)),
     ]
     cases += _fault_cases(parse, kernel, replay_mm, grid, workload)
     cases += _kill_cases(parse, kernel, replay_mm)
@@ -549,8 +549,8 @@ def _kill_cases(parse, kernel, replay_mm) -> list[Case]:
              check=no_temporaries),
         Case("trace file killed mid-write, then rerun", "kill",
              both(replay_rows(), definition("defs/mm.yaml"), killed_writer("out/traces/mm/spec.txt")), None,
-             command=replay_mm, check=no_temporaries, note="a temporary of another file of the directory stays until "
-                                                           "that file is written again"),
+             command=replay_mm, check=no_temporaries, note="trace names carry a task id: the rerun writes other "
+                                                           "names into the same directory"),
         Case("a temporary from an older opperf, then rerun", "kill", legacy_temporary("out/parsed"), None,
              command=parse, check=no_temporaries),
         Case("a live writer's temporary is left alone", "kill", live_writer("out/parsed"), None, command=parse,
@@ -559,12 +559,6 @@ def _kill_cases(parse, kernel, replay_mm) -> list[Case]:
 
 
 CASES = _cases()
-
-
-def first_file(root: Path, pattern: str) -> str:
-    """Placeholder support: the name a fault's first write has (trace names carry a task id)."""
-    found = sorted(root.glob(pattern))
-    return found[0].name if found else pattern
 
 
 def expected_line(case: Case, root: Path, reason: str = "") -> str | None:
@@ -582,10 +576,160 @@ def matches(case: Case, root: Path, got: str | None, reason: str = "") -> bool:
     return re.fullmatch(pattern, got) is not None
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+# --- running a case and judging what happened ----------------------------------------------------------
+
+SNAKEMAKE_HEADER = re.compile(r'^WorkflowError in file "[^"]+", line \d+:$')
+SNAKEMAKE_FRAME = re.compile(r'^  File "[^"]+/(Snakefile|rules/[\w.]+\.smk)", line \d+, in <module>$')
+FAULT_METHODS = {"disk_full": "full 64 KiB tmpfs (ENOSPC)", "read_only": "read-only bind mount (EROFS)",
+                 "no_permission": "unprivileged user, directory 0555 (EACCES)"}
+
+
+def snapshot(root: Path) -> set[str]:
+    """Every file under the copy, but Snakemake's bookkeeping, logs and byte code."""
+    return {str(path.relative_to(root)) for path in root.rglob("*")
+            if path.is_file() and not ({".snakemake", "__pycache__", "logs"} & set(path.relative_to(root).parts))}
+
+
+def python_env() -> dict:
+    env = _env()
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def fault_method(fault: str | None) -> str:
+    from faults import namespaces_work
+
+    if not fault:
+        return ""
+    if namespaces_work():
+        return FAULT_METHODS[fault]
+    return "RLIMIT_FSIZE 0 (EFBIG)" if fault == "disk_full" else "chmod 0555 (EACCES)"
+
+
+def command_line(case: Case) -> list[str]:
+    if case.command:
+        return [sys.executable, *case.command]
+    return [sys.executable, "-m", "snakemake", "-n", "--cores", "1"] + (
+        ["--configfile", *case.configfiles] if case.configfiles else [])
+
+
+def run_case(case: Case, scratch: Path, *, in_process: bool = False) -> dict:
+    """Run `case` in a fresh copy of the workflow under `scratch` and judge it (see OUTCOMES).
+
+    As a user would (`snakemake -n`, `python scripts/...`), or `in_process` (the load-time check's own calls,
+    scripts through run_cli) where the case has no fault and no kill; fault and kill cases always run as a child,
+    and so do cases tagged `child` (a script whose defaults are its own checkout's config files).
+    """
+    from faults import expected_reason, run_with_fault
+    from snakemake_api import copy_workflow
+
+    root = copy_workflow(scratch / "wf")
+    case.prepare(root)
+    if case.fault:
+        (root / case.fault_dir).mkdir(parents=True, exist_ok=True)
+    before = snapshot(root)
+    started = time.perf_counter()
+    reason, inside = "", []
+    if case.fault:
+        run = run_with_fault(case.fault, command_line(case), root / case.fault_dir, cwd=root, env=python_env())
+        returncode, output, inside = run.returncode, run.stdout + run.stderr, run.left
+        reason = expected_reason(case.fault)
+    elif in_process and case.expect is not None and "child" not in case.tags:
+        returncode, output = _run_in_process(case, root)
+    else:
+        done = subprocess.run(command_line(case), cwd=root, capture_output=True, text=True, env=python_env(),
+                              timeout=600)
+        returncode, output = done.returncode, done.stdout + done.stderr
+    wall_s = time.perf_counter() - started
+    new_files = sorted(snapshot(root) - before)
+    result = {"case": case.name, "group": case.group,
+              "command": " ".join(case.command) if case.command else " ".join(command_line(case)[2:]),
+              "fault": case.fault or "", "fault_method": fault_method(case.fault), "exit": returncode,
+              "wall_s": round(wall_s, 2), "expected": expected_line(case, root, reason)}
+    result.update(classify(case, root, returncode, output, new_files, inside, reason))
+    return result
+
+
+def _run_in_process(case: Case, root: Path) -> tuple[int, str]:
+    """(exit code, output) of the case through the same calls, without a new interpreter."""
+    import contextlib
+    import importlib.util
+    import io
+
+    from opperf.cli import run_cli
+    from opperf.errors import OpperfError
+
+    captured = io.StringIO()
+    previous = os.getcwd()
+    os.chdir(root)
+    try:
+        if not case.command:
+            try:
+                _workflow_load_check(case, root)
+            except OpperfError as exc:    # what rules/common.smk raises as a WorkflowError: Snakemake's framing
+                return 1, f'WorkflowError in file "{root}/rules/common.smk", line 1:\n{exc}'
+            return 0, ""
+        script = root / case.command[0]         # the copy's: its defaults are the copy's config files
+        spec = importlib.util.spec_from_file_location(f"corpus_{script.stem}", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            code = run_cli(module.build_parser(), module.main, list(case.command[1:]))
+        return code, captured.getvalue()
+    finally:
+        os.chdir(previous)
+
+
+def _workflow_load_check(case: Case, root: Path) -> None:
+    """What the Snakefile and rules/common.smk check when Snakemake loads the workflow, in the same order."""
+    from snakemake.utils import update_config
+
+    from opperf.workflow_config import check_config_file, check_workflow, config_files_by_precedence
+    from opperf.yaml_files import read_yaml
+
+    check_config_file("config/config.yaml")
+    command_line_files = [str((root / f).absolute()) for f in case.configfiles]
+    config = read_yaml("config/config.yaml", "workflow config")
+    for extra in command_line_files:
+        update_config(config, read_yaml(extra, "workflow config"))
+    check_workflow(config, config_files=config_files_by_precedence(
+        [*command_line_files, "config/config.yaml"], command_line_files),
+        definitions_root=root / "config" / "kernels")
+
+
+def classify(case: Case, root: Path, returncode: int, output: str, new_files: list[str], inside: list[str],
+             reason: str) -> dict:
+    lines = output.splitlines()
+    framing = [i for i, line in enumerate(lines) if SNAKEMAKE_HEADER.match(line) or SNAKEMAKE_FRAME.match(line)]
+    traceback_lines = [line for i, line in enumerate(lines) if i not in framing and
+                       (line.startswith("Traceback (most recent call last)") or re.match(r'^\s+File "', line))]
+    if case.command:
+        said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    else:
+        said = [lines[i + 1] for i in framing if SNAKEMAKE_HEADER.match(lines[i]) and i + 1 < len(lines)]
+    left = ([f for f in new_files if not case.fault or not f.startswith(case.fault_dir + "/")]
+            + [f"{case.fault_dir}/{f}" for f in inside])
+    detail = {"said": said, "framing_lines": len(framing), "left": left}
+    if traceback_lines:
+        return {**detail, "outcome": "traceback", "why": traceback_lines[:3]}
+    if case.expect is None:                       # a kill-and-rerun case: the rerun must succeed and clean up
+        if returncode != 0:
+            return {**detail, "outcome": "unclear", "why": ["the rerun failed", *lines[-3:]]}
+        problems = case.check(root) if case.check else []
+        if any(p.startswith("rows lost") for p in problems):
+            return {**detail, "outcome": "rows-lost", "why": problems}
+        if any("samples, one parse gives" in p for p in problems):
+            return {**detail, "outcome": "counted-twice", "why": problems}
+        if problems:
+            return {**detail, "outcome": "left-behind", "why": problems}
+        return {**detail, "outcome": "ok", "why": []}
+    if returncode == 0:
+        outcome = "counted-twice" if "counted-twice" in case.tags else "accepted-wrong"
+        return {**detail, "outcome": outcome, "why": ["exit 0"]}
+    if case.command and returncode != 2:
+        return {**detail, "outcome": "unclear", "why": [f"exit {returncode}, not 2"]}
+    if not matches(case, root, said[0] if len(said) == 1 else None, reason):
+        return {**detail, "outcome": "unclear", "why": [f"said {said!r}"]}
+    if left:
+        return {**detail, "outcome": "left-behind", "why": left}
+    return {**detail, "outcome": "ok", "why": []}
