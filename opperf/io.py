@@ -74,11 +74,17 @@ _UNTAGGED_TEMP = re.compile(r"^([a-z0-9_]{8}\.tmp|old\.[a-z0-9_]{8})$")
 
 
 def _host() -> str:
-    return socket.gethostname().replace(".", "-")
+    """Where this process's pid means something: the host name and, on Linux, the pid namespace (containers
+    on one host may share its name but not its pids)."""
+    try:
+        namespace = f"-{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        namespace = ""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname()) + namespace
 
 
 def _writer_tag() -> str:
-    """`pid@host` of this process, dots of the host name replaced (a tag holds none)."""
+    """`pid@host` of this process (a tag holds no dot)."""
     return f"{os.getpid()}@{_host()}"
 
 

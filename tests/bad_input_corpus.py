@@ -105,6 +105,18 @@ def at(relative: str, text: str, message: str) -> Callable[[Path], str]:
     return lambda root: f"{relative.replace('{root}', str(root))}, line {where(root)}, {message}"
 
 
+def unclosed(relative: str, found_at: str, started_at: str, *, flow: str = "mapping",
+             full_path: bool = False) -> Callable[[Path], str]:
+    """YAML's one line for a flow mapping/sequence left open: where it gave up, and where the flow started."""
+    closer = "}" if flow == "mapping" else "]"
+
+    def line(root: Path) -> str:
+        shown = f"{root}/{relative}" if full_path else relative
+        return (f"{shown}, line {line_with(relative, found_at)(root)}: not valid YAML: did not find expected ',' or "
+                f"'{closer}' (while parsing a flow {flow} started at line {line_with(relative, started_at)(root)})")
+    return line
+
+
 def sources(*rows: tuple[str, str, str, str]) -> Callable[[Path], None]:
     return write("config/sources.tsv", SOURCES_HEADER + "".join("\t".join(r) + "\n" for r in rows))
 
@@ -200,12 +212,11 @@ def legacy_temporary(target: str) -> Callable[[Path], None]:
 def live_writer(target: str) -> Callable[[Path], None]:
     """A temporary of a writer that is still running (this test's own process stands in for it)."""
     def apply(root: Path) -> None:
-        import socket
+        from opperf.io import temp_prefix
 
         path = root / target
         path.parent.mkdir(parents=True, exist_ok=True)
-        tag = f"{os.getpid()}@{socket.gethostname().replace('.', '-')}"
-        (path.parent / f".{path.name}.{tag}.live0001.tmp").write_text("being written")
+        (path.parent / f"{temp_prefix(path)}live0001.tmp").write_text("being written")
     return apply
 
 
@@ -274,9 +285,7 @@ def _cases() -> list[Case]:
     cases = [
         # --- config.yaml (validated against config/config.schema.yaml when the workflow loads) ---
         Case("config: YAML syntax error", "config", edit(CFG, "workload:\n", "workload: {x\n"),
-             lambda root: f"{CFG}, line {line_with(CFG, 'workload: {x')(root) + 1}: not valid YAML: did not find "
-                          f"expected ',' or '}}' (while parsing a flow mapping started at line "
-                          f"{line_with(CFG, 'workload: {x')(root)})"),
+             unclosed(CFG, "  enabled: true", "workload: {x")),
         Case("config: tab indentation", "config", edit(CFG, "  backend: cpu ", "\tbackend: cpu "),
              lambda root: f"{CFG}, line {line_with(CFG, 'backend: cpu')(root)}: not valid YAML: found a tab character "
                           f"that violates indentation (while scanning a plain scalar started at line "
@@ -335,9 +344,7 @@ def _cases() -> list[Case]:
                 "memory_gb, peak_tflops")),
         Case("devices: YAML syntax error", "catalog", edit(DEV, "  peak_tflops: {bfloat16: 1, float16: 1, float32: 1}",
                                                            "  peak_tflops: {bfloat16: 1, float16: 1, float32: 1"),
-             lambda root: f"{DEV}, line {line_with(DEV, 'memory_bandwidth_gbps: 50')(root)}: not valid YAML: did not "
-                          f"find expected ',' or '}}' (while parsing a flow mapping started at line "
-                          f"{line_with(DEV, 'float32: 1')(root)})"),
+             unclosed(DEV, "memory_bandwidth_gbps: 50", "float32: 1")),
         Case("devices: peak_tflops negative", "catalog", edit(DEV, "float32: 1}", "float32: -1}"),
              at(DEV, "float32: -1}", "field 'CPU.peak_tflops.float32': must be > 0, got -1")),
         # --- models.yaml ---
@@ -355,23 +362,17 @@ def _cases() -> list[Case]:
              at(MOD, "tp_sizes: [1, 3]", "field 'opperf-tiny.tp_sizes': model 'opperf-tiny': TP size 3 does not "
                 "divide num_attention_heads 8")),
         Case("models: YAML syntax error", "models", edit(MOD, "  tp_sizes: [1, 2]\n", "  tp_sizes: [1, 2\n"),
-             lambda root: f"{MOD}, line {line_with(MOD, 'Qwen3-32B:')(root)}: not valid YAML: did not find "
-                          f"expected ',' or ']' (while parsing a flow sequence started at line "
-                          f"{line_with(MOD, 'tp_sizes: [1, 2')(root)})"),
+             unclosed(MOD, "Qwen3-32B:", "tp_sizes: [1, 2", flow="sequence")),
         # --- grid.yaml ---
         Case("grid.yaml: YAML syntax error", "grid", edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4"),
-             lambda root: f"{GRID}, line {line_with(GRID, '  batch: [1, 2, 4, 8')(root)}: not valid YAML: did not "
-                          f"find expected ',' or ']' (while parsing a flow sequence started at line "
-                          f"{line_with(GRID, 'small_batch')(root)})"),
+             unclosed(GRID, "  batch: [1, 2, 4, 8", "small_batch", flow="sequence")),
         Case("grid.yaml: typo'd pattern key", "grid", edit(GRID, '    outputs: ["m, n"]\n', '    output: ["m, n"]\n'),
              at(GRID, 'output: ["m, n"]', "field 'patterns.gemm.output': pattern 'gemm': unknown key 'output' "
                 "(allowed: columns, constants, constraints, description, generator, inputs, iterators, match, "
                 "outputs, params, require_template)")),
         # --- kernel definitions ---
         Case("definition: YAML syntax error", "definitions", edit(MM, "  - {role: tensor}\n", "  - {role: tensor\n"),
-             lambda root: f"{MM}, line {line_with(MM, 'cache: cold')(root)}: not valid YAML: did not find expected "
-                          f"',' or '}}' (while parsing a flow mapping started at line "
-                          f"{line_with(MM, '{role: tensor')(root)})"),
+             unclosed(MM, "cache: cold", "{role: tensor")),
         Case("definition: unknown key", "definitions", edit(MM, "category: matmul", "category: matmul\nhok: x"),
              at(MM, "hok: x", "field 'hok': unknown key(s) ['hok']; allowed: ['alternate_kernel_types', "
                 "'api', 'backends', 'category', 'description', 'dtype_overrides', 'framework_ops', 'hook', "
@@ -419,7 +420,7 @@ def _script_cases() -> list[Case]:
               "--output", "out/MatMulV2.csv")
     replay_mm = ("scripts/replay.py", "--rows", "in/mm.csv", "--kernel", "mm", "--backend", "cpu",
                  "--definition", "defs/mm.yaml", "--output", "out/mm.csv", "--trace-dir", "out/traces",
-                 "--repeat-count", "1", "--warmup-count", "1", "--timeout-s", "120")
+                 "--repeat-count", "1", "--warmup-count", "1", "--timeout-s", "120", "--cpu-timing", "wall")
     grid = ("scripts/generate_shape_grid.py", "--input-dir", "parsed", "--output-dir", "out/grid", "--device", "A3",
             "--rows", "4")
     workload = ("scripts/profile_workload.py", "--model", "opperf-tiny", "--num-layers", "1", "--prefill-lengths", "4",
@@ -483,9 +484,8 @@ def _script_cases() -> list[Case]:
              note="the script's defaults are its checkout's config files, named in full", tags=("child",)),
         Case("grid: grid.yaml YAML syntax error", "grid",
              both(parsed_a3(), edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4")),
-             lambda root: f"{root}/{GRID}, line {line_with(GRID, '  batch: [1, 2, 4, 8')(root)}: not valid YAML: "
-                          f"did not find expected ',' or ']' (while parsing a flow sequence started at line "
-                          f"{line_with(GRID, 'small_batch')(root)})", command=grid, tags=("child",)),
+             unclosed(GRID, "  batch: [1, 2, 4, 8", "small_batch", flow="sequence", full_path=True), command=grid,
+             tags=("child",)),
         Case("grid: models num_key_value_heads: -4", "models",
              both(parsed_a3(), edit(MOD, "num_key_value_heads: 4\n", "num_key_value_heads: -4\n")),
              at("{root}/" + MOD, "num_key_value_heads: -4", "field 'opperf-tiny.num_key_value_heads': must be >= 1, "
@@ -547,10 +547,9 @@ def _kill_cases(parse, kernel, replay_mm) -> list[Case]:
         Case("replay output killed mid-write, then rerun", "kill",
              both(replay_rows(), definition("defs/mm.yaml"), killed_writer("out/mm.csv")), None, command=replay_mm,
              check=no_temporaries),
-        Case("trace file killed mid-write, then rerun", "kill",
-             both(replay_rows(), definition("defs/mm.yaml"), killed_writer("out/traces/mm/spec.txt")), None,
-             command=replay_mm, check=no_temporaries, note="trace names carry a task id: the rerun writes other "
-                                                           "names into the same directory"),
+        Case("trace file killed mid-write, then rerun", "kill", killed_writer("out/traces/MatMulV2/spec.txt"), None,
+             command=(*parse, "--trace-dir", "out/traces"), check=no_temporaries,
+             note="trace names carry a task id: the rerun writes other names into the same directory"),
         Case("a temporary from an older opperf, then rerun", "kill", legacy_temporary("out/parsed"), None,
              command=parse, check=no_temporaries),
         Case("a live writer's temporary is left alone", "kill", live_writer("out/parsed"), None, command=parse,

@@ -32,21 +32,22 @@ def test_refused_with_its_one_line_and_nothing_left(case, tmp_path):
     assert result["outcome"] == "ok", (result["why"], result["said"], result["expected"])
 
 
-def _snakemake_dry_run(workdir, *args):
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", *args], cwd=workdir,
+def _snakemake_output(tmp_path, old: str, new: str) -> tuple[subprocess.CompletedProcess, list[str], int]:
+    """`snakemake -n` in a workflow copy whose config.yaml has `old` replaced by `new`: the run, its whole
+    output, and the line `new` starts on."""
+    workdir = copy_workflow(tmp_path / "wf")
+    config = workdir / "config" / "config.yaml"
+    config.write_text(config.read_text().replace(old, new))
+    line = config.read_text().splitlines().index(new.strip("\n")) + 1
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=workdir,
                           capture_output=True, text=True, env=python_env(), timeout=300)
+    return done, (done.stdout + done.stderr).splitlines(), line
 
 
 def test_snakemake_prints_our_line_between_its_own_header_and_one_frame(tmp_path):
     """The whole output of a refused `snakemake -n`: Snakemake's header, our line, the frame that raised it."""
-    workdir = copy_workflow(tmp_path / "wf")
-    config = workdir / "config" / "config.yaml"
-    config.write_text(config.read_text().replace("\nreplay:\n", "\nreplays:\n"))
-    line = config.read_text().splitlines().index("replays:") + 1
-    done = _snakemake_dry_run(workdir)
-    assert done.returncode == 1
-    lines = (done.stdout + done.stderr).splitlines()
-    assert len(lines) == 3, lines
+    done, lines, line = _snakemake_output(tmp_path, "\nreplay:\n", "\nreplays:\n")
+    assert done.returncode == 1 and len(lines) == 3, lines
     assert SNAKEMAKE_HEADER.match(lines[0]) and SNAKEMAKE_FRAME.match(lines[2]), lines
     assert lines[1] == (f"config/config.yaml, line {line}, field 'replays': unknown key 'replays'; allowed: comm, "
                         "devices, grid, log_level, models, replay, report, sources, workload")
@@ -54,12 +55,7 @@ def test_snakemake_prints_our_line_between_its_own_header_and_one_frame(tmp_path
 
 def test_a_yaml_error_in_the_config_is_named_by_the_snakefile_before_snakemake_reads_it(tmp_path):
     """Snakemake's own loader says only "Config file is not valid JSON or YAML"; the Snakefile checks first."""
-    workdir = copy_workflow(tmp_path / "wf")
-    config = workdir / "config" / "config.yaml"
-    config.write_text(config.read_text().replace("workload:\n", "workload: {x\n"))
-    line = config.read_text().splitlines().index("workload: {x") + 1
-    done = _snakemake_dry_run(workdir)
-    lines = (done.stdout + done.stderr).splitlines()
+    done, lines, line = _snakemake_output(tmp_path, "workload:\n", "workload: {x\n")
     assert done.returncode == 1 and len(lines) == 3, lines
     assert lines[1] == (f"config/config.yaml, line {line + 1}: not valid YAML: did not find expected ',' or '}}' "
                         f"(while parsing a flow mapping started at line {line})")

@@ -86,12 +86,11 @@ def test_an_os_error_in_a_staged_directory_names_the_file_it_was_for(tmp_path):
 
 def test_the_next_write_removes_what_killed_writers_left_and_nothing_else(tmp_path):
     import os
-    import socket
     import subprocess
     import sys
     import time
 
-    from opperf.io import FOREIGN_TEMP_STALE_AFTER_S, temp_prefix
+    from opperf.io import FOREIGN_TEMP_STALE_AFTER_S, _host, temp_prefix
 
     target = tmp_path / "MatMulV2.csv"
     killed = subprocess.run([sys.executable, "-c", "import os\nfrom opperf.io import atomic_output\n"
@@ -99,7 +98,7 @@ def test_the_next_write_removes_what_killed_writers_left_and_nothing_else(tmp_pa
                              "    os.kill(os.getpid(), 9)\n"], capture_output=True)
     assert killed.returncode == -9
     (dead,) = list(tmp_path.glob(".MatMulV2.csv.*.tmp"))
-    host = socket.gethostname().replace(".", "-")
+    host = _host()
     live = tmp_path / f"{temp_prefix(target)}live1234.tmp"                           # this process: still writing
     legacy = tmp_path / ".MatMulV2.csv.a1b2c3d4.tmp"                                  # named before writers were tagged
     foreign_fresh = tmp_path / f".MatMulV2.csv.{os.getpid()}@not-{host}.fresh123.tmp"  # another host, just now
