@@ -35,3 +35,16 @@ rule all:
     default_target: True
     input:
         all_targets,
+
+
+rule unknown_device:
+    """Never runs: a data/, results/ or reports/ target whose device is not in the catalog lands here and stops
+    with one line naming the valid devices (instead of Snakemake's bare MissingRuleException)."""
+    input:
+        unknown_device_error,
+    output:
+        "{folder}/{device}/{stack}/{rest}",
+    wildcard_constraints:
+        folder="data|results|reports",
+        device=not_a_device_pattern(),
+        rest=".+",

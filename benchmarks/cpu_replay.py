@@ -44,6 +44,7 @@ from cuda_replay import analyse_run, read_rows  # noqa: E402
 from opperf import contract  # noqa: E402
 from opperf.replay.engine import replay_key  # noqa: E402
 from opperf.replay.methods import CPU_TIMINGS  # noqa: E402
+from opperf.report.build import cpu_model  # noqa: E402
 
 WORKLOAD = ["--model", "opperf-tiny", "--dtype", "float32", "--batch-size", "1", "--prefill-lengths", "16", "64",
             "--decode-steps", "4", "--decode-context", "64"]
@@ -70,16 +71,6 @@ def version_dir() -> str:
 
 def database(work: Path, name: str) -> Path:
     return work / name / "data" / "CPU" / "torch" / version_dir()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def environment() -> dict:

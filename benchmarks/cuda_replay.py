@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """Replay accuracy, repeatability and throughput on a CUDA GPU, through the workflow's own stages.
 
-For each workload (a dense and a MoE model of config/models.yaml, a few layers, prefill and decode
-over a KV cache), on this host's GPU:
+For each workload, on this host's GPU: a dense and a MoE model of config/models.yaml run by the reference
+decoder (`source: reference`), and real framework models, HuggingFace transformers causal LMs built from the
+config.json files under benchmarks/workloads/ (`source: transformers`; random weights, nothing downloaded;
+models that are not in config/models.yaml, dense and MoE of different expert counts and top-k). A few layers,
+prefill and decode over a KV cache:
 
   1. profile    scripts/profile_workload.py --backend cuda (torch.profiler, CUPTI kernel times)
   2. parse      scripts/parse_kernel_details.py → data/{device}/torch/{version_dir}/{Type}.csv
@@ -19,8 +22,18 @@ Gap of a row: |1 - replay / profiled|, replay = `Average Duration(us)` (mean of 
 profiled = `Profiling Average Duration(us)` (mean over the workload's calls of that signature).
 Time-weighted gap: sum |replay - profiled| x calls / sum profiled x calls (calls = Profiling Sample Count).
 
+The JSON's top-level `workloads` list has one entry per workload: `name`, `source`, `rows` (profiled rows),
+`profiled_time_replayed` (share of the profiled rows' time, Σ mean × calls, whose rows replayed `ok`),
+`trace_time_attributed` (share of the trace's device time the parse put into rows, trace_attribution.json),
+`median_gap`, `p90_gap`, `time_weighted_gap` (default policy), `schema_rows` / `schema_median_gap` (rows replayed
+from their op's schema, no definition), `cat_rows` / `cat_median_gap` / `cat_max_gap`, and `unseen` (true: the
+workload played no part in developing the replay code, issue 18). A transformers trace is parsed without its
+workload.json (renamed workload_info.json), as a user's trace comes.
+
 Stages can run separately (`--stages profile parse` on one call, `--stages replay report` on a later
 one with the same --work-dir), so the whole benchmark fits machines held for a few minutes at a time.
+`--backend cpu` runs every code path on a CPU host with tiny configs (tests/data/workload/) and a short plan:
+a smoke test of the benchmark itself, not a measurement.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,12 +60,41 @@ sys.path.insert(0, str(ROOT))
 from opperf import contract  # noqa: E402
 from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY  # noqa: E402
 
+@dataclass(frozen=True)
+class Workload:
+    """What one workload runs: the reference decoder at a model's dims, or a transformers config."""
+
+    source: str                     # reference | transformers
+    model: str                      # config/models.yaml name, or a config.json path (repository-relative)
+    layers: int
+    prefill_lengths: tuple[int, ...]
+    decode_batch_sizes: tuple[int, ...]
+    decode_context: int
+    decode_steps: int
+    unseen: bool                    # never used while developing the replay code (issue 18)
+
+
 WORKLOADS = {
-    # name: (model, layers, prefill lengths, decode batch sizes, decode context, decode steps)
-    "dense": ("Qwen3-32B", 2, (128, 512, 2048, 4096), (1, 8, 64), 1024, 2),
+    "dense": Workload("reference", "Qwen3-32B", 2, (128, 512, 2048, 4096), (1, 8, 64), 1024, 2, False),
     # Routing gives each expert its own token count, so every forward adds ~100 distinct expert GEMM shapes:
     # fewer forwards keep the MoE database near 1,000 rows.
-    "moe": ("Qwen3-235B-A22B", 2, (128, 1024, 4096), (1, 16, 64), 256, 2),
+    "moe": Workload("reference", "Qwen3-235B-A22B", 2, (128, 1024, 4096), (1, 16, 64), 256, 2, False),
+    "hf_mistral": Workload("transformers", "benchmarks/workloads/mistral_7b.json", 2, (128, 512, 2048),
+                           (1, 16, 64), 512, 2, True),
+    "hf_mixtral_8x2": Workload("transformers", "benchmarks/workloads/mixtral_8x7b.json", 2, (128, 512, 2048),
+                               (1, 16, 64), 512, 2, True),
+    "hf_qwen2_moe_60x4": Workload("transformers", "benchmarks/workloads/qwen2_moe_a2_7b.json", 2, (128, 512, 2048),
+                                  (1, 16, 64), 512, 2, True),
+    "hf_olmoe_64x8": Workload("transformers", "benchmarks/workloads/olmoe_1b_7b.json", 2, (128, 512, 2048),
+                              (1, 16, 64), 512, 2, True),
+}
+# --backend cpu: the same code paths at toy sizes (a smoke test of this script on a host without a GPU).
+SMOKE_WORKLOADS = {
+    "dense": Workload("reference", "opperf-tiny", 2, (16,), (2,), 16, 1, False),
+    "hf_mistral": Workload("transformers", "tests/data/workload/tiny_mistral.json", 2, (16,), (2,), 16, 1, True),
+    "hf_mixtral_8x2": Workload("transformers", "tests/data/workload/tiny_mixtral.json", 2, (16,), (2,), 16, 1, True),
+    "hf_qwen2_moe_60x4": Workload("transformers", "tests/data/workload/tiny_qwen2_moe.json", 2, (16,), (2,), 16, 1,
+                                  True),
 }
 STAGES = ("profile", "parse", "replay", "fixed", "report")
 ENVIRONMENT_FILE = "environment.json"     # written on the GPU host, so the report can be made anywhere
@@ -71,22 +114,37 @@ def run(command: list[str], log_path: Path) -> float:
     return elapsed
 
 
-def environment() -> dict:
+def environment(backend: str) -> dict:
     import torch
 
+    if backend == "cpu":
+        return {"device": f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+                "nvidia_smi": "-", "version_dir": version_dir(backend), "l2_cache_bytes": 0, "sm_count": 0,
+                "torch": torch.__version__, "cuda": None, "python": platform.python_version(),
+                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "smoke_test": True}
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True)
     properties = torch.cuda.get_device_properties(0)
-    return {"device": torch.cuda.get_device_name(0), "nvidia_smi": smi.stdout.strip(), "version_dir": version_dir(),
+    return {"device": torch.cuda.get_device_name(0), "nvidia_smi": smi.stdout.strip(), "version_dir": version_dir(backend),
             "l2_cache_bytes": int(properties.L2_cache_size), "sm_count": properties.multi_processor_count,
+            "transformers": _version_of("transformers"),
             "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def version_dir() -> str:
+def version_dir(backend: str) -> str:
     from opperf.versions import workload_version_dir
 
-    return workload_version_dir("cuda")
+    return workload_version_dir(backend)
+
+
+def _version_of(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def database_dir(work: Path, workload: str, run_name: str, args) -> Path:
@@ -96,14 +154,21 @@ def database_dir(work: Path, workload: str, run_name: str, args) -> Path:
 def stage_profile(work: Path, args) -> dict:
     timings = {}
     for name in args.workloads:
-        model, layers, prefills, decode_batches, context, steps = WORKLOADS[name]
+        workload = args.catalog[name]
         out = work / name / "profile"
         (work / name).mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "scripts/profile_workload.py", "--backend", "cuda", "--dtype", "bfloat16",
-                   "--model", model, "--num-layers", str(layers), "--prefill-lengths", *map(str, prefills),
-                   "--decode-batch-sizes", *map(str, decode_batches), "--decode-context", str(context),
-                   "--decode-steps", str(steps), "--output", str(out)]
+        model = (["--transformers-config", str(ROOT / workload.model)] if workload.source == "transformers"
+                 else ["--model", workload.model])
+        command = [sys.executable, "scripts/profile_workload.py", "--backend", args.backend, "--dtype", args.dtype,
+                   *model, "--num-layers", str(workload.layers),
+                   "--prefill-lengths", *map(str, workload.prefill_lengths),
+                   "--decode-batch-sizes", *map(str, workload.decode_batch_sizes),
+                   "--decode-context", str(workload.decode_context), "--decode-steps", str(workload.decode_steps),
+                   "--output", str(out)]
         timings[name] = run(command, work / name / "profile.log")
+        if workload.source == "transformers":
+            # A user's trace comes without our workload.json: the parse must infer what it would have said.
+            (out / contract.WORKLOAD_MANIFEST).rename(out / "workload_info.json")
     return timings
 
 
@@ -117,17 +182,22 @@ def stage_parse(work: Path, args) -> dict:
     return timings
 
 
+def replay_runs(args) -> list[str]:
+    """Each cache policy, then (unless --no-repeat) a second replay under the default policy with another seed."""
+    return [*args.policies, *([REPEAT_RUN] if args.repeat else [])]
+
+
 def stage_replay(work: Path, args) -> dict:
     timings = {}
     for name in args.workloads:
         parsed = database_dir(work, name, "parsed", args)
-        for run_name in [*args.policies, REPEAT_RUN]:
+        for run_name in replay_runs(args):
             policy = run_name.removesuffix("-repeat")
             target = database_dir(work, name, run_name, args)
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(parsed, target)
-            command = [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cuda",
+            command = [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", args.backend,
                        "--device", args.device, "--repeat-count", str(args.repeat_count), "--l2-policy", policy,
                        "--seed", str(1 if run_name == REPEAT_RUN else 0),
                        "--reports-dir", str(work / name / run_name / "reports")]
@@ -154,7 +224,7 @@ def stage_fixed(work: Path, args) -> dict:
     for attempt in range(3):
         output = work / "fixed" / f"out_{attempt}.csv"
         command = [sys.executable, "scripts/replay.py", "--rows", str(one_row), "--kernel", source.stem,
-                   "--definitions", "config/kernels", "--backend", "cuda", "--version-dir", args.version_dir,
+                   "--definitions", "config/kernels", "--backend", args.backend, "--version-dir", args.version_dir,
                    "--output", str(output), "--repeat-count", str(args.repeat_count)]
         wall = run(command, work / "fixed" / f"replay_{attempt}.log")
         with open(output, newline="", encoding="utf-8") as handle:
@@ -239,6 +309,47 @@ def analyse_run(rows: list[dict]) -> dict:
     return {**summary, "statuses": statuses, "per_type": types, "worst_rows": worst[:25]}
 
 
+def _profiled_time(row: dict) -> float:
+    profiled = _number(row.get(contract.PROFILING_AVERAGE))
+    return profiled * int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1)) if profiled else 0.0
+
+
+def workload_entry(work: Path, name: str, args) -> dict:
+    """The workload's line of the `workloads` list (see the module docstring)."""
+    rows = [r for r in read_rows(database_dir(work, name, DEFAULT_CACHE_POLICY, args))
+            if r.get(contract.SOURCE, contract.SOURCE_PROFILED) == contract.SOURCE_PROFILED]
+    total = sum(_profiled_time(r) for r in rows)
+    replayed = sum(_profiled_time(r) for r in rows if r.get(contract.REPLAY_STATUS) == "ok")
+    attribution_path = database_dir(work, name, "parsed", args) / contract.TRACE_ATTRIBUTION
+    attribution = json.loads(attribution_path.read_text()) if attribution_path.exists() else {}
+    shares = [entry["share"] for entry in attribution.values() if entry.get("share") is not None]
+    summary = analyse_run(rows)
+    schema = analyse_run([r for r in rows if r.get(contract.REPLAY_RECIPE, "").startswith("schema ")])
+    cat_rows = [r for r in rows if r["_type"] == "cat"]
+    cat = analyse_run(cat_rows)
+    cat_gaps = [abs(1 - _number(r.get(contract.REPLAY_AVERAGE)) / _number(r.get(contract.PROFILING_AVERAGE)))
+                for r in cat_rows if _number(r.get(contract.REPLAY_AVERAGE)) and _number(r.get(contract.PROFILING_AVERAGE))]
+    not_ok = {}
+    for row in rows:
+        if row.get(contract.REPLAY_STATUS) != "ok":
+            entry = not_ok.setdefault(row["_type"], {"rows": 0, "profiled_time_share": 0.0, "status": set()})
+            entry["rows"] += 1
+            entry["profiled_time_share"] += _profiled_time(row) / total if total else 0.0
+            entry["status"].add(row.get(contract.REPLAY_STATUS, ""))
+    workload = args.catalog[name]
+    return {"name": name, "source": workload.source, "model": workload.model, "unseen": workload.unseen,
+            "rows": len(rows), "profiled_time_replayed": replayed / total if total else None,
+            "trace_time_attributed": min(shares) if shares else None,
+            "unattributed": {t: e["unattributed"] for t, e in attribution.items() if e.get("unattributed")},
+            "median_gap": summary["median_gap"], "p90_gap": summary["p90_gap"],
+            "time_weighted_gap": summary["time_weighted_gap"],
+            "schema_rows": schema["rows"], "schema_median_gap": schema["median_gap"],
+            "schema_p90_gap": schema["p90_gap"], "schema_time_weighted_gap": schema["time_weighted_gap"],
+            "cat_rows": cat["rows"], "cat_median_gap": cat["median_gap"],
+            "cat_max_gap": max(cat_gaps) if cat_gaps else None,
+            "not_replayed": {t: {**e, "status": sorted(e["status"])} for t, e in sorted(not_ok.items())}}
+
+
 def in_power_limited_phase(row: dict) -> bool:
     """A dense row of the decode-batch-64 context prefill (64 x 1024 = 65,536 tokens): the longest, GEMM-bound
     phase of the run, where the GPU sits at its power limit and every kernel runs at a lower clock than
@@ -261,10 +372,10 @@ def repeatability(first: list[dict], second: list[dict]) -> dict:
 
 def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) -> dict:
     report = {"environment": env, "repeat_count": args.repeat_count, "default_policy": DEFAULT_CACHE_POLICY,
-              "workloads": {n: dict(zip(("model", "layers", "prefill_lengths", "decode_batch_sizes",
-                                         "decode_context", "decode_steps"), WORKLOADS[n])) for n in args.workloads},
+              "workloads": [workload_entry(work, name, args) for name in args.workloads],
+              "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
               "policies": {}, "per_workload": {}, "fixed_cost": fixed, "stage_wall_s": wall}
-    for run_name in [*args.policies, REPEAT_RUN]:
+    for run_name in replay_runs(args):
         merged = []
         for name in args.workloads:
             rows = read_rows(database_dir(work, name, run_name, args))
@@ -280,7 +391,8 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
         "power_limited_prefill": _headline(analyse_run([r for r in merged if in_power_limited_phase(r)])),
         "all_other_rows": _headline(analyse_run([r for r in merged if not in_power_limited_phase(r)]))}
     first = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, DEFAULT_CACHE_POLICY, args)), n)]
-    second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)]
+    second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)] \
+        if args.repeat else []
     report["repeatability"] = repeatability(first, second)
     replay_wall = sum(wall.get("replay", {}).get(f"{n}/{DEFAULT_CACHE_POLICY}", 0) for n in args.workloads)
     replayed = sum(1 for r in first if _number(r.get(contract.REPLAY_AVERAGE)) is not None)
@@ -317,10 +429,21 @@ def markdown(report: dict) -> str:
              f"{env['nvidia_smi']}; torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}; "
              f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}. "
              f"Produced by `python benchmarks/cuda_replay.py` (see its docstring for the definitions).", "",
-             "| workload | model | layers | prefill | decode batches (context, steps) |", "|---|---|---|---|---|"]
-    for name, w in report["workloads"].items():
-        lines.append(f"| {name} | {w['model']} | {w['layers']} | {', '.join(map(str, w['prefill_lengths']))} | "
-                     f"{', '.join(map(str, w['decode_batch_sizes']))} ({w['decode_context']}, {w['decode_steps']}) |")
+             "| workload | source | model | layers | prefill | decode batches (context, steps) |",
+             "|---|---|---|---|---|---|"]
+    for name, w in report["workload_plans"].items():
+        lines.append(f"| {name} | {w['source']} | {w['model']} | {w['layers']} | "
+                     f"{', '.join(map(str, w['prefill_lengths']))} | {', '.join(map(str, w['decode_batch_sizes']))} "
+                     f"({w['decode_context']}, {w['decode_steps']}) |")
+    lines += ["", "## Per workload (default policy)", "",
+              "| workload | unseen | rows | profiled time replayed | trace time attributed | median gap | p90 gap | "
+              "time-weighted gap | schema rows (median gap) | cat rows (median / max gap) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for w in report["workloads"]:
+        lines.append(f"| {w['name']} | {w['unseen']} | {w['rows']} | {_pct(w['profiled_time_replayed'])} | "
+                     f"{_pct(w['trace_time_attributed'])} | {_pct(w['median_gap'])} | {_pct(w['p90_gap'])} | "
+                     f"{_pct(w['time_weighted_gap'])} | {w['schema_rows']} ({_pct(w['schema_median_gap'])}) | "
+                     f"{w['cat_rows']} ({_pct(w['cat_median_gap'])} / {_pct(w['cat_max_gap'])}) |")
     lines += ["", "## Gap to the in-workload time, per cache policy (profiled rows of both workloads)", "",
               "| policy | rows | median gap | p90 gap | time-weighted gap | median replay/profiled |",
               "|---|---|---|---|---|---|"]
@@ -359,14 +482,30 @@ def markdown(report: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "cuda_replay")
+    parser.add_argument("--output", type=Path, help="where cuda_replay.json/.md go (default: "
+                        "benchmarks/results/cuda_replay; with --backend cpu: <work-dir>/results)")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_cuda_replay"))
-    parser.add_argument("--device", default="H100", help="device key of config/devices.yaml (default: %(default)s)")
-    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS))
+    parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda: the measurement; cpu: a smoke test of every code path at toy sizes (tiny configs, "
+                             "float32, device CPU)")
+    parser.add_argument("--device", help="device key of config/devices.yaml (default: H100; CPU with --backend cpu)")
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), help="default: all (of the back end's)")
     parser.add_argument("--policies", nargs="+", choices=CACHE_POLICIES, default=["insitu", "flush", "none"])
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
+                        help="a second replay under the default policy (another seed) for repeatability "
+                             "(--no-repeat: skip it, half the replay time)")
     args = parser.parse_args()
+    smoke = args.backend == "cpu"
+    args.catalog = SMOKE_WORKLOADS if smoke else WORKLOADS
+    args.workloads = args.workloads or sorted(args.catalog)
+    unknown = [w for w in args.workloads if w not in args.catalog]
+    if unknown:
+        parser.error(f"--backend {args.backend} has no workload(s) {unknown} (has {sorted(args.catalog)})")
+    args.device = args.device or ("CPU" if smoke else "H100")
+    args.output = args.output or (args.work_dir / "results" if smoke else ROOT / "benchmarks" / "results" / "cuda_replay")
+    args.dtype = "float32" if smoke else "bfloat16"
     if DEFAULT_CACHE_POLICY not in args.policies:
         args.policies.insert(0, DEFAULT_CACHE_POLICY)
     work = args.work_dir
@@ -374,9 +513,10 @@ def main() -> int:
     wall_path = work / "stage_wall.json"
     wall = json.loads(wall_path.read_text()) if wall_path.exists() else {}
     if (work / ENVIRONMENT_FILE).exists() and "profile" not in args.stages:
-        args.version_dir = json.loads((work / ENVIRONMENT_FILE).read_text()).get("version_dir") or version_dir()
+        args.version_dir = json.loads((work / ENVIRONMENT_FILE).read_text()).get("version_dir") or \
+            version_dir(args.backend)
     else:
-        args.version_dir = version_dir()
+        args.version_dir = version_dir(args.backend)
     for stage, function in (("profile", stage_profile), ("parse", stage_parse), ("replay", stage_replay),
                             ("fixed", stage_fixed)):
         if stage in args.stages:
@@ -385,7 +525,7 @@ def main() -> int:
             wall_path.write_text(json.dumps(wall, indent=1))
             print(json.dumps(wall[stage]), flush=True)
     if any(stage in args.stages for stage in ("profile", "replay")):
-        (work / ENVIRONMENT_FILE).write_text(json.dumps(environment(), indent=1))
+        (work / ENVIRONMENT_FILE).write_text(json.dumps(environment(args.backend), indent=1))
     if "report" in args.stages:
         report = stage_report(work, args, json.loads((work / ENVIRONMENT_FILE).read_text()), wall, wall.get("fixed"))
         args.output.mkdir(parents=True, exist_ok=True)

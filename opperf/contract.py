@@ -51,6 +51,9 @@ REPLAY_CV = "Replay CV"
 REPLAY_SAMPLE_COUNT = "Replay Sample Count"
 REPLAY_TIMING_METHOD = "Replay Timing Method"
 REPLAY_L2_POLICY = "Replay L2 Policy"
+# What built the replayed call: `definition config/kernels/torch/mm.yaml`, or `schema aten::cumsum.default` for a
+# row replayed from its op's schema with no definition (opperf.replay.schema).
+REPLAY_RECIPE = "Replay Recipe"
 REPLAY_STATUS = "Replay Status"         # ok | failed_build | failed_run | failed_verify | skipped_memory | ...
 REPLAY_ERROR = "Replay Error"
 COLLECTED_AT = "collected_at"
@@ -67,11 +70,15 @@ INPUT_STRIDES = "Input Strides"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
     SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
-    REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_STATUS, REPLAY_ERROR, COLLECTED_AT,
+    REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE, REPLAY_STATUS, REPLAY_ERROR,
+    COLLECTED_AT,
 )
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.
 KERNEL_TYPES_MANIFEST = "kernel_types.txt"
+# The parse's attribution accounting beside a database parsed from torch traces with device activity: per trace,
+# the share of its device time that became rows and what the rest was (opperf.parse.torch_trace.Attribution).
+TRACE_ATTRIBUTION = "trace_attribution.json"
 # What the reference workload ran (dtype, dims, plan), written beside its trace; the parse reads its dtype.
 WORKLOAD_MANIFEST = "workload.json"
 
@@ -297,6 +304,10 @@ TORCH_TO_PROFILER_DTYPE = {
     "bool": "DT_BOOL", "float8_e4m3fn": "DT_FLOAT8_E4M3FN", "float8_e5m2": "DT_FLOAT8_E5M2",
     "complex64": "DT_COMPLEX64",
 }
+# c10::ScalarType codes as torch.profiler records a `ScalarType dtype` argument in `Concrete Inputs` → torch dtype name.
+SCALAR_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                     7: "float64", 9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2",
+                     24: "float8_e4m3fn"}
 # torch.profiler's record_shapes spelling ("c10::BFloat16", "float", "long int") → torch dtype name.
 PROFILER_TYPE_TO_TORCH = {
     "c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "float32", "double": "float64",

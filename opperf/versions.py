@@ -88,11 +88,23 @@ def cpu_version_dir() -> str:
     return StackVersions(torch=installed_torch_version(), runtime="cpu").version_dir
 
 
-def workload_version_dir(backend: str) -> str:
-    """The version_dir the reference workload's database gets on `backend`: torch{t}_cpu or torch{t}_cuda{c}.
+VERSION_DIR_RUNTIME = {"cpu": "cpu", "cuda": "cuda", "npu": "cann"}
 
-    npu needs CANN's version, which only the toolkit on an Ascend host knows (see running_stack).
+
+def workload_version_dir(backend: str, configured: str | None = None) -> str:
+    """The version_dir the reference workload's database gets on `backend`: torch{t}_cpu, torch{t}_cuda{c} or
+    torch{t}_cann{c}.
+
+    `configured` (config workload.version_dir) is used as given, once it parses and names `backend`'s runtime:
+    a submit host without the device's toolchain plans with it, and the job refuses to profile on a host
+    whose stack differs. Otherwise it is read from this host: cuda from torch's metadata, npu from CANN.
     """
+    if configured:
+        wanted = parse_version_dir(configured)
+        if backend in VERSION_DIR_RUNTIME and wanted.runtime != VERSION_DIR_RUNTIME[backend]:
+            raise OpperfError(f"{configured!r} is a {wanted.runtime} version directory, but the workload runs on "
+                              f"back end {backend!r} (expected torch<t>_{VERSION_DIR_RUNTIME[backend]}…)")
+        return configured
     if backend == "cpu":
         return cpu_version_dir()
     if backend == "cuda":
@@ -151,3 +163,8 @@ def check_stack_matches(version_dir: str, backend: str) -> None:
     if problems:
         raise OpperfError(f"refusing to write into {version_dir}: " + "; ".join(problems)
                           + " (wrong-stack numbers would silently corrupt the database)")
+
+
+def hccl_version_dir(cann_version: str) -> str:
+    """The runtime's directory of a CANN version's collectives: `8.5` -> `v8.5` (its data/{device}/hccl/v8.5/)."""
+    return cann_version if cann_version.startswith("v") else f"v{cann_version}"

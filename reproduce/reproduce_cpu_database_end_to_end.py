@@ -21,13 +21,14 @@ How to run
     `python -m snakemake --cores N` (plus --profile if given), so the checkout is never written to.
 
 What to expect
-    About 3 minutes on 2 cores (170 s measured on the 2-core CI machine type). The script prints one line
-    per kernel type (rows, paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and
-    writes a JSON report in the schema of reports/.../summary.json (the reproduce-scripts conventions:
-    benchmark, script, workflow, pass_n, ops_count, elapsed_s, device_ids, max_concurrency,
-    llm_concurrency, env_spec, task_log_dir, stats.op_results). On torch 2.13.0: 14 kernel types, 255 rows,
-    pass_rate 1.0. The CPU replay/profile ratios are mostly well below 1 (replay faster than the profile
-    recorded): see docs/report.md. Exit code 0 when every kernel type replayed every row and every database
+    83 s on a quiet 2-core CI machine (2026-11-23); 588 s on the same machine type at load average 9-11
+    (2026-11-24: benchmarks/results/cpu_end_to_end.json). The script prints one line per kernel type (rows,
+    paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and writes a JSON report in
+    the schema of reports/.../summary.json (the reproduce-scripts conventions: benchmark, script, workflow,
+    pass_n, ops_count, elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir,
+    stats.op_results), plus when, on which CPU and under what load it ran ("measured"). On torch 2.13.0:
+    14 kernel types, 262 rows, pass_rate 1.0. Most CPU rows are outside the 0.8-1.2 band (replay and
+    profile spread both ways): docs/replay.md, "CPU back end: accuracy", says why. Exit code 0 when every kernel type replayed every row and every database
     CSV has a replay duration in every row; 1 otherwise; 2 on bad arguments.
 
 Data / configuration
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,9 +89,12 @@ def main() -> int:
         command += ["--profile", args.profile]
     print(f"[reproduce] {' '.join(command)}  (in {workdir})", flush=True)
     started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    load_before = [round(x, 2) for x in os.getloadavg()]     # other work on the host slows every stage
     with open(workdir / "reproduce_snakemake.log", "w", encoding="utf-8") as log:
         result = subprocess.run(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
     elapsed_s = time.monotonic() - started
+    load_after = [round(x, 2) for x in os.getloadavg()]
     if result.returncode != 0:
         print(f"[reproduce] snakemake failed (exit {result.returncode}); see {workdir / 'reproduce_snakemake.log'}")
         return 1
@@ -113,7 +118,11 @@ def main() -> int:
               "elapsed_s": round(elapsed_s, 3), "device_ids": [], "max_concurrency": args.concurrency,
               "task_log_dir": str(workdir / "logs"),
               "database_dir": str(workdir / "data" / root), "database_csvs": len(database_csvs),
-              "rows_without_replay": unreplayed, "snakemake_profile": args.profile or ""}
+              "rows_without_replay": unreplayed, "snakemake_profile": args.profile or "",
+              "rows": sum(entry["total"] for entry in summary["stats"]["op_results"].values()),
+              "measured": {"started_at": started_at, "cpu_model": summary["env_spec"].get("cpu_model", ""),
+                           "load_average_1_5_15_min_before": load_before,
+                           "load_average_1_5_15_min_after": load_after}}
     write_text_atomic(args.output, json.dumps(report, indent=2) + "\n")
     stats = summary["stats"]
     ok = stats["pass_rate"] == 1.0 and not unreplayed and len(database_csvs) == stats["total_ops"]

@@ -10,7 +10,15 @@ rule comm_collective:
     """One collective over the configured sizes, device counts and tiers: checked, timed, written atomically."""
     input:
         devices=config["devices"],
-        code=stage_code("comm"),
+        # what the benchmark imports, not comm/plot.py or comm/alignment.py (a plot change re-collects nothing)
+        code=stage_code(
+            "comm/bench",
+            "comm/collectives",
+            "comm/results",
+            "comm/sizes",
+            "comm/timing",
+            "comm/topology",
+        ),
     output:
         csv="data/{device}/{comm}/{comm_version}/{collective}.csv",
     log:
@@ -47,4 +55,71 @@ rule comm_collective:
         "--num-devices {params.num_devices} {params.tiers} --dtype {params.dtype} --bytes-grid {params.bytes_grid} "
         "--bench-mode {params.bench_mode} --warmup-iters {params.warmup_iters} --min-iters {params.min_iters} "
         "--max-iters {params.max_iters} --target-seconds {params.target_seconds} --output-csv {output.csv} "
+        "--log-level {params.log_level} > {log} 2>&1"
+
+
+rule comm_bandwidth_plot:
+    """Bus bandwidth against message size of one collection's collectives, the device's link limit drawn."""
+    input:
+        csvs=comm_collection_csvs,
+        code=stage_code("comm/plot", "comm/collectives", "comm/results", "comm/sizes"),
+    output:
+        plot=report(
+            "reports/{device}/{comm}/{comm_version}/busbw.png",
+            caption="../report/comm_bandwidth.rst",
+            category="Collectives",
+            subcategory="{device}/{comm}/{comm_version}",
+            labels={"file": "bus bandwidth"},
+        ),
+        largest="reports/{device}/{comm}/{comm_version}/busbw_largest_messages.md",
+    log:
+        "logs/comm_report/{device}/{comm}/{comm_version}/busbw.log",
+    benchmark:
+        "benchmarks/runs/comm_report/{device}/{comm}/{comm_version}/busbw.tsv"
+    wildcard_constraints:
+        comm="gloo|nccl|hccl",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        runs=comm_plot_runs,
+        limit_gbps=comm_link_limit_gbps,
+        limit_label=comm_link_label,
+        log_level=config["log_level"],
+    shell:
+        "python scripts/plot_comm_bandwidth.py {params.runs} --limit-gbps {params.limit_gbps} "
+        "--limit-label {params.limit_label:q} --title '{wildcards.device} {wildcards.comm} {wildcards.comm_version}' "
+        "--output {output.plot} --summary {output.largest} --log-level {params.log_level} > {log} 2>&1"
+
+
+rule comm_alignment:
+    """Every point of one collection against config comm.reference (another run, machine, or the peer's files)."""
+    input:
+        csvs=comm_collection_csvs,
+        reference=comm_reference_files,
+        code=stage_code("comm/alignment", "comm/collectives", "comm/results", "comm/sizes"),
+    output:
+        comparison=report(
+            "reports/{device}/{comm}/{comm_version}/alignment.csv",
+            caption="../report/comm_alignment.rst",
+            category="Collectives",
+            subcategory="{device}/{comm}/{comm_version}",
+            labels={"file": "alignment with the reference"},
+        ),
+        summary="reports/{device}/{comm}/{comm_version}/alignment.txt",
+    log:
+        "logs/comm_report/{device}/{comm}/{comm_version}/alignment.log",
+    benchmark:
+        "benchmarks/runs/comm_report/{device}/{comm}/{comm_version}/alignment.tsv"
+    wildcard_constraints:
+        comm="gloo|nccl|hccl",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        measured="data/{device}/{comm}/{comm_version}",
+        reference=config["comm"]["reference"] or "",
+        tolerance=config["comm"]["alignment_tolerance"],
+        log_level=config["log_level"],
+    shell:
+        "python scripts/validate_comm_alignment.py --measured {params.measured} --reference {params.reference:q} "
+        "--tolerance {params.tolerance} --report {output.comparison} --summary {output.summary} --exit-zero "
         "--log-level {params.log_level} > {log} 2>&1"

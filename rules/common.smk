@@ -1,5 +1,6 @@
 """Config validation and the input functions every rule shares (path logic only, no computation)."""
 
+import difflib
 from pathlib import Path
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
@@ -53,12 +54,33 @@ def workload_model_dims(wildcards):
     return models[model_key(models, config["workload"]["model"], path=config["models"], field="workload.model")]
 
 
+def version_dir_from_config_or_host(key, version_dir_for):
+    """The version_dir of config section `key` (workload, comm): version_dir_for(config `<key>.version_dir`)
+    checks a configured one, or reads it from this host's toolchain when none is configured.
+
+    A submit host (a SLURM login node) has no GPU or CANN to read a device's versions from: planning there
+    takes them from the config instead (docs/cluster.md), and the device's job refuses a stack that differs.
+    """
+    configured = config[key].get("version_dir")
+    try:
+        return version_dir_for(configured)
+    except OpperfError as exc:
+        if configured:
+            raise WorkflowError(f"config {key}.version_dir: {exc}") from None
+        raise WorkflowError(
+            f"{key}.version_dir: {exc}; this host cannot read the device's versions, so set {key}.version_dir "
+            f"in your config to the device host's (docs/cluster.md, 'What the submit host needs')"
+        ) from None
+
+
 def workload_database():
     """(device, stack, version_dir) of the database the reference workload feeds, or None."""
     workload = config.get("workload", {})
     if not workload.get("enabled", True):
         return None
-    return (workload.get("device", "CPU"), "torch", workload_version_dir(workload.get("backend", "cpu")))
+    backend = workload.get("backend", "cpu")
+    version_dir = version_dir_from_config_or_host("workload", lambda given: workload_version_dir(backend, given))
+    return (workload.get("device", "CPU"), "torch", version_dir)
 
 
 def databases():
@@ -131,16 +153,38 @@ def kernel_types(device, stack, version_dir):
     return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 
-def database_files(wildcards):
-    """Every per-kernel CSV and the op_mapping.yaml of one database."""
+def checked_kernel_type(wildcards):
+    """{kernel} of a per-kernel target, once the parse checkpoint says it is a kernel type of its database.
+
+    A typo'd target (MatMulV9.csv) would otherwise be planned and fail later with a missing file; this stops
+    with one line naming the target, the closest kernel types and how many there are.
+    """
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
-    root = "data/{}/{}/{}".format(*key)
-    return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)] + [f"{root}/op_mapping.yaml"]
+    known = kernel_types(*key)
+    if wildcards.kernel not in known:
+        database = "/".join(key)
+        closest = difflib.get_close_matches(wildcards.kernel, known, n=3, cutoff=0.5)
+        hint = f"closest: {', '.join(closest)}; " if closest else ""
+        raise WorkflowError(
+            f"data/{database}/{wildcards.kernel}.csv: {wildcards.kernel!r} is not a kernel type of database "
+            f"{database} ({hint}all {len(known)}: {', '.join(known)})"
+        )
+    return wildcards.kernel
 
 
 def database_kernel_csvs(wildcards):
-    """The per-kernel CSVs of one database (without op_mapping.yaml)."""
-    return [f for f in database_files(wildcards) if f.endswith(".csv")]
+    """The runtime's per-kernel CSVs of one database: data/{device}/{stack}/{version_dir}/{KernelType}.csv."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    root = "data/{}/{}/{}".format(*key)
+    return [f"{root}/{kernel}.csv" for kernel in kernel_types(*key)]
+
+
+def database_files(wildcards):
+    """Every file of one database: the runtime's kernel CSVs, their layouts files, op_mapping.yaml."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    root = "data/{}/{}/{}".format(*key)
+    layouts = [f"{root}/layouts/{kernel}.csv" for kernel in kernel_types(*key)]
+    return database_kernel_csvs(wildcards) + layouts + [f"{root}/op_mapping.yaml"]
 
 
 def database_backend(device):
@@ -168,6 +212,7 @@ def _stage_root(wildcards):
 
 def database_rows_input(wildcards):
     """What a database CSV is made from: the replayed CSV, else what replay would have measured."""
+    checked_kernel_type(wildcards)
     if replay_enabled(wildcards.device):
         return f"{_stage_root(wildcards)}/replayed/{wildcards.kernel}.csv"
     return replay_rows_input(wildcards)
@@ -181,8 +226,33 @@ def database_rows_file(wildcards):
 
 
 def database_targets():
-    """The completion marker of every database this config builds (each pulls in all its files)."""
-    return ["results/{}/{}/{}/database_manifest.tsv".format(*key) for key in databases()]
+    """Every database this config builds: its completion marker (which pulls in all its files) and its check."""
+    return [
+        path.format(*key)
+        for key in databases()
+        for path in ("results/{}/{}/{}/database_manifest.tsv", "reports/{}/{}/{}/database_check.json")
+    ]
+
+
+def not_a_device_pattern():
+    """Wildcard pattern of a path segment that is no device key (nor results/workload, reports/npu_check)."""
+    known = "|".join(sorted([*DEVICES, "workload", "npu_check"]))
+    return rf"(?!(?:{known})$)[^/]+"
+
+
+def unknown_device_error(wildcards):
+    """Input function of the unknown_device rule. It always stops, with one line naming the valid devices."""
+    from opperf.devices import resolve_device
+
+    target = f"{wildcards.folder}/{wildcards.device}/{wildcards.stack}/{wildcards.rest}"
+    try:
+        hint = f"; it is the full name of {resolve_device(wildcards.device, DEVICES).name!r}: paths use the key"
+    except OpperfError:
+        hint = f"; add it to {config['devices']} to build a database for it"
+    raise WorkflowError(
+        f"{target}: {wildcards.device!r} is not a device key of {config['devices']} "
+        f"(keys: {', '.join(sorted(DEVICES))}){hint}"
+    )
 
 
 def all_targets(wildcards):
@@ -209,6 +279,15 @@ def grid_target_models(wildcards):
     return ",".join(targets)
 
 
+def grid_density_standard(wildcards):
+    """The density standard grid.yaml names (its `standard:` key, relative to it; else the shipped one)."""
+    import yaml
+
+    patterns = Path(config["grid"]["patterns"])
+    named = (yaml.safe_load(patterns.read_text(encoding="utf-8")) or {}).get("standard")
+    return str(patterns.parent / named) if named else "config/density_standard.yaml"
+
+
 def grid_device_backend(wildcards):
     """The back end of the database's {device} (its token cap in grid.yaml)."""
     return DEVICES[wildcards.device].backend
@@ -229,25 +308,35 @@ def grid_max_tokens_option(wildcards):
 # --- replay ---
 
 
-def _definition_index(family):
-    """Reported Type → definition file of a family (config/kernels/<family>), loaded once per run."""
+def _definition_index(backend):
+    """Reported Type → definition file of the types `backend` replays (exactly one each), loaded once per run."""
     from opperf.replay.definitions import definition_index
 
     cache = _definition_index.__dict__.setdefault("cache", {})
-    if family not in cache:
-        backend = "npu" if family == "npu" else None
-        cache[family] = {
+    if backend not in cache:
+        family = "npu" if backend == "npu" else "torch"
+        cache[backend] = {
             k: str(Path(v).relative_to(Path(workflow.basedir).resolve())) if Path(v).is_absolute() else str(v)
             for k, v in definition_index(Path(workflow.basedir) / "config" / "kernels" / family, backend).items()
         }
-    return cache[family]
+    return cache[backend]
 
 
 def kernel_definition(wildcards):
     """The one definition file replaying {kernel} on the database's back end ([] when none exists)."""
-    family = Path(kernel_definitions_dir(wildcards)).name
-    path = _definition_index(family).get(wildcards.kernel)
+    path = _definition_index(database_backend(wildcards.device)).get(wildcards.kernel)
     return [path] if path else []
+
+
+def database_kernel_definitions(wildcards):
+    """The definition files op_mapping.yaml is generated from: one per kernel type of the database that has one.
+
+    Not the whole definitions directory: editing (or restoring) another kernel type's file must not rewrite
+    this database's op_mapping.yaml.
+    """
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    index = _definition_index(database_backend(wildcards.device))
+    return sorted({index[kernel] for kernel in kernel_types(*key) if kernel in index})
 
 
 def kernel_definition_option(wildcards):
@@ -258,10 +347,8 @@ def kernel_definition_option(wildcards):
 
 def replay_rows_input(wildcards):
     """The rows a replay job measures: the grid stage's directory, else the parse checkpoint's."""
-    if grid_enabled():
-        return f"{_stage_root(wildcards)}/grid"
-    checkpoints.parse_profiles.get(**wildcards)
-    return f"{_stage_root(wildcards)}/parsed"
+    checked_kernel_type(wildcards)
+    return f"{_stage_root(wildcards)}/{'grid' if grid_enabled() else 'parsed'}"
 
 
 def replay_rows_file(wildcards):
@@ -317,16 +404,61 @@ def replay_prune_options(wildcards):
 # --- comm ---
 
 
-def comm_targets():
-    """The collective CSVs of config `comm` (none when comm.enabled is false): data/{device}/{backend}/{version}/…"""
-    from opperf.comm.collectives import collective_file_name, comm_version_dir
+def comm_collection():
+    """(device, backend, version_dir) of the collectives config `comm` benchmarks, or None (comm.enabled false)."""
+    from opperf.comm.collectives import comm_version_dir
 
     comm = config["comm"]
     if not comm["enabled"]:
-        return []
+        return None
     backend = comm["backend"]
-    version_dir = comm["version_dir"] or comm_version_dir(backend)
-    return [f"data/{comm['device']}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in comm["ops"]]
+    version_dir = version_dir_from_config_or_host("comm", lambda given: given or comm_version_dir(backend))
+    return (comm["device"], backend, version_dir)
+
+
+def comm_collective_files(device, backend, version_dir):
+    """The collective CSVs of config comm.ops in data/{device}/{backend}/{version_dir}/."""
+    from opperf.comm.collectives import collective_file_name
+
+    return [
+        f"data/{device}/{backend}/{version_dir}/{collective_file_name(backend, op)}" for op in config["comm"]["ops"]
+    ]
+
+
+def comm_targets():
+    """The collective CSVs of config `comm`, their bandwidth plot and, with comm.reference, the alignment report."""
+    collection = comm_collection()
+    if collection is None:
+        return []
+    root = "reports/{}/{}/{}".format(*collection)
+    targets = comm_collective_files(*collection) + [f"{root}/busbw.png"]
+    if config["comm"]["reference"]:
+        targets.append(f"{root}/alignment.csv")
+    return targets
+
+
+def comm_collection_csvs(wildcards):
+    """Inputs of the comm report rules: the collective CSVs of one collection."""
+    return comm_collective_files(wildcards.device, wildcards.comm, wildcards.comm_version)
+
+
+def comm_plot_runs(wildcards, input):
+    """plot_comm_bandwidth.py's --run options: every CSV of the collection under the device's name."""
+    return " ".join(f"--run {wildcards.device}={path}" for path in input.csvs)
+
+
+def comm_link_limit_gbps(wildcards):
+    """The device's interconnect_gbps (config/devices.yaml), drawn as the plot's link limit."""
+    return DEVICES[wildcards.device].interconnect_gbps
+
+
+def comm_link_label(wildcards):
+    return DEVICES[wildcards.device].interconnect or "link limit"
+
+
+def comm_reference_files(wildcards):
+    """The reference collective CSVs (config comm.reference), so a changed reference re-runs the comparison."""
+    return sorted(str(p) for p in Path(config["comm"]["reference"]).glob("*.csv"))
 
 
 def comm_op(wildcards):

@@ -1,10 +1,12 @@
 rule database_kernel:
-    """The final {KernelType}.csv of a database: contract columns in contract order, written atomically."""
+    """The final {KernelType}.csv of a database (one row per runtime key) and layouts/{KernelType}.csv (every row)."""
     input:
         rows=database_rows_input,
+        definition=kernel_definition,
         code=stage_code("database"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
+        layouts="data/{device}/{stack}/{version_dir}/layouts/{kernel}.csv",
     log:
         "logs/database/{device}/{stack}/{version_dir}/{kernel}.log",
     benchmark:
@@ -13,17 +15,21 @@ rule database_kernel:
         "../envs/cpu.yaml"
     params:
         rows=database_rows_file,
+        backend=lambda wildcards: database_backend(wildcards.device),
+        definition=kernel_definition_option,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py kernel --rows {params.rows} --kernel {wildcards.kernel:q} "
-        "--output {output.csv} --log-level {params.log_level} > {log} 2>&1"
+        "--backend {params.backend} --definition {params.definition} "
+        "--output {output.csv} --layouts {output.layouts} --log-level {params.log_level} > {log} 2>&1"
 
 
 rule database_op_mapping:
     """op_mapping.yaml of a database, generated from the kernel definitions of its kernel types."""
     input:
         kernels=database_kernel_csvs,
-        definitions=kernel_definitions_dir,
+        definitions=database_kernel_definitions,
+        not_replayed="config/not_replayed.yaml",
         devices=config["devices"],
         code=stage_code("database"),
     output:
@@ -35,10 +41,11 @@ rule database_op_mapping:
     conda:
         "../envs/cpu.yaml"
     params:
+        definitions_dir=kernel_definitions_dir,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py op-mapping --kernels {input.kernels:q} "
-        "--device {wildcards.device} --devices {input.devices} --definitions {input.definitions} "
+        "--device {wildcards.device} --devices {input.devices} --definitions {params.definitions_dir} "
         "--output {output.mapping} --log-level {params.log_level} > {log} 2>&1"
 
 
@@ -59,3 +66,25 @@ rule database_complete:
     shell:
         "python scripts/build_database.py manifest --files {input.files:q} --output {output.manifest} "
         "--log-level {params.log_level} > {log} 2>&1"
+
+
+rule database_check:
+    """The database as its consumer will use it: findable rows, unique runtime keys (scripts/check_database.py)."""
+    input:
+        files=database_files,
+        code=stage_code("database"),
+    output:
+        json="reports/{device}/{stack}/{version_dir}/database_check.json",
+        markdown="reports/{device}/{stack}/{version_dir}/database_check.md",
+    log:
+        "logs/database/{device}/{stack}/{version_dir}/check.log",
+    benchmark:
+        "benchmarks/runs/database/{device}/{stack}/{version_dir}/check.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        database=lambda wildcards: f"data/{wildcards.device}/{wildcards.stack}/{wildcards.version_dir}",
+        log_level=config["log_level"],
+    shell:
+        "python scripts/check_database.py {params.database} --json {output.json} "
+        "--markdown {output.markdown} --log-level {params.log_level} > {log} 2>&1"

@@ -3,8 +3,9 @@ rule generate_shape_grid:
     input:
         parsed="results/{device}/{stack}/{version_dir}/parsed",
         patterns=config["grid"]["patterns"],
+        standard=grid_density_standard,
         models=config["models"],
-        code=stage_code("grid"),
+        code=stage_code("grid", "density"),
     output:
         grid=directory("results/{device}/{stack}/{version_dir}/grid"),
     log:

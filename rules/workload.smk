@@ -27,5 +27,5 @@ rule profile_workload:
         "python scripts/profile_workload.py --backend {params.backend} --models {params.models} "
         "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
         "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
-        "--decode-context {params.decode_context} --output {output.profile} "
+        "--decode-context {params.decode_context} --version-dir {wildcards.version_dir} --output {output.profile} "
         "--log-level {params.log_level} > {log} 2>&1"

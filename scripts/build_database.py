@@ -8,7 +8,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.database.build import build_op_mapping, finalise_kernel_csv, write_manifest  # noqa: E402
+from opperf.database.build import (  # noqa: E402
+    build_database_directory,
+    build_op_mapping,
+    finalise_kernel_csv,
+    write_manifest,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
     kernel = sub.add_parser("kernel", help="check a kernel type's rows and write {KernelType}.csv in contract order")
     kernel.add_argument("--rows", required=True, help="the last stage's CSV for this kernel type")
     kernel.add_argument("--kernel", required=True, help="kernel type (the CSV's name)")
-    kernel.add_argument("--output", required=True)
+    kernel.add_argument("--output", required=True, help="data/{device}/{stack}/{version_dir}/{KernelType}.csv")
+    kernel.add_argument("--layouts", help="where every row goes (default: layouts/{KernelType}.csv beside --output)")
+    kernel.add_argument("--backend", default="npu", choices=("npu", "cuda", "cpu"),
+                        help="the database's back end: cpu and cuda databases are written in the runtime's "
+                             "dtype spellings")
+    kernel.add_argument("--definition", default="",
+                        help="the kernel type's definition file, if any (its out= slots and query mode)")
     mapping = sub.add_parser("op-mapping", help="generate op_mapping.yaml from the kernel definitions")
     mapping.add_argument("--kernels", nargs="+", required=True,
                          help="the database's kernel CSVs (data/{device}/{stack}/{version_dir}/*.csv)")
@@ -25,19 +36,31 @@ def build_parser() -> argparse.ArgumentParser:
     mapping.add_argument("--devices", default="config/devices.yaml")
     mapping.add_argument("--definitions", default="config/kernels", help="kernel definitions root")
     mapping.add_argument("--output", required=True, help="data/{device}/{stack}/{version_dir}/op_mapping.yaml")
+    directory = sub.add_parser("directory", help="build a whole database from a directory of replayed rows "
+                                                 "(a replay run by hand or by a benchmark)")
+    directory.add_argument("--rows-dir", required=True, help="one {KernelType}.csv per kernel type")
+    directory.add_argument("--device", required=True, help="key of the device catalog")
+    directory.add_argument("--devices", default="config/devices.yaml")
+    directory.add_argument("--definitions", default="config/kernels", help="kernel definitions root")
+    directory.add_argument("--output", required=True,
+                           help="the database directory, data/{device}/{stack}/{version_dir} (its name is the "
+                                "version directory op_mapping.yaml records)")
     manifest = sub.add_parser("manifest", help="list a database's files with row counts")
     manifest.add_argument("--files", nargs="+", required=True)
     manifest.add_argument("--output", required=True)
-    for p in (kernel, mapping, manifest):
+    for p in (kernel, mapping, directory, manifest):
         add_logging_args(p)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
     if args.command == "kernel":
-        finalise_kernel_csv(args.rows, args.kernel, args.output)
+        finalise_kernel_csv(args.rows, args.kernel, args.output, backend=args.backend,
+                            definition_path=args.definition or None, layouts=args.layouts)
     elif args.command == "op-mapping":
         build_op_mapping(args.kernels, args.device, args.devices, args.definitions, args.output)
+    elif args.command == "directory":
+        build_database_directory(args.rows_dir, args.device, args.output, args.devices, args.definitions)
     else:
         write_manifest(args.files, args.output)
     return 0

@@ -28,7 +28,7 @@ examples:
       --device H200 --num-devices 2 4 --bench-mode kernel --output-dir out/nccl
   # A3 super-pod, HCCL, intra-pod TP=16 and die-level pairs
   torchrun --standalone --nproc-per-node 16 scripts/generate_comm_microbench.py --do-run --backend hccl \\
-      --device A3 --num-devices 16 2 --output-dir data/A3/hccl/8.5
+      --device A3 --num-devices 16 2 --output-dir data/A3/hccl/v8.5
 """
 
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="element type (default: bfloat16; the seed's torch.bfloat16 spelling works too)")
     parser.add_argument("--bytes-grid", nargs="+",
                         help="per-rank message sizes: bytes, sizes with units (4KiB, 1MiB) or power-of-two "
-                             "ranges (1KiB..1MiB); default 1KiB..512MiB")
+                             "ranges (1KiB..1MiB); default: the density standard's 128B..512MiB")
     parser.add_argument("--bench-mode", choices=BENCH_MODES, default="event",
                         help="event: time the caller sees (host clock on gloo, device events on CUDA/NPU); "
                              "kernel: device-kernel time from the profiler (CUDA/NPU only) (default: event)")

@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "CSV, from the patterns of --grid-config and the models of --target-models. Rows inherit "
                     "their kernel type's profiled metadata (OP State, Accelerator Core, dtypes, formats), never "
                     "duplicate an existing row signature, and are dropped when they would not fit --max-hbm-gb. "
-                    "The same inputs and --seed give byte-identical CSVs.",
+                    "Each density axis meets msmodeling's standard (config/density_standard.yaml) up to the token "
+                    "cap. The same inputs and --seed give byte-identical CSVs.",
         epilog="Where: --data-dir DIR (in place), or --input-dir PARSED --output-dir GRID (the workflow's form), "
                "or --device/--vllm-version/--torch-version/--cann-version (→ data/<device>/vllm_ascend/"
                "vllm<v>_torch<t>_cann<c>, in place). Example: %(prog)s --data-dir data/A3/vllm_ascend/"
@@ -42,16 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated model names or aliases from --models (e.g. qwen3-32b,dsv3); GEMM (N, K) "
                            "pairs, attention and MoE layouts come from them over their tp_sizes/ep_sizes. Empty: "
                            "the generic grids of --grid-config")
-    grid.add_argument("--rows", type=int, default=1000,
-                      help="most generated rows per CSV (0 = no cap; default: %(default)s)")
-    grid.add_argument("--seed", type=int, default=0, help="seed of the row sampling (default: %(default)s)")
+    grid.add_argument("--rows", type=int, default=0,
+                      help="most generated rows per CSV, reached by dropping whole buckets (sweeps and the buckets "
+                           "fewest target-model configurations use first; the log names them), never by thinning "
+                           "one (0 = no cap; default: %(default)s)")
+    grid.add_argument("--seed", type=int, default=0,
+                      help="orders buckets of equal use under --rows (default: %(default)s)")
     grid.add_argument("--max-hbm-gb", type=float, default=None,
                       help="device memory budget in GB (GiB) per row (default: the device's memory_gb)")
     grid.add_argument("--backend", choices=["cpu", "cuda", "npu"], default=None,
-                      help="back end of the device (default: the device catalog's); picks the token cap")
+                      help="back end of the device (default: the device catalog's); picks the token and axis caps")
     grid.add_argument("--max-tokens", type=int, default=None,
-                      help="largest token count of the `tokens` grid (default: grid config's cap for the device's "
-                           "back end)")
+                      help="cap on every token axis (M, elementwise and MoE tokens, attention lengths, pad; each "
+                           "also stops at its standard range) (default: grid config's cap for the device's back end)")
     grid.add_argument("--grid-config", default=str(DEFAULT_GRID_CONFIG), help="patterns (default: config/grid.yaml)")
     grid.add_argument("--models", default=str(ROOT / "config" / "models.yaml"),
                       help="model configs (default: config/models.yaml)")
@@ -108,6 +112,7 @@ def main(args: argparse.Namespace) -> int:
         target_models=[m.strip() for m in args.target_models.split(",") if m.strip()],
         rows=args.rows, seed=args.seed, max_hbm_gb=max_hbm_gb,
         max_tokens=args.max_tokens if args.max_tokens is not None else grid_config.max_tokens_for(backend),
+        axis_caps=grid_config.axis_caps_for(backend), tile_boundaries=grid_config.tile_boundaries_for(backend),
         models_path=args.models)
     settings.settings_text["device"] = device_name
     run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)

@@ -18,9 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "--run 4xH200=benchmarks/results/comm/h200x4 --limit-gbps 450 "
                                      "--output busbw.png --summary busbw.md",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
-                        help="a run's label and the directory holding its collective CSVs (searched recursively); "
-                             "repeat for several runs")
+    parser.add_argument("--run", action="append", required=True, metavar="LABEL=PATH",
+                        help="a run's label and the directory holding its collective CSVs (searched recursively) "
+                             "or one collective CSV; repeat for several runs, or with one label for several CSVs")
     parser.add_argument("--output", required=True, type=Path, help="PNG to write")
     parser.add_argument("--limit-gbps", type=float, help="draw this link limit (GB/s) and compare busbw with it")
     parser.add_argument("--limit-label", default="link limit", help="its name on the plot")
@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     for item in args.run:
         label, separator, directory = item.partition("=")
         if not separator or not label or not directory:
-            raise OpperfError(f"--run takes LABEL=DIR, got {item!r}", field="--run")
+            raise OpperfError(f"--run takes LABEL=PATH, got {item!r}", field="--run")
         runs.append((label, directory))
     frame = load_runs(runs)
     plot_bus_bandwidth(frame, args.output, args.limit_gbps, args.limit_label, args.title)

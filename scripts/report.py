@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Stage 7: write the replay report of one database from its replayed per-kernel CSVs.
 
-    report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \
+    report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \\
         --database CPU/torch/torch2.13.0_cpu --benchmarks-root benchmarks/runs
 
-Writes replay_report.md, duration_gap.csv (rows whose replay/profile ratio is outside --band),
-summary.json (reproduce-scripts conventions) and two PNG plots.
+Writes replay_report.md and replay_report.html (the same: headline numbers, per-kernel-type table, worst rows,
+rows that did not replay, stage timings), duration_gap.csv (rows whose replay/profile ratio is outside --band),
+summary.json (reproduce-scripts conventions) and three PNG plots: replay_vs_profile.png (by kernel type),
+duration_gap_histogram.png and status_by_kernel.png.
 """
 
 import argparse
@@ -23,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", nargs="+", required=True, help="per-kernel CSVs (replayed or final database)")
     parser.add_argument("--output-dir", required=True, help="reports/{device}/{stack}/{version_dir}")
     parser.add_argument("--database", required=True, help="{device}/{stack}/{version_dir}, the report's title")
-    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu")
+    parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu",
+                        help="the back end the rows were replayed on: recorded in summary.json, and the report "
+                             "links that back end's accuracy explanation (default: %(default)s)")
     parser.add_argument("--band", type=float, nargs=2, default=[0.8, 1.2], metavar=("LOW", "HIGH"),
                         help="replay/profile ratio band; rows outside go into duration_gap.csv (default: 0.8 1.2)")
     parser.add_argument("--benchmarks-root", default="benchmarks/runs",
@@ -31,12 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace-dir", default="", help="the database's trace directory (summary task_log_dir)")
     parser.add_argument("--device-ids", default="", help="device ids the replay used, e.g. 0,1")
     parser.add_argument("--max-concurrency", type=int, default=1, help="replay jobs that ran at once")
+    parser.add_argument("--parsed-dir", default="",
+                        help="the parse stage's directory of this database: its trace_attribution.json (how much of "
+                             "the traces' device time became rows) goes into the report; none there, none shown")
     add_logging_args(parser)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    from opperf.report.build import write_report
+    from opperf.report.build import read_attribution, write_report
     from opperf.replay.slots import parse_device_ids
 
     key = args.database.strip("/").split("/")
@@ -45,7 +52,8 @@ def main(args: argparse.Namespace) -> int:
     device_ids = parse_device_ids(args.device_ids) if args.device_ids else []
     write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
                  benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
-                 device_ids=device_ids, max_concurrency=args.max_concurrency)
+                 device_ids=device_ids, max_concurrency=args.max_concurrency,
+                 attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None)
     return 0
 
 

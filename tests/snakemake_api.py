@@ -51,6 +51,25 @@ def run_workflow(workdir: Path, targets=(), *, dry_run: bool = False, config: di
         return sorted(updated)
 
 
+TINY_CPU_TRACE = REPO / "tests" / "data" / "replay" / "tiny_cpu" / "trace.json"
+
+
+def tiny_cpu_replay_workflow(destination: Path) -> tuple[Path, dict, str]:
+    """A workflow copy whose one database is the tiny CPU trace, replayed on cpu (no workload, comm or grid):
+    (workdir, config, the database's device/stack/version_dir)."""
+    from opperf.versions import cpu_version_dir
+
+    workdir = copy_workflow(destination)
+    version_dir = cpu_version_dir()
+    (workdir / "resources" / "tiny_cpu").mkdir(parents=True)
+    shutil.copy(TINY_CPU_TRACE, workdir / "resources" / "tiny_cpu" / "trace.json")
+    (workdir / "config" / "replay_sources.tsv").write_text(
+        f"device\tstack\tversion_dir\tpath\nCPU\ttorch\t{version_dir}\tresources/tiny_cpu/trace.json\n")
+    config = {"sources": "config/replay_sources.tsv", "workload": {"enabled": False}, "comm": {"enabled": False},
+              "grid": {"enabled": False}, "replay": {"backends": ["cpu"], "repeat_count": 2, "warmup_count": 1}}
+    return workdir, config, f"CPU/torch/{version_dir}"
+
+
 def planned_rules(plan) -> list[str]:
     """The rule names of a dry-run plan, sorted, with repeats."""
     return sorted(rule for rule, _ in plan)

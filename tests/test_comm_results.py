@@ -151,7 +151,7 @@ def test_reading_the_peers_contract_only_file_and_bad_values(tmp_path):
 
 def test_bytes_grid_default_units_and_ranges():
     default = parse_bytes_grid(None)
-    assert (default[0], default[-1], len(default)) == (1024, 512 << 20, 20)
+    assert (default[0], default[-1], len(default)) == (128, 512 << 20, 23)
     assert parse_bytes_grid(["1KiB..8KiB", "4096", "3MiB"]) == [1024, 2048, 4096, 8192, 3 << 20]
     assert parse_size("2MB") == 2 << 20 and format_size(1 << 20) == "1MiB" and format_size(1536) == "1536B"
     for bad in ("1.5KiB", "12XB", "0"):

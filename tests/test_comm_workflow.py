@@ -45,6 +45,26 @@ def test_a_collective_csv_is_built_by_torchrun_and_rebuilt_when_its_code_changes
     assert (workdir / "logs" / "comm" / "CPU" / "gloo").is_dir()
 
     assert _comm_jobs(run_workflow(workdir, [target], dry_run=True, config=config)) == []
+
+    # The comm report rules: the bandwidth plot of the collection, and its alignment with a reference in which
+    # one point took twice as long (the rest is this run's own numbers, so they agree exactly).
+    reference = workdir / "reference"
+    reference.mkdir()
+    frame.loc[1, "Duration(us)"] = f"{float(frame.loc[1, 'Duration(us)']) * 2:.3f}"
+    frame.to_csv(reference / "all_reduce.csv", index=False)
+    reports = f"reports/CPU/gloo/torch{installed_torch_version()}"
+    report_config = {**config, "comm": {**QUICK, "ops": ["all_reduce"], "reference": "reference"}}
+    assert sorted(rule for rule, _ in run_workflow(workdir, dry_run=True, config=report_config)
+                  if rule.startswith("comm")) == ["comm_alignment", "comm_bandwidth_plot"]
+    run_workflow(workdir, [f"{reports}/busbw.png", f"{reports}/alignment.csv"], config=report_config)
+    assert (workdir / reports / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| CPU | event | all_reduce | 2 | 4KiB |" in (workdir / reports / "busbw_largest_messages.md").read_text()
+    alignment = pd.read_csv(workdir / reports / "alignment.csv", dtype=str, keep_default_na=False)
+    assert alignment["status"].tolist() == ["agrees", "faster"]
+    assert alignment["ratio"].tolist() == ["1.0000", "0.5000"]
+    assert (workdir / reports / "alignment.txt").read_text().startswith("2 points compared: 1 agree, 0 slower, "
+                                                                         "1 faster")
+
     with open(workdir / "opperf" / "comm" / "timing.py", "a") as handle:
         handle.write("# edited: a timing change must re-collect the collective CSVs\n")
     assert [job[3] for job in _comm_jobs(run_workflow(workdir, [target], dry_run=True, config=config))] == [

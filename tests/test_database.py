@@ -33,12 +33,15 @@ def test_kernel_csv_is_written_in_contract_order_without_losing_rows(tmp_path):
     lines = out.read_text().splitlines()
     assert lines[0].split(",")[8:12] == ["Average Duration(us)", "Profiling Average Duration(us)",
                                          "Profiling Median Duration(us)", "Profiling Std Duration(us)"]
-    assert lines[0].endswith("MicroBench aicore_time(us),Profiling Average aicore_time(us),source")
+    assert lines[0].endswith("MicroBench aicore_time(us),Profiling Average aicore_time(us),source,Runtime Key Rows")
     assert len(lines) == 4
-    # Rows with no source are profiled rows; generated stays generated.
-    assert [line.rsplit(",", 1)[1] for line in lines[1:]] == ["profiled", "generated", "profiled"]
-    assert lines[1].startswith('dynamic,AI_CORE,"81920,4096;8192,512",DT_BF16;DT_BF16,ND;ND,"4096,512",'
+    # Rows with no source are profiled rows; generated stays generated; each row is its own runtime key.
+    assert [line.rsplit(",", 2)[1:] for line in lines[1:]] == [["profiled", "1"], ["generated", "1"],
+                                                               ["profiled", "1"]]
+    # Shape cells carry the profiler's literal quotes (csv doubles them), as the runtime's reader expects.
+    assert lines[1].startswith('dynamic,AI_CORE,"""81920,4096;8192,512""",DT_BF16;DT_BF16,ND;ND,"""4096,512""",'
                                "DT_BF16,ND,190.1,187.64875,187.2735,1.8,185.0,184.9,")
+    assert (tmp_path / "db" / "layouts" / "MatMulV2.csv").read_text().count("\n") == 4
 
 
 @pytest.mark.parametrize("bad_row, field, message", [
@@ -114,7 +117,7 @@ def test_op_mapping_resolves_alternate_kernel_types(tmp_path, repo):
     assert document["version"] == "vllm0.18.0_torch2.9.0_cann8.5"
     assert document["device"] == "ATLAS_800_A3_752T_128G_DIE"
     assert document["cann_version"] == "8.5" and document["pytorch_version"] == "2.9.0"
-    assert document["communication_data_ref"] == "../../hccl/8.5"
+    assert document["communication_data_ref"] == "../../hccl/v8.5"
     assert document["opperf"]["versions"] == {"torch": "2.9.0", "vllm": "0.18.0", "cann": "8.5"}
     kernel = document["opperf"]["kernel_types"]["MatMulV3"]
     assert kernel["replay_api"] == (matmul.get("api") or f"{matmul['hook']}.build_case")

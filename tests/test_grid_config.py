@@ -33,6 +33,9 @@ def write(tmp_path, patterns, router=None, **top):
     ({"inputs": ["", ""]}, "patterns.bad.inputs", "at least one tensor slot"),
     ({"match": "loose"}, "patterns.bad.match", "match must be one of"),
     ({"shapes": ["m"]}, "patterns.bad.shapes", "unknown key 'shapes'"),
+    ({"iterators": {"m, n": "M_GRID"}}, "patterns.bad.iterators.m, n", "density axis 'M_GRID' gives one value"),
+    ({"sweeps": {"s": {"m": "M_GRID"}}}, "patterns.bad.sweeps.s", "a sweep binds the names of the main iterators"),
+    ({"sweeps": {"s": {"m": [1], "n": "NO_GRID"}}}, "patterns.bad.sweeps.s.n", "unknown value grid 'NO_GRID'"),
 ])
 def test_malformed_declarative_patterns_name_pattern_and_field(tmp_path, change, field, message):
     pattern = {**GOOD, **change}
@@ -91,7 +94,25 @@ def test_shipped_grid_config_routes_the_fixture_and_cpu_types():
                         "_scaled_dot_product_flash_attention_for_cpu"):
         assert config.patterns_for(kernel_type), kernel_type
     assert config.patterns_for("FlashAttentionScoreGrad") == []
-    assert config.max_tokens_for("cpu") == 256 and config.max_tokens_for("npu") == 16384
+    # NPU/CUDA: every token axis up to the standard's range end; CPU: the demo's declared sub-ranges.
+    assert config.max_tokens_for("cpu") == 256 and config.max_tokens_for("npu") == 131072
+    assert config.axis_caps_for("cpu") == {"NK_GRID": 4096} and config.axis_caps_for("npu") == {}
+    assert not config.tile_boundaries_for("cpu") and config.tile_boundaries_for("npu")
+    assert config.standard.version == "v1" and config.standard.source["commit"] == "84fec85"
+
+
+@pytest.mark.parametrize("top, field, message", [
+    ({"axis_caps": {"cpu": {"NO_GRID": 8}}}, "axis_caps.cpu.NO_GRID", "not a grid of the standard"),
+    ({"axis_caps": {"cpu": {"ELEM_HIDDEN_GRID": 8}}}, "axis_caps.cpu.ELEM_HIDDEN_GRID", "not a grid of the standard"),
+    ({"axis_caps": {"cpu": {"NK_GRID": 0}}}, "axis_caps.cpu.NK_GRID", "expected a positive integer"),
+    ({"token_counts": {"axes": ["NO_GRID"]}}, "token_counts.axes", "expected a list of density axes"),
+    ({"standard": 3}, "standard", "expected the path of a density standard"),
+    ({"token_counts": {"tile_boundaries": {"cpu": "no"}}}, "token_counts.tile_boundaries", "true/false"),
+])
+def test_bad_density_settings_name_the_field(tmp_path, top, field, message):
+    with pytest.raises(OpperfError, match=message) as error:
+        load_grid_config(write(tmp_path, {"bad": GOOD}, **top))
+    assert error.value.field == field
 
 
 def test_require_template_is_a_full_match_regular_expression(tmp_path):

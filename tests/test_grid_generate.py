@@ -20,6 +20,7 @@ from opperf.parse.fia_metadata import RUNTIME_SEQ_LENGTHS_KV_VALUES, RUNTIME_SEQ
 
 GRID = load_grid_config("config/grid.yaml")
 MODELS = load_models("config/models.yaml")
+STANDARD = GRID.standard
 
 
 def profiled(inputs, outputs, dtypes_in, dtypes_out, formats_in=None, formats_out=None, core="AI_CORE", **extra):
@@ -49,17 +50,24 @@ QWEN3_32B_NK_TP_1_4_8 = [
 ]
 
 
-def test_matmul_rows_are_tokens_times_qwen3_32b_pairs_with_inherited_metadata():
+NK_GRID = STANDARD.rule("NK_GRID").points()
+
+
+def test_matmul_rows_are_tokens_times_qwen3_32b_pairs_then_nk_sweeps_with_inherited_metadata():
     table = dict(MODELS, **{"Qwen3-32B": dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))})
     generated, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
                                              settings_for(["qwen3-32b"], model_table=table))
-    expected = [(f"{m},{k};{k},{n}", f"{m},{n}") for m in (1, 2) for n, k in QWEN3_32B_NK_TP_1_4_8]
-    assert shapes(generated) == expected
+    main = [(f"{m},{k};{k},{n}", f"{m},{n}") for m in (1, 2) for n, k in QWEN3_32B_NK_TP_1_4_8]
+    # Then N over NK_GRID with K the hidden size, and K over NK_GRID with N the hidden size, at the sweeps'
+    # token count (256, capped here at 2); a pair the models already gave is not repeated.
+    sweeps = [(f"2,5120;5120,{n}", f"2,{n}") for n in NK_GRID] + [(f"2,{k};{k},5120", "2,5120") for k in NK_GRID]
+    assert shapes(generated) == main + [s for s in dict.fromkeys(sweeps) if s not in main]
     for row in generated:
         assert (row[OP_STATE], row[ACCELERATOR_CORE], row[INPUT_DTYPES], row[INPUT_FORMATS], row[OUTPUT_DTYPES],
                 row[OUTPUT_FORMATS]) == ("dynamic", "AI_CORE", "DT_BF16;DT_BF16", "ND;ND", "DT_BF16", "ND")
         assert row[SOURCE] == SOURCE_GENERATED and PROFILING_AVERAGE not in row
-    assert (result.status, result.generated, result.combinations, result.duplicates) == ("generated", 30, 30, 0)
+    assert (result.status, result.combinations) == ("generated", 30 + 2 * len(NK_GRID))
+    assert result.generated + result.duplicates == result.combinations
 
 
 def test_elementwise_rows_keep_the_templates_empty_slots_and_scalars():
@@ -71,7 +79,9 @@ def test_elementwise_rows_keep_the_templates_empty_slots_and_scalars():
     # elementwise_3d_binary: b in small_batch [1, 2, 4], s in tokens [1, 2], b * s <= max_tokens (2),
     # h in opperf-tiny's widths: hidden 256, MLP width 688 (TP 1) and 344 (TP 2).
     expected = [(f"{b},{s},{h};{b},{s},{h};", "") for b, s in ((1, 1), (1, 2), (2, 1)) for h in (256, 688, 344)]
-    assert shapes(generated) == expected
+    # Then the width sweep: h over ELEM_HIDDEN_GRID (NK_GRID's points) at b = 1 and the sweeps' token count.
+    sweep = [(f"1,2,{h};1,2,{h};", "") for h in NK_GRID]
+    assert shapes(generated) == expected + [s for s in sweep if s not in expected]
     assert {(r[INPUT_SCALARS], r[INPUT_DTYPES], r[INPUT_FORMATS], r[OP_STATE]) for r in generated} == {
         (";;1", "DT_FLOAT;DT_FLOAT;", "ND;ND;", "eager")}
     # b * s > 2 for (2, 2), (4, 1), (4, 2): 3 x 3 widths here, and 3 in rowwise_3d (routed too; fits no row).
@@ -118,7 +128,8 @@ def test_fia_rows_have_the_full_slot_layout_and_actual_sequence_lengths():
     generated, _ = generate_kernel_rows("FusedInferAttentionScore", [FIA_TEMPLATE], settings_for(
         ["Qwen3-32B"], grid=grid, max_tokens=4096, model_table=dict(MODELS, **{"Qwen3-32B": model})))
     # Slots: 0 query, 1 key, 2 value, 4 atten_mask, 5/6 actual_seq_lengths(_kv), 14 block_table; 31 in all.
-    prefill, decode = generated
+    scene = [r["Runtime source_profile"] for r in generated]
+    prefill, decode = generated[0], generated[scene.index("shape_grid:dense_decode")]
     assert prefill[INPUT_SHAPES] == "256,8,128;256,1,128;256,1,128;;2048,2048;2;2" + ";" * 24
     assert prefill[OUTPUT_SHAPES] == "256,8,128;"
     assert (prefill[RUNTIME_SEQ_LENGTHS_VALUES], prefill[RUNTIME_SEQ_LENGTHS_KV_VALUES]) == ("128,256", "128,128")
@@ -128,6 +139,16 @@ def test_fia_rows_have_the_full_slot_layout_and_actual_sequence_lengths():
     assert (decode[RUNTIME_SEQ_LENGTHS_VALUES], decode[RUNTIME_SEQ_LENGTHS_KV_VALUES]) == ("1,2,3,4",
                                                                                            "300,300,300,300")
     assert decode[INPUT_DTYPES] == FIA_TEMPLATE[INPUT_DTYPES] and decode[OUTPUT_DTYPES] == "DT_BF16;FLOAT"
+    # Each scene then sweeps, at batch 1 and length 256, query heads (KV 1: all of HEADS_GRID), KV heads (8 query
+    # heads: those dividing 8) and head_dim, one at a time around the layout (8, 1, 128).
+    layouts = {scene_name: sorted({(int(r["Runtime num_heads"]), int(r["Runtime num_key_value_heads"]),
+                                    int(r[INPUT_SHAPES].split(",")[2].split(";")[0])) for r in generated
+                                   if r["Runtime source_profile"] == scene_name and r[RUNTIME_SEQ_LENGTHS_KV_VALUES]
+                                   in ("256", "256,")}) for scene_name in set(scene)}
+    heads = STANDARD.rule("HEADS_GRID").points()
+    expected = sorted({(h, 1, 128) for h in heads} | {(8, kv, 128) for kv in (1, 2, 4, 8)}
+                      | {(8, 1, d) for d in (64, 128, 256)})
+    assert layouts == {"shape_grid:dense_prefill": expected, "shape_grid:dense_decode": expected}
 
 
 def test_moe_token_permute_rows_from_qwen3_moe_expert_layout():
@@ -156,17 +177,20 @@ def test_generated_rows_never_repeat_an_existing_signature():
     generated, result = generate_kernel_rows("MatMulV3", [MATMUL_TEMPLATE, existing], settings_for(["opperf-tiny"]))
     signatures = [row_signature(r, "MatMulV3") for r in generated]
     assert len(set(signatures)) == len(signatures)
-    assert row_signature(existing, "MatMulV3") not in signatures and result.duplicates == 1
+    # One more duplicate than without the profiled row (sweeps that repeat a model pair are duplicates too).
+    _, alone = generate_kernel_rows("MatMulV3", [MATMUL_TEMPLATE], settings_for(["opperf-tiny"]))
+    assert row_signature(existing, "MatMulV3") not in signatures and result.duplicates == alone.duplicates + 1
 
 
 def test_rows_over_the_hbm_budget_are_dropped_and_counted():
     # 1 GiB, no workspace: Qwen3-32B's TP-1 lm_head weight alone (5120 x 151936 x 2 B = 1.45 GiB) cannot fit.
-    grid = dataclasses.replace(GRID, memory=dataclasses.replace(GRID.memory, workspace_fraction=0.0,
-                                                                workspace_mib=0.0))
+    without_sweeps = dict(GRID.patterns, gemm=dataclasses.replace(GRID.patterns["gemm"], sweeps=()))
+    grid = dataclasses.replace(GRID, patterns=without_sweeps, memory=dataclasses.replace(
+        GRID.memory, workspace_fraction=0.0, workspace_mib=0.0))
     table = dict(MODELS, **{"Qwen3-32B": dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))})
     settings = settings_for(["Qwen3-32B"], grid=grid, max_hbm_gb=1.0, max_tokens=16384, model_table=table)
     generated, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE], settings)
-    bytes_needed = {(m, n, k): (m * k + k * n + m * n) * 2 for m in settings.grids.tokens
+    bytes_needed = {(m, n, k): (m * k + k * n + m * n) * 2 for m in settings.grids.values("M_GRID", field="m")
                     for n, k in QWEN3_32B_NK_TP_1_4_8}
     fitting = [(f"{m},{k};{k},{n}", f"{m},{n}") for (m, n, k), size in bytes_needed.items() if size <= BYTES_PER_GB]
     assert shapes(generated) == fitting
@@ -191,7 +215,7 @@ def test_fractal_nz_weight_slots_get_nz_storage_shapes():
     assert nd_to_fractal_nz((256, 512), "DT_BF16") == (32, 16, 16, 16)
     assert nd_to_fractal_nz((100, 100), "DT_INT8") == (4, 7, 16, 32)
     # A (K, N) = (128, 8) weight would be stored padded to (128, 16): it cannot stand in an NZ slot.
-    from opperf.grid.candidates import Candidate
+    from opperf.grid.candidate import Candidate
     from opperf.grid.templates import templates_from_rows
 
     (nz_template,), _ = templates_from_rows([template])
@@ -207,20 +231,6 @@ def test_kernel_types_without_a_pattern_or_a_fitting_row_generate_nothing():
     assert generated == [] and result.status == "no_fitting_profiled_row"
 
 
-def test_row_cap_keeps_a_seeded_sample_in_enumeration_order():
-    rows_all, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE], settings_for(["opperf-tiny"], max_tokens=64))
-    capped, result = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
-                                          settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=3))
-    again, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
-                                    settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=3))
-    other, _ = generate_kernel_rows("MatMulV2", [MATMUL_TEMPLATE],
-                                    settings_for(["opperf-tiny"], max_tokens=64, rows=7, seed=4))
-    assert len(capped) == 7 and result.dropped_by_row_cap == len(rows_all) - 7
-    assert capped == again and capped != other
-    positions = [rows_all.index(r) for r in capped]
-    assert positions == sorted(positions)
-
-
 # Scalar arguments a template needs for the patterns that require them (checked against the pattern below).
 TEMPLATE_SCALARS = {"rope_cat_4d": ";;-1", "kv_cache_cat_4d": ";;2", "sdpa_prefill": ";;;0.;True;;",
                     "sdpa_decode": ";;;0.;False;;"}
@@ -230,7 +240,7 @@ ALL_MODELS = ["Qwen3-32B", "Qwen3-235B-A22B", "DeepSeek-V3", "Llama-3-70B", "Qwe
 @pytest.mark.parametrize("name", sorted(GRID.patterns))
 def test_every_shipped_pattern_generates_valid_rows_for_the_real_models(name):
     from opperf.contract import format_shapes, parse_shapes
-    from opperf.grid.candidates import CandidateStats, pattern_candidates
+    from opperf.grid.patterns import CandidateStats, pattern_candidates
 
     pattern = GRID.patterns[name]
     settings = settings_for(ALL_MODELS, max_tokens=256)
@@ -269,7 +279,7 @@ def test_nz_storage_shape_reads_back_as_the_padded_nd_shape(batch, rows, cols, d
 
 @given(layout=st.lists(st.one_of(st.none(), st.integers(1, 4)), min_size=1, max_size=8))
 def test_tensor_matching_keeps_the_templates_empty_slots(layout):
-    from opperf.grid.candidates import Candidate
+    from opperf.grid.candidate import Candidate
     from opperf.grid.templates import Slot, Template
 
     template = Template((), tuple(Slot(rank or 0, "ND", "DT_BF16") for rank in layout), ())

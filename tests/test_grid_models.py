@@ -6,11 +6,18 @@ import dataclasses
 
 import pytest
 
+from opperf.density import load_standard
 from opperf.errors import OpperfError
 from opperf.grid.models import load_models, select_models
-from opperf.grid.values import MODEL_GRIDS, ValueGrids, token_counts
+from opperf.grid.values import ValueGrids, token_counts
 
 MODELS = load_models("config/models.yaml")
+STANDARD = load_standard()
+
+
+def value_grids(models, generic=None, max_tokens=8, **options):
+    return ValueGrids(grids={}, generic=generic or {}, models=models, max_tokens=max_tokens, standard=STANDARD,
+                      **options)
 
 # Qwen3-32B: hidden 5120, 64 query heads, 8 KV heads, head_dim 128, intermediate 25600, vocab 151936.
 #   qkv   N = (64/tp + 2 * 8/tp) * 128      K = 5120        (column parallel)
@@ -34,9 +41,17 @@ def test_qwen3_32b_gemm_pairs_per_tp(tp):
 
 def test_model_gemm_grid_enumerates_tp_sizes_in_order_without_repeats():
     model = dataclasses.replace(MODELS["Qwen3-32B"], tp_sizes=(1, 4, 8))
-    assert MODEL_GRIDS["gemm_nk"]([model]) == QWEN3_32B_NK[1] + QWEN3_32B_NK[4] + QWEN3_32B_NK[8]
-    # The same pair from two models appears once.
-    assert MODEL_GRIDS["gemm_nk"]([model, model]) == MODEL_GRIDS["gemm_nk"]([model])
+    assert value_grids([model]).values("model.gemm_nk", field="f") == (
+        QWEN3_32B_NK[1] + QWEN3_32B_NK[4] + QWEN3_32B_NK[8])
+    # The same pair from two models appears once, and remembers both.
+    other = dataclasses.replace(model, name="other", tp_sizes=(4,))
+    both = value_grids([model, other])
+    assert both.values("model.gemm_nk", field="f") == value_grids([model]).values("model.gemm_nk", field="f")
+    assert both.users("model.gemm_nk", (2560, 5120)) == {"Qwen3-32B@tp4", "other@tp4"}
+    assert both.users("model.gemm_nk", (10240, 5120)) == {"Qwen3-32B@tp1"}
+    # A per-model value serves every TP size of the model; a grid that is not a model's has no users.
+    assert both.users("model.hidden", 5120) == {"Qwen3-32B@tp1", "Qwen3-32B@tp4", "Qwen3-32B@tp8", "other@tp4"}
+    assert both.users("M_GRID", 8) is None
 
 
 def test_deepseek_v3_mla_and_moe_projections_at_tp8():
@@ -107,10 +122,22 @@ def test_token_counts_sample_both_sides_of_tile_boundaries():
     assert token_counts(4) == [1, 2, 3, 4]
 
 
+def test_token_axes_meet_the_standard_up_to_the_cap_with_tile_boundaries():
+    grids = value_grids([], max_tokens=300, token_axes=["M_GRID", "ATTN_SEQ_GRID"], axis_caps={"NK_GRID": 1024})
+    standard_m = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 192,
+                  256, 300]
+    assert grids.values("M_GRID", field="f") == sorted(set(standard_m) | set(token_counts(300)))
+    assert STANDARD.rule("M_GRID").check(grids.values("M_GRID", field="f")).ok
+    # Not a token axis: the standard's points, capped on this back end (ELEM_HIDDEN_GRID is NK_GRID's alias).
+    assert grids.values("ELEM_HIDDEN_GRID", field="f") == [128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024]
+    assert grids.values("HEADS_GRID", field="f") == [1, 2, 3, 4, 5, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 128]
+    assert value_grids([], max_tokens=131072).values("MOE_TOKENS_GRID", field="f")[-1] == 65536
+
+
 def test_generic_grids_stand_in_when_no_model_is_named():
-    grids = ValueGrids(grids={}, generic={"gemm_nk": [(64, 32)]}, models=[], max_tokens=8)
+    grids = value_grids([], generic={"gemm_nk": [(64, 32)]})
     assert grids.values("model.gemm_nk", field="f") == [(64, 32)]
     with pytest.raises(OpperfError, match="needs a target model or a generic.hidden list"):
         grids.values("model.hidden", field="patterns.x.iterators.h")
-    tiny = ValueGrids(grids={}, generic={}, models=[MODELS["opperf-tiny"]], max_tokens=8)
+    tiny = value_grids([MODELS["opperf-tiny"]])
     assert tiny.values("model.gemm_nk", field="f")[:2] == [(512, 256), (256, 256)]

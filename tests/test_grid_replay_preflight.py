@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from opperf.grid import generate_kernel_rows, load_grid_config, load_models, prepare_settings
+from opperf.grid.runner import generate_kernel_grid
 from opperf.parse.fia_metadata import RUNTIME_SEQ_LENGTHS_KV_VALUES
 from opperf.replay.definitions import definition_for, load_definitions
 from opperf.replay.inputs import BuildContext, build_argument
@@ -41,7 +42,7 @@ _SHIPPED = load_grid_config(REPO / "config" / "grid.yaml")
 GRID = dataclasses.replace(_SHIPPED, patterns=dict(_SHIPPED.patterns, fused_infer_attention=dataclasses.replace(
     _SHIPPED.patterns["fused_infer_attention"], params={
         "prefill_batches": [1, 2], "prefill_seq_lens": [16, 24], "decode_batches": [1, 2, 3],
-        "decode_context_lens": [100, 300]})))
+        "decode_context_lens": [100, 300], "sweep_seq_len": 24})))
 with open(EXAMPLE_ROWS, newline="", encoding="utf-8") as handle:
     TEMPLATES = [row for row in csv.DictReader(handle) if GRID.patterns_for(row["Type"])]
 # Kernel types of the replay examples that the grid has no pattern for (listed in the grid's log).
@@ -62,7 +63,7 @@ def settings(tmp_path_factory):
     models = tmp_path_factory.mktemp("models") / "models.yaml"
     models.write_text(yaml.safe_dump(SMALL_MODELS))
     return prepare_settings(grid_config=GRID, models=load_models(models), target_models=list(SMALL_MODELS),
-                            rows=8, seed=0, max_hbm_gb=64, max_tokens=256)
+                            rows=0, seed=0, max_hbm_gb=64, max_tokens=64)
 
 
 def build(kernel_type: str, row: dict, line: int) -> None:
@@ -87,12 +88,14 @@ def test_every_replay_example_type_but_the_listed_ones_has_a_pattern():
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[f"{r['Type']}-{i}" for i, r in enumerate(TEMPLATES)])
 def test_generated_rows_build_with_the_npu_kernel_definition(template, settings):
+    """The first and the last row of every bucket (the ends of each swept axis)."""
     kernel_type = template["Type"]
-    generated, result = generate_kernel_rows(kernel_type, [template], settings)
-    assert 0 < len(generated) <= 8, result
-    for line, row in enumerate(generated, start=2):
+    grid = generate_kernel_grid(kernel_type, [template], settings)
+    assert grid.rows and grid.buckets, grid.result
+    for line in sorted({index for bucket in grid.buckets for index in (bucket.rows[0], bucket.rows[-1])}):
+        row = grid.rows[line]
         if not single_sequence_fia(kernel_type, row):
-            build(kernel_type, row, line)
+            build(kernel_type, row, line + 2)
 
 
 def test_single_sequence_fia_rows_build(settings):

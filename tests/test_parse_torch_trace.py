@@ -108,6 +108,17 @@ def _cuda_trace(path):
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 900, "dur": 2,
          "args": {"correlation": 14}},                                   # launched outside any aten op
         device("kernel", 950, 4.0, 14),
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": 1000, "dur": 2,
+         "args": {"correlation": 15}},                                   # a CUDA graph replay: two kernels
+        {**device("kernel", 1010, 3.0, 15), "name": "void flash_fwd<cutlass::bfloat16_t, 128>(Params)"},
+        {**device("kernel", 1020, 1.5, 15), "name": "triton_poi_fused_add_0"},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 1, "tid": 1, "ts": 1100, "dur": 2,
+         "args": {"correlation": 16}},                                   # Triton from Python
+        {**device("kernel", 1110, 2.0, 16), "name": "triton_red_fused_mean_1"},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync", "pid": 1, "tid": 1, "ts": 1200, "dur": 2,
+         "args": {"correlation": 17}},
+        device("gpu_memset", 1210, 0.5, 17),
+        {"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7, "ts": 1300, "dur": 0.25, "args": {}},
         {"ph": "f", "cat": "ac2g", "id": 11, "pid": 0, "tid": 7, "ts": 500},
     ]
     path.write_text(json.dumps({"traceEvents": events}))
@@ -118,8 +129,20 @@ def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
     conversion = convert_trace(_cuda_trace(tmp_path / "cuda.pt.trace.json"))
     assert conversion.accelerator_core == "CUDA"
     rows = {r["Type"]: r for r in conversion.rows}
-    assert set(rows) == {"addmm", "copy_"}
-    assert conversion.outcomes["device activities launched outside any aten op (not in any row)"] == 1
+    # Kernels no op launched get rows of their own by name where the name can be a Type (k14, the Triton kernels,
+    # the graph's Triton kernel); the templated graph kernel, the memset and the unlaunched kernel are named.
+    assert set(rows) == {"addmm", "copy_", "k14", "triton_poi_fused_add_0", "triton_red_fused_mean_1"}
+    assert rows["triton_poi_fused_add_0"]["OP State"] == "graph" and rows["k14"]["OP State"] == "eager"
+    assert rows["triton_red_fused_mean_1"]["Input Shapes"] == "" and rows["k14"]["Duration(us)"] == "4.0"
+    assert conversion.outcomes["device activities launched outside any aten op (see the attribution lines)"] == 6
+    attribution = conversion.attribution.to_json()
+    assert attribution["device_us"] == 20.0 and attribution["rows_us"] == 16.25      # 7.75 + 1 + 4 + 1.5 + 2
+    assert attribution["unattributed"] == {
+        "kernels replayed from a CUDA graph (cudaGraphLaunch; no op records their shapes) (kernel name not usable "
+        "as a Type)": {"us": 3.0, "activities": 1},
+        "memcpy/memset activities outside any op": {"us": 0.5, "activities": 1},
+        "device activities with no launch record in the trace": {"us": 0.25, "activities": 1}}
+    assert conversion.attribution.lines()[0].startswith("81.25 % of the trace's device time")
     assert float(rows["addmm"]["Duration(us)"]) == 7.75          # 5.5 + 2.25, not the 80 µs of host time
     assert float(rows["copy_"]["Duration(us)"]) == 1.0
     assert rows["addmm"]["Input Shapes"] == "32;8,16;16,32;;"
@@ -130,6 +153,8 @@ def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
     parse_profiles([tmp_path], tmp_path / "out")                  # directories pick up *.pt.trace.json
     (row,) = read_csv(tmp_path / "out" / "addmm.csv")
     assert row["Accelerator Core"] == "CUDA" and row["Profiling Average Duration(us)"] == "7.75"
+    written = json.loads((tmp_path / "out" / "trace_attribution.json").read_text())
+    assert list(written.values())[0]["share"] == 0.8125
 
 
 def test_real_cuda_trace_keeps_every_microsecond_of_device_time(tmp_path):

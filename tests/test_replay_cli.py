@@ -72,7 +72,8 @@ def test_database_form_missing_only_leaves_filled_rows_and_writes_a_report(tmp_p
     assert list(traces.glob("*_S04_mm_BACKFILL_result.txt"))
 
 
-def test_a_type_without_definition_keeps_every_row_as_no_definition(tmp_path):
+def test_a_type_torch_does_not_know_keeps_every_row_as_no_definition(tmp_path):
+    # No definition: the op's schema would replay it (opperf.replay.schema), but torch has no aten::Mystery.
     rows = mm_csv(tmp_path / "Mystery.csv", ["", "", "3"])
     output = tmp_path / "out.csv"
     code = replay("--rows", str(rows), "--kernel", "Mystery", "--definition", "", "--output", str(output),
@@ -80,10 +81,11 @@ def test_a_type_without_definition_keeps_every_row_as_no_definition(tmp_path):
     assert code == 0
     written = pd.read_csv(output, dtype=str, keep_default_na=False)
     assert len(written) == 3 and set(written[contract.REPLAY_STATUS]) == {"no_definition"}
-    assert "no kernel definition replays 'Mystery'" in written[contract.REPLAY_ERROR][0]
+    assert written[contract.REPLAY_ERROR][0] == "no definition, and torch knows no op aten::Mystery"
+    assert set(written[contract.REPLAY_RECIPE]) == {"schema aten::Mystery"}
     assert written[contract.PROFILING_AVERAGE].tolist() == ["7", "7", "7"]
     reproducer = next((tmp_path / "traces" / "Mystery").glob("*_verify/replay_Mystery.py"))
-    assert "no kernel definition replays" in reproducer.read_text()
+    assert 'DEFINITION = "schema:aten::Mystery"' in reproducer.read_text()
 
 
 def test_the_reproducer_replays_as_the_job_did(tmp_path):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from opperf import contract
-from opperf.report.build import REPORT_FILES, write_report
+from opperf.report.build import KERNEL_TYPE_COLOURS, REPORT_FILES, RowPair, _by_kernel_type, write_report
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def kernel_csv(path, rows):
@@ -70,6 +73,20 @@ def test_summary_and_gaps_exact(tmp_path):
     assert "| mm | 3 | 3 | - | 2 | 2 | 1.250 | 1.050 | 1.450 | 1/2 | 1 | 5.000 |" in report
     assert "| cat | 2 | 1 | failed_build 1 | 2 | 1 | 0.500 | 0.500 | 0.500 | 0/1 | 0 | - |" in report
     assert "3 profiled rows have a replay; 1 of them (33%) are inside the band 0.8-1.2" in report
+    # Completion (summary.json's pass_rate) and accuracy (inside the band) are named apart, the CPU gap explained.
+    assert ("**Replay completion** (summary.json `pass_rate`): 1 of 2 kernel types replayed every one of their "
+            "rows (pass rate 0.500); 4 of 5 rows have a replay.") in report
+    assert "**Replay accuracy** (replay/profile of the profiled rows): 3 profiled rows" in report
+    assert "(../../../../docs/replay.md#cpu-back-end-accuracy)" in report
+    assert "## CPU back end: accuracy" in (REPO / "docs" / "replay.md").read_text()
+
+    # The HTML twin for Snakemake's report says the same: the kernel-type table, cells escaped.
+    html = (out / "replay_report.html").read_text()
+    assert ("<tr><td>mm</td><td class=\"number\">3</td><td class=\"number\">3</td><td>-</td>"
+            "<td class=\"number\">2</td><td class=\"number\">2</td><td class=\"number\">1.250</td>") in html
+    assert "<td>cat</td><td class=\"number\">2</td><td>failed_build</td><td>no dtype</td>" in html
+    assert "<strong>Replay completion</strong>" in html and "<strong>Replay accuracy</strong>" in html
+    assert "<em>paired</em>" in html and "*paired*" not in html
     worst = report.split("furthest from their profile")[1].split("## Rows that did not replay")[0]
     rows = [line for line in worst.splitlines() if line.startswith("| cat") or line.startswith("| mm")]
     assert rows == [  # |log ratio|: 0.5 and 1.5 are further from 1 than 1.0; x0.5 counts as far as x2
@@ -98,3 +115,13 @@ def test_stage_timings_take_only_this_databases_benchmark_files(tmp_path):
         (tmp_path / relative).write_text(f"s\th:m:s\n{seconds}\t0:00:00\n")
     assert stage_timings(tmp_path, ("A3", "vllm_ascend", "v")) == {
         "grid": {"jobs": 1, "total_s": 1.0, "max_s": 1.0}, "replay": {"jobs": 1, "total_s": 2.0, "max_s": 2.0}}
+
+
+def test_scatter_colours_the_kernel_types_with_most_rows_and_merges_the_rest():
+    pairs = [RowPair(f"k{i:02d}", line, 1.0, 1.0, "profiled", {}) for i in range(KERNEL_TYPE_COLOURS + 2)
+             for line in range(2, 3 + i)]                     # k00 has 1 row, k19 has 20
+    groups = _by_kernel_type(pairs)
+    assert [label for label, _, _ in groups][:3] == ["k19", "k18", "k17"]
+    assert len({colour for _, colour, _ in groups}) == KERNEL_TYPE_COLOURS + 1
+    assert groups[-1][0] == "2 other types" and len(groups[-1][2]) == 1 + 2     # k00 and k01
+    assert sum(len(group) for _, _, group in groups) == len(pairs)

@@ -3,7 +3,8 @@
 The peer runtime (msmodeling's tensor_cast) looks rows up by exact strings: `FLOAT`, `INT64`, `BOOL` and
 `DT_BF16` side by side, `FLOAT16` / `FORMAT_ND` in older files. Each fixture is parsed, turned into final
 database CSVs, and every written field is compared with the source file's own text (read with the csv
-module, not opperf): only the profiler's literal quotes around shape fields are dropped.
+module, not opperf), shape fields with the profiler's literal quotes: the runtime reads an empty cell as
+NaN and its shape parser raises on it, while `""` (the profiler's empty shape) parses to no shape.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ FIXTURES = {
     "op_summary_msprof": next((REPO / "tests" / "data" / "replay_npu" / "msprof_run").rglob("op_summary_*.csv")),
     "kernel_details_hcom": REPO / "tests" / "data" / "comm" / "kernel_details_hcom.csv",
 }
-SPELLED = (contract.INPUT_DTYPES, contract.INPUT_FORMATS, contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS,
-           contract.ACCELERATOR_CORE)
+SPELLED = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS,
+           contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS, contract.ACCELERATOR_CORE)
 
 
 def _source_rows(path: Path) -> list[dict[str, str]]:
@@ -65,7 +66,8 @@ def test_every_written_value_is_the_source_spelling(tmp_path, name):
         finalise_kernel_csv(parsed, parsed.stem, final)
         with open(final, newline="", encoding="utf-8") as handle:
             for written in csv.DictReader(handle):
-                first = by_group[(parsed.stem, written[contract.INPUT_SHAPES], written[contract.OUTPUT_SHAPES])]
+                first = by_group[(parsed.stem, _unquoted(written[contract.INPUT_SHAPES]),
+                                  _unquoted(written[contract.OUTPUT_SHAPES]))]
                 for column in SPELLED:
                     assert written[column] == first[column], (name, parsed.stem, column)
                 checked += 1

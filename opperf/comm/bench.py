@@ -25,7 +25,7 @@ from opperf.comm.sizes import CommDtype, format_size
 from opperf.comm.timing import TimedCase, device_synchronizer, make_timer
 from opperf.comm.topology import build_group, default_tier, format_grid_shape
 from opperf.errors import OpperfError
-from opperf.log import LOGGER_NAME, get_logger, span
+from opperf.log import LOGGER_NAME, Progress, get_logger, span
 
 log = get_logger("comm")
 
@@ -328,8 +328,13 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
         device_label = _device_label(request, backend)
         rows: dict[str, list[dict]] = {op: [] for op in request.ops}
         unsupported: dict[str, str] = {}       # op → the back end's reason
+        progress = Progress(log, f"collectives (rank {rank})", len(request.ops) * len(contexts),
+                            unit="(collective, group) pairs")
+        done = 0
         for op in request.ops:
             for context in contexts:
+                progress.update(done)
+                done += 1
                 with span(f"comm.{op}", log, devices=context.plan.num_devices, tier=context.plan.tier):
                     reason = _unsupported_reason(context, op, request, device, device_synchronizer(backend))
                     if reason:
@@ -340,6 +345,7 @@ def run_benchmarks(request: BenchRequest) -> dict[str, Path]:
                         continue
                     rows[op] += _bench_group(request, backend, op, context, device, device_label)
             dist.barrier(group=world_coordination)
+        progress.finish(done)
         if rank == 0:
             for op, path in paths.items():
                 write_comm_csv(path, rows[op])

@@ -84,16 +84,16 @@ def op_of_file_name(backend: str, file_name: str) -> str:
 def comm_version_dir(backend: str) -> str:
     """The version directory of this environment's collective library, as data/{device}/{backend}/… names it.
 
-    hccl: the CANN version (`8.5`, as the seed); nccl: `nccl{v}_torch{t}_cuda{c}`; gloo: `torch{t}`
+    hccl: `v` and the CANN version (`v8.5`, the runtime's data/{device}/hccl/v8.5/); nccl: `nccl{v}_torch{t}_cuda{c}`; gloo: `torch{t}`
     (gloo ships inside torch). Only nccl and hccl import torch.
     """
-    from opperf.versions import installed_torch_version, running_stack
+    from opperf.versions import hccl_version_dir, installed_torch_version, running_stack
 
     check_backend(backend)
     if backend == "gloo":
         return f"torch{installed_torch_version()}"
     if backend == "hccl":
-        return running_stack("npu").runtime_version
+        return hccl_version_dir(running_stack("npu").runtime_version)
     import torch
 
     if not torch.cuda.is_available():

@@ -16,14 +16,16 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output, write_text_atomic
 
 RUN = "run"
+LIMIT_IN_RANGE = 3      # the link limit is drawn when it is at most 3x the largest busbw measured
 
 
 def load_runs(runs: Sequence[tuple[str, str | Path]]) -> pd.DataFrame:
-    """Every collective CSV under each (label, directory), with the run's label; needs our extra columns."""
+    """Every collective CSV under each (label, directory or one CSV), with the run's label; needs our extra
+    columns. A label given several times gathers all its paths into one run."""
     frames = []
     for label, directory in runs:
-        files = sorted(Path(directory).rglob("*.csv"))
-        if not files:
+        files = sorted(Path(directory).rglob("*.csv")) if Path(directory).is_dir() else [Path(directory)]
+        if not files or not files[0].is_file():
             raise OpperfError("no collective CSV found", path=directory)
         for path in files:
             frame = read_comm_csv(path)
@@ -62,10 +64,13 @@ def plot_bus_bandwidth(frame: pd.DataFrame, output: str | Path, limit_gbps: floa
                     if len(line):
                         axis.plot(line[MESSAGE_BYTES], line[BUSBW], styles[run_index % len(styles)], marker=".",
                                   color=colours[op], label=f"{op} ({run})")
-            if limit_gbps:
+            if limit_gbps and limit_gbps <= LIMIT_IN_RANGE * frame[BUSBW].max():
                 axis.axhline(limit_gbps, color="black", linestyle="--", linewidth=1)
                 axis.text(frame[MESSAGE_BYTES].min(), limit_gbps * 1.02, f"{limit_label} {limit_gbps:g} GB/s",
                           fontsize=8)
+            elif limit_gbps:   # drawn, it would flatten every curve to the axis
+                axis.text(0.02, 0.97, f"{limit_label} {limit_gbps:g} GB/s: far above this range", fontsize=8,
+                          transform=axis.transAxes, va="top")
             axis.set_xscale("log", base=2)
             axis.set_title(f"{mode} mode, {count} devices", fontsize=10)
             axis.grid(True, which="both", alpha=0.3)

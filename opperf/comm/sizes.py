@@ -2,7 +2,8 @@
 
 A bytes grid is a list of per-rank message sizes in bytes. Each item is an integer (`4096`), a size with
 a binary unit (`4KiB`, `1MiB`, `1GiB`; `KB`/`MB` are read as the same binary units, as the peer's files
-use them), or an inclusive power-of-two range `1KiB..1MiB`.
+use them), or an inclusive power-of-two range `1KiB..1MiB`. With no items, the sizes of the density standard
+(`config/density_standard.yaml`, message_bytes: 128 B to 512 MiB, each at most twice the one before).
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from opperf.density import load_standard
 from opperf.errors import OpperfError
 
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
-DEFAULT_MIN_BYTES = KIB
-DEFAULT_MAX_BYTES = 512 * MIB
 
 _UNITS = {"": 1, "b": 1, "k": KIB, "kb": KIB, "kib": KIB, "m": MIB, "mb": MIB, "mib": MIB,
           "g": GIB, "gb": GIB, "gib": GIB}
@@ -79,9 +79,9 @@ def powers_of_two(min_bytes: int, max_bytes: int) -> list[int]:
 
 
 def parse_bytes_grid(items: Iterable[str | int] | None) -> list[int]:
-    """The sorted, de-duplicated grid of the `--bytes-grid` items (default 1 KiB..512 MiB)."""
+    """The sorted, de-duplicated grid of the `--bytes-grid` items (default: the density standard's sizes)."""
     if not items:
-        return powers_of_two(DEFAULT_MIN_BYTES, DEFAULT_MAX_BYTES)
+        return load_standard().message_bytes.points()
     sizes: set[int] = set()
     for item in items:
         text = str(item)

@@ -18,7 +18,7 @@ from opperf.devices import load_catalog
 from opperf.errors import OpperfError
 from opperf.io import atomic_output, read_database_csv, write_csv_atomic
 from opperf.log import get_logger, span
-from opperf.versions import parse_version_dir
+from opperf.versions import hccl_version_dir, parse_version_dir
 
 log = get_logger("database")
 
@@ -41,9 +41,25 @@ def validate_rows(frame: pd.DataFrame, path: Path) -> None:
                                       path=path, row=index, field=names_col)
 
 
-def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path) -> int:
-    """Check and write `{KernelType}.csv`; returns the row count. Never drops a row."""
+def layouts_path(kernel_csv: str | Path) -> Path:
+    """Where a database keeps every row of a kernel type: `layouts/{KernelType}.csv` beside the runtime's CSV."""
+    kernel_csv = Path(kernel_csv)
+    return kernel_csv.parent / "layouts" / kernel_csv.name
+
+
+def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path, backend: str = "npu",
+                        definition_path: str | Path | None = None, layouts: str | Path | None = None) -> int:
+    """Check and write `{KernelType}.csv` (what the runtime reads) and its layouts file (every row).
+
+    Returns the row count of the layouts file, which is every input row: none is ever dropped. The
+    runtime's CSV holds one row per runtime key (`opperf.database.runtime.runtime_view`); the definition,
+    where there is one, says which slots are `out=` arguments and whether the runtime queries the type
+    by its output alone (`query_mode: elementwise`).
+    """
+    from opperf.database.runtime import runtime_view
+
     rows_path, output = Path(rows_path), Path(output)
+    layouts = Path(layouts) if layouts else layouts_path(output)
     contract.check_kernel_type(kernel_type, path=rows_path, field="kernel type")
     with span("database.kernel", log, kernel=kernel_type) as result:
         frame = read_database_csv(rows_path, required=contract.BASE_COLUMNS)
@@ -53,9 +69,27 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
         else:
             frame.loc[frame[contract.SOURCE] == "", contract.SOURCE] = contract.SOURCE_PROFILED
         frame = frame[contract.order_columns(frame.columns)]
-        write_csv_atomic(output, frame)
-        result["rows"] = len(frame)
-    return len(frame)
+        out_slots, elementwise = _runtime_traits(definition_path)
+        view, every_row = runtime_view(frame, backend, out_slots=out_slots, elementwise=elementwise)
+        write_csv_atomic(layouts, every_row)
+        write_csv_atomic(output, view)
+        result["rows"] = len(every_row)
+        result["runtime_rows"] = len(view)
+    if len(view) < len(every_row):
+        log.info("%s: %d rows, %d runtime keys (rows sharing a key: the dominant layout is in %s, all in %s)",
+                 kernel_type, len(every_row), len(view), output.name, layouts)
+    return len(every_row)
+
+
+def _runtime_traits(definition_path: str | Path | None) -> tuple[tuple[int, ...], bool]:
+    """(input slots that are `out=` arguments, queried elementwise?) from a kernel definition file."""
+    if not definition_path:
+        return (), False
+    from opperf.replay.definitions import load_definition
+
+    definition = load_definition(definition_path)
+    out_slots = tuple(i for i, spec in enumerate(definition.inputs) if spec.name == "out")
+    return out_slots, definition.op_mapping.get("query_mode") == "elementwise"
 
 
 def _load_definitions(definitions_dir: Path, backend: str) -> dict:
@@ -68,24 +102,44 @@ def _load_definitions(definitions_dir: Path, backend: str) -> dict:
     return load_definitions(family_dir, backend=backend) if family_dir.is_dir() else {}
 
 
-def _mappings_for(definitions: dict, present: set[str]) -> dict[str, dict]:
-    """operator_mappings (framework op -> the runtime's lookup fields) for the kernel types this database has.
+def _mappings_for(definitions: dict, present: set[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """(operator_mappings, framework ops left out and why) for the kernel types this database has.
 
-    One definition serves several reported Types (MatMulV2 replays MatMulV3 and MatMulCommon too);
-    a database that only saw MatMulV3 maps `aten.mm.default` to MatMulV3. The first definition (by Type)
-    naming a framework op wins; the replay API is recorded under `opperf.kernel_types`, not here.
+    operator_mappings: framework op -> the runtime's lookup fields. One definition serves several reported
+    Types (MatMulV2 replays MatMulV3 and MatMulCommon too); a database that only saw MatMulV3 maps
+    `aten.mm.default` to MatMulV3. The first definition (by Type) naming a framework op wins; the replay
+    API is recorded under `opperf.kernel_types`, not here. An op the runtime can never receive
+    (`runtime_receives`) is left out, with the reason.
     """
+    from opperf.database.runtime import runtime_receives
     from opperf.replay.definitions import framework_op_mappings
 
     mappings: dict[str, dict] = {}
+    left_out: dict[str, str] = {}
     for entry in framework_op_mappings(definitions.values()):
         types = [t for t in (entry["kernel_type"], *entry["alternate_kernel_types"]) if t in present]
         if not types or entry["framework_op"] in mappings:
             continue
+        received, why = runtime_receives(entry["framework_op"])
+        if not received:
+            left_out[entry["framework_op"]] = why
+            continue
         runtime = {"kernel_type": types[0], "alternate_kernel_types": types[1:], "category": entry["category"]}
         runtime.update({k: entry[k] for k in RUNTIME_MAPPING_EXTRAS if k in entry})
         mappings[entry["framework_op"]] = runtime
-    return mappings
+    return mappings, left_out
+
+
+def _policies_for(definitions: dict, present: set[str]) -> dict[str, dict]:
+    """op_mapping.yaml's `{name}_policy: {kernel_overrides: {Type: fields}}` from the definitions' runtime_policies."""
+    policies: dict[str, dict] = {}
+    for definition in sorted(definitions.values(), key=lambda d: d.type):
+        for name, fields in definition.runtime_policies.items():
+            for kernel_type in definition.kernel_types:
+                if kernel_type in present:
+                    overrides = policies.setdefault(f"{name}_policy", {"kernel_overrides": {}})["kernel_overrides"]
+                    overrides.setdefault(kernel_type, dict(fields))
+    return policies
 
 
 # Per-mapping keys the runtime reads beyond kernel_type / alternate_kernel_types / category.
@@ -132,7 +186,15 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         if definition is None and kernel in not_replayed:
             kernel_types[kernel]["not_replayed"] = not_replayed[kernel].reason
             kernel_types[kernel]["not_replayed_because"] = not_replayed[kernel].detail
-    mappings = _mappings_for(definitions, set(kernel_types))
+    mappings, left_out = _mappings_for(definitions, set(kernel_types))
+    if entry.backend in ("cpu", "cuda"):
+        from opperf.database.runtime import schema_framework_ops
+
+        # Types replayed from their op's schema (no definition): the op's functional overloads map to them.
+        for kernel, fields in kernel_types.items():
+            if fields["definition"] is None:
+                for framework_op in schema_framework_ops(kernel):
+                    mappings.setdefault(framework_op, {"kernel_type": kernel, "alternate_kernel_types": []})
     versions = {"torch": stack_versions.torch}
     if stack_versions.vllm:
         versions["vllm"] = stack_versions.vllm
@@ -145,8 +207,10 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     document["pytorch_version"] = stack_versions.torch
     document["collection_date"] = collection_date
     if entry.backend in COMM_DIRECTORY and stack_versions.runtime == "cann":
-        # DESIGN.md: collectives of a CANN stack live in data/{device}/hccl/{cann_version}/.
-        document["communication_data_ref"] = f"../../{COMM_DIRECTORY[entry.backend]}/{stack_versions.runtime_version}"
+        # The runtime's data tree: collectives of a CANN stack live in data/{device}/hccl/v{cann_version}/.
+        document["communication_data_ref"] = (f"../../{COMM_DIRECTORY[entry.backend]}/"
+                                              f"{hccl_version_dir(stack_versions.runtime_version)}")
+    document.update(_policies_for(definitions, set(kernel_types)))
     document["operator_mappings"] = mappings
     document["opperf"] = {
         "device": device,
@@ -156,6 +220,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         "versions": versions,
         "generated_by": f"opperf {__version__}",
         "kernel_types": kernel_types,
+        "framework_ops_left_out": left_out,
     }
     with atomic_output(output) as handle:
         handle.write("# Generated by opperf from config/kernels/ definitions; do not edit by hand.\n"
@@ -163,6 +228,35 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         yaml.safe_dump(document, handle, sort_keys=False, allow_unicode=False)
     log.info("op_mapping: %d kernel types, %d framework-op mappings", len(kernel_types), len(mappings))
     return document
+
+
+def build_database_directory(rows_dir: str | Path, device: str, output_dir: str | Path,
+                             devices_path: str | Path = "config/devices.yaml",
+                             definitions_dir: str | Path = "config/kernels") -> list[Path]:
+    """A whole database from a directory of last-stage rows (one `{KernelType}.csv` each), as the workflow
+    builds it: every kernel CSV and layouts file, then op_mapping.yaml. For replays run by hand or by a
+    benchmark outside Snakemake. Returns the files written."""
+    from opperf.replay.definitions import definition_for
+
+    rows_dir, output_dir = Path(rows_dir), Path(output_dir)
+    catalog = load_catalog(devices_path)
+    if device not in catalog:
+        raise OpperfError(f"unknown device {device!r} (known: {', '.join(sorted(catalog))})", path=devices_path)
+    backend = catalog[device].backend
+    definitions = _load_definitions(Path(definitions_dir), backend)
+    rows_files = sorted(p for p in rows_dir.glob("*.csv"))
+    if not rows_files:
+        raise OpperfError("no {KernelType}.csv in this directory", path=rows_dir)
+    written = []
+    for rows in rows_files:
+        definition = definition_for(definitions, rows.stem, backend)
+        output = output_dir / rows.name
+        finalise_kernel_csv(rows, rows.stem, output, backend=backend,
+                            definition_path=definition.path if definition else None)
+        written += [output, layouts_path(output)]
+    mapping = output_dir / "op_mapping.yaml"
+    build_op_mapping([output_dir / r.name for r in rows_files], device, devices_path, definitions_dir, mapping)
+    return [*written, mapping]
 
 
 def write_manifest(files: list[str | Path], output: str | Path) -> None:

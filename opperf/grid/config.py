@@ -1,4 +1,5 @@
-"""Loading and validating `config/grid.yaml`: value grids, patterns and the kernel-type router.
+"""Loading and validating `config/grid.yaml`: value grids, patterns, the kernel-type router and the density
+standard the axis grids follow (`config/density_standard.yaml`).
 
 Every problem is an OpperfError naming the file and the field (`patterns.gemm.inputs[1]`), raised when
 the config is loaded, before any row is generated.
@@ -10,10 +11,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opperf.density import DEFAULT_STANDARD, DensityStandard, load_standard
 from opperf.errors import OpperfError
 from opperf.yaml_files import field_error, read_yaml_mapping
 from opperf.grid.evaluator import (Expression, ExpressionError, ShapeExpression, compile_expression,
                                    compile_shape)
+from opperf.grid.generators import GENERATORS
 
 DEFAULT_GRID_CONFIG = Path(__file__).resolve().parents[2] / "config" / "grid.yaml"
 MATCH_TENSORS = "tensors"    # candidate tensors go into the template's tensor slots; ranks must agree
@@ -21,8 +24,11 @@ MATCH_SLOTS = "slots"        # candidate gives the full slot layout; only slot c
 MATCH_MODES = (MATCH_TENSORS, MATCH_SLOTS)
 # Names every pattern can read besides its own iterators and constants.
 BUILTIN_NAMES = ("max_tokens",)
-_PATTERN_KEYS = {"iterators", "constants", "constraints", "inputs", "outputs", "columns", "match",
+IGNORED = "_"                # an iterator name that binds nothing (a tuple member a sweep replaces)
+_PATTERN_KEYS = {"iterators", "sweeps", "constants", "constraints", "inputs", "outputs", "columns", "match",
                  "generator", "params", "description", "require_template"}
+# Token counts without a cap of their own: the largest range of a token axis in the standard (ATTN_SEQ_GRID).
+DEFAULT_MAX_TOKENS = 131072
 # Largest cartesian product one pattern may enumerate (a guard against a typo exploding the grid).
 MAX_COMBINATIONS = 2_000_000
 
@@ -43,6 +49,9 @@ class Pattern:
     name: str
     match: str = MATCH_TENSORS
     iterators: tuple[IteratorSpec, ...] = ()
+    # Further iterator sets over the same shapes (name → iterators binding the same names): one density
+    # axis varied around a model's values, the others held (see docs/grid.md, "Density").
+    sweeps: tuple[tuple[str, tuple[IteratorSpec, ...]], ...] = ()
     constants: dict[str, int] = field(default_factory=dict)
     constraints: tuple[Expression, ...] = ()
     inputs: tuple[ShapeExpression, ...] = ()
@@ -59,6 +68,11 @@ class Pattern:
         return all(column in metadata and regex.fullmatch(metadata[column])
                    for column, regex in self.require_template)
 
+    @property
+    def iterator_sets(self) -> tuple[tuple[str, tuple[IteratorSpec, ...]], ...]:
+        """The main iterators (named "") then each sweep."""
+        return (("", self.iterators),) + self.sweeps
+
 
 @dataclass(frozen=True)
 class MemorySettings:
@@ -72,15 +86,27 @@ class MemorySettings:
 class GridConfig:
     path: str
     dense_tokens_up_to: int
+    tile_boundaries: dict[str, bool]        # back end (or "default") → whether token axes get tile boundaries
+    sweep_at: int                           # the token count sweeps hold (capped at max_tokens)
     max_tokens: dict[str, int]              # back end (or "default") → token cap
+    token_axes: tuple[str, ...]             # density axes that count tokens: capped, with tile boundaries
+    standard: DensityStandard
     memory: MemorySettings
     grids: dict[str, list]
     generic: dict[str, list]
     patterns: dict[str, Pattern]
     router: dict[str, tuple[str, ...]]
+    axis_caps: dict[str, dict[str, int]] = field(default_factory=dict)   # back end → standard axis → largest value
 
     def max_tokens_for(self, backend: str) -> int:
         return self.max_tokens.get(backend, self.max_tokens["default"])
+
+    def tile_boundaries_for(self, backend: str) -> bool:
+        return self.tile_boundaries.get(backend, self.tile_boundaries.get("default", True))
+
+    def axis_caps_for(self, backend: str) -> dict[str, int]:
+        """The largest value of each capped axis on a back end (a declared sub-range of the standard)."""
+        return dict(self.axis_caps.get(backend, self.axis_caps.get("default", {})))
 
     def patterns_for(self, kernel_type: str) -> list[Pattern]:
         return [self.patterns[name] for name in self.router.get(kernel_type, ())]
@@ -116,14 +142,16 @@ def _compile(function, text, path, where: str):
         _fail(path, where, str(exc))
 
 
-def _iterator(key, value, path, where: str, known_sources: set[str]) -> IteratorSpec:
+def _iterator(key, value, path, where: str, known_sources: set[str], axes: set[str]) -> IteratorSpec:
     names = tuple(n.strip() for n in str(key).split(","))
     if not all(n.isidentifier() for n in names):
         _fail(path, where, f"iterator name {key!r} must be a name or comma-separated names")
     if isinstance(value, str):
-        if value not in known_sources and not value.startswith("model."):
+        if value not in known_sources and value not in axes and not value.startswith("model."):
             _fail(path, where, f"unknown value grid {value!r} (known: {', '.join(sorted(known_sources))}, "
-                               "model.<name>)")
+                               f"the density axes {', '.join(sorted(axes))}, model.<name>)")
+        if value in axes and len(names) > 1:
+            _fail(path, where, f"density axis {value!r} gives one value per combination; bind it to one name")
         return IteratorSpec(names, value, None)
     inline = tuple(_value_list(value, path, where))
     if len(names) > 1 and any(not isinstance(v, tuple) or len(v) != len(names) for v in inline):
@@ -132,17 +160,23 @@ def _iterator(key, value, path, where: str, known_sources: set[str]) -> Iterator
     return IteratorSpec(names, None, inline)
 
 
-def _pattern(name: str, raw, path, known_sources: set[str]) -> Pattern:
+def _pattern(name: str, raw, path, known_sources: set[str], axes: set[str]) -> Pattern:
     """One pattern, validated; every error message starts with the pattern's name (added here, once)."""
     try:
-        return _pattern_body(name, raw, path, known_sources)
+        return _pattern_body(name, raw, path, known_sources, axes)
     except OpperfError as exc:
         if exc.reason.startswith(f"pattern {name!r}"):
             raise
         raise OpperfError(f"pattern {name!r}: {exc.reason}", path=exc.path, row=exc.row, field=exc.field) from None
 
 
-def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
+def _iterator_set(raw, path, where: str, known_sources: set[str], axes: set[str]) -> tuple[IteratorSpec, ...]:
+    if not isinstance(raw, dict) or not raw:
+        _fail(path, where, "iterators must be a non-empty mapping")
+    return tuple(_iterator(k, v, path, f"{where}.{k}", known_sources, axes) for k, v in raw.items())
+
+
+def _pattern_body(name: str, raw, path, known_sources: set[str], axes: set[str]) -> Pattern:
     where = f"patterns.{name}"
     if not isinstance(raw, dict):
         _fail(path, where, f"pattern {name!r} must be a mapping")
@@ -164,9 +198,8 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
             _fail(path, f"{where}.require_template.{column}", f"bad regular expression: {exc}")
     require_template = tuple(require_template)
     if "generator" in raw:
-        from opperf.grid.generators import GENERATORS
-
-        extra = sorted(set(raw) & {"iterators", "constants", "constraints", "inputs", "outputs", "columns"})
+        extra = sorted(set(raw) & {"iterators", "sweeps", "constants", "constraints", "inputs", "outputs",
+                                   "columns"})
         if extra:
             _fail(path, f"{where}.{extra[0]}", f"a generator pattern takes params, not {extra[0]}")
         generator = raw["generator"]
@@ -176,18 +209,26 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
         params = raw.get("params", {}) or {}
         if not isinstance(params, dict):
             _fail(path, f"{where}.params", "params must be a mapping")
-        GENERATORS[generator].check_params(params, path=path, where=f"{where}.params")
+        GENERATORS[generator].check_params(params, path=path, where=f"{where}.params",
+                                           sources=known_sources | axes)
         return Pattern(name=name, match=match, generator=generator, params=params,
                        require_template=require_template)
 
     for required in ("iterators", "inputs", "outputs"):
         if required not in raw:
             _fail(path, f"{where}.{required}", f"pattern {name!r} needs {required!r} (or a generator)")
-    iterators_raw = raw["iterators"]
-    if not isinstance(iterators_raw, dict) or not iterators_raw:
-        _fail(path, f"{where}.iterators", "iterators must be a non-empty mapping")
-    iterators = tuple(_iterator(k, v, path, f"{where}.iterators.{k}", known_sources)
-                      for k, v in iterators_raw.items())
+    iterators = _iterator_set(raw["iterators"], path, f"{where}.iterators", known_sources, axes)
+    sweeps_raw = raw.get("sweeps", {}) or {}
+    if not isinstance(sweeps_raw, dict):
+        _fail(path, f"{where}.sweeps", "sweeps must map a sweep name → iterators")
+    main_names = sorted(n for it in iterators for n in it.names if n != IGNORED)
+    sweeps = []
+    for sweep_name, sweep_raw in sweeps_raw.items():
+        sweep_where = f"{where}.sweeps.{sweep_name}"
+        sweep = _iterator_set(sweep_raw, path, sweep_where, known_sources, axes)
+        if sorted(n for it in sweep for n in it.names if n != IGNORED) != main_names:
+            _fail(path, sweep_where, f"a sweep binds the names of the main iterators ({', '.join(main_names)})")
+        sweeps.append((str(sweep_name), sweep))
     constants_raw = raw.get("constants", {}) or {}
     if not isinstance(constants_raw, dict):
         _fail(path, f"{where}.constants", "constants must be a mapping")
@@ -196,7 +237,7 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
         if isinstance(value, bool) or not isinstance(value, int):
             _fail(path, f"{where}.constants.{key}", f"constant {key!r} must be an integer")
         constants[str(key)] = value
-    bound = [n for it in iterators for n in it.names] + list(constants)
+    bound = [n for it in iterators for n in it.names if n != IGNORED] + list(constants)
     duplicates = sorted({n for n in bound if bound.count(n) > 1})
     if duplicates:
         _fail(path, f"{where}.iterators", f"name {duplicates[0]!r} is bound twice")
@@ -235,7 +276,8 @@ def _pattern_body(name: str, raw, path, known_sources: set[str]) -> Pattern:
     columns = tuple((str(column), checked(_compile(compile_expression, text, path, f"{where}.columns.{column}"),
                                           f"{where}.columns.{column}"))
                     for column, text in columns_raw.items())
-    return Pattern(name=name, match=match, iterators=iterators, constants=constants, constraints=constraints,
+    return Pattern(name=name, match=match, iterators=iterators, sweeps=tuple(sweeps), constants=constants,
+                   constraints=constraints,
                    inputs=shapes["inputs"], outputs=shapes["outputs"], columns=columns,
                    require_template=require_template)
 
@@ -250,7 +292,11 @@ def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
 
     tokens = raw.get("token_counts", {}) or {}
     dense = _positive_int(tokens.get("dense_up_to", 16), path, "token_counts.dense_up_to")
-    max_tokens_raw = tokens.get("max_tokens", {"default": 16384})
+    sweep_at = _positive_int(tokens.get("sweep_at", 256), path, "token_counts.sweep_at")
+    tiles = tokens.get("tile_boundaries", {"default": True})
+    if not isinstance(tiles, dict) or not all(isinstance(v, bool) for v in tiles.values()):
+        _fail(path, "token_counts.tile_boundaries", f"expected a mapping of back end → true/false, got {tiles!r}")
+    max_tokens_raw = tokens.get("max_tokens", {"default": DEFAULT_MAX_TOKENS})
     if not isinstance(max_tokens_raw, dict) or "default" not in max_tokens_raw:
         _fail(path, "token_counts.max_tokens", "expected a mapping of back end → token cap with a 'default'")
     max_tokens = {str(k): _positive_int(v, path, f"token_counts.max_tokens.{k}") for k, v in max_tokens_raw.items()}
@@ -262,10 +308,33 @@ def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             _fail(path, f"memory.{key}", f"expected a number >= 0, got {value!r}")
 
+    standard_path = raw.get("standard")
+    if standard_path is not None and not isinstance(standard_path, str):
+        _fail(path, "standard", "expected the path of a density standard (relative to this file)")
+    standard = load_standard(path.parent / standard_path if standard_path else DEFAULT_STANDARD)
+    axes = set(standard.rules)
+    token_axes = tokens.get("axes", [])
+    if not isinstance(token_axes, list) or any(a not in axes for a in token_axes):
+        _fail(path, "token_counts.axes", f"expected a list of density axes (known: {', '.join(sorted(axes))}), "
+                                         f"got {token_axes!r}")
+
+    axis_caps = {}
+    for backend, caps in (raw.get("axis_caps") or {}).items():
+        where = f"axis_caps.{backend}"
+        if not isinstance(caps, dict):
+            _fail(path, where, "expected a mapping of density axis → largest value")
+        for axis, cap in caps.items():
+            if axis not in axes or standard.rule(axis).name != axis:
+                _fail(path, f"{where}.{axis}", f"not a grid of the standard (known: "
+                                               f"{', '.join(sorted({r.name for r in standard.rules.values()}))})")
+            _positive_int(cap, path, f"{where}.{axis}")
+        axis_caps[str(backend)] = {str(a): int(c) for a, c in caps.items()}
+
     grids = {str(k): _value_list(v, path, f"grids.{k}") for k, v in (raw.get("grids") or {}).items()}
     generic = {str(k): _value_list(v, path, f"generic.{k}") for k, v in (raw.get("generic") or {}).items()}
-    known_sources = set(grids) | {"tokens"}
-    patterns = {str(name): _pattern(str(name), body, path, known_sources) for name, body in raw["patterns"].items()}
+    known_sources = set(grids) | {"tokens", "sweep_tokens"}
+    patterns = {str(name): _pattern(str(name), body, path, known_sources, axes)
+                for name, body in raw["patterns"].items()}
 
     router: dict[str, tuple[str, ...]] = {}
     for kernel_type, target in raw["router"].items():
@@ -275,7 +344,9 @@ def load_grid_config(path: str | Path = DEFAULT_GRID_CONFIG) -> GridConfig:
                 _fail(path, f"router.{kernel_type}", f"kernel type {kernel_type!r} routes to unknown pattern "
                                                      f"{name!r} (known: {', '.join(sorted(patterns))})")
         router[str(kernel_type)] = tuple(names)
-    return GridConfig(path=str(path), dense_tokens_up_to=dense, max_tokens=max_tokens,
+    return GridConfig(path=str(path), dense_tokens_up_to=dense, tile_boundaries={str(k): v for k, v in tiles.items()},
+                      sweep_at=sweep_at, max_tokens=max_tokens, token_axes=tuple(token_axes),
+                      standard=standard, axis_caps=axis_caps,
                       memory=MemorySettings(float(fraction), float(mib)), grids=grids, generic=generic,
                       patterns=patterns, router=router)
 

@@ -132,12 +132,15 @@ class ModelConfig:
         return (self.num_attention_heads // tp, self.kv_lora_rank, self.qk_nope_head_dim,
                 self.qk_rope_head_dim, self.v_head_dim)
 
-    def expert_layouts(self) -> list[tuple[int, int, int, int, int]]:
-        """(EP size, experts per rank, top-k, hidden, moe_intermediate_size) per EP size."""
+    def expert_layout(self, ep: int) -> tuple[int, int, int, int, int] | None:
+        """(EP size, experts per rank, top-k, hidden, moe_intermediate_size) at one EP size."""
         if not self.is_moe:
-            return []
-        return [(ep, self.num_experts // ep, self.num_experts_per_tok, self.hidden_size, self.moe_intermediate_size)
-                for ep in self.ep_sizes]
+            return None
+        return (ep, self.num_experts // ep, self.num_experts_per_tok, self.hidden_size, self.moe_intermediate_size)
+
+    def expert_layouts(self) -> list[tuple[int, int, int, int, int]]:
+        """The expert layout at every EP size."""
+        return [self.expert_layout(ep) for ep in self.ep_sizes] if self.is_moe else []
 
 
 def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:

@@ -2,15 +2,15 @@
 
 For every type in the manifest (`kernel_types.txt`): route it to its patterns, enumerate candidates,
 lay each onto the templates (profiled rows' stable metadata), drop signatures already present, drop rows
-over the HBM budget, cap at `rows` with a seeded sample, and write parsed rows (unchanged) followed by
-the generated ones. Types without a pattern are copied through and listed in the log. Nothing is written
-until every type has been computed, so bad input leaves no partial output.
+over the HBM budget, cap at `rows` by dropping whole buckets (least-used first, see buckets.py; the log
+names what the cap cost), and write parsed rows (unchanged) followed by the generated ones. Types without
+a pattern are copied through and listed in the log. Nothing is written until every type has been
+computed, so bad input leaves no partial output.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,14 +21,16 @@ from opperf.contract import (KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_FORMATS,
                              OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
                              order_columns, parse_names, row_signature)
 from opperf.errors import OpperfError
-from opperf.grid.candidates import CandidateStats, pattern_candidates
+from opperf.grid.buckets import (DUPLICATE, EXCUSED, NEW, AxisPointSet, Bucket, BucketKey, PointSetRecorder,
+                                 choose_buckets)
 from opperf.grid.config import GridConfig
 from opperf.grid.memory import MemoryEstimator
 from opperf.grid.models import ModelConfig, select_models
+from opperf.grid.patterns import CandidateStats, pattern_candidates
 from opperf.grid.templates import Template, templates_from_rows
 from opperf.grid.values import ValueGrids
 from opperf.io import read_database_csv, staged_directory, write_csv_atomic, write_text_atomic
-from opperf.log import get_logger, span
+from opperf.log import Progress, get_logger, span
 from opperf.trace import Trace
 
 MANIFEST = KERNEL_TYPES_MANIFEST
@@ -59,6 +61,8 @@ class KernelGridResult:
     no_fitting_template: int = 0
     duplicates: int = 0
     over_hbm_budget: int = 0
+    buckets: int = 0                       # buckets with new rows (the row cap's unit)
+    dropped_buckets: int = 0
     dropped_by_row_cap: int = 0
     generated: int = 0
 
@@ -70,13 +74,31 @@ class GridSettings:
     grid_config: GridConfig
     grids: ValueGrids
     estimator: MemoryEstimator
-    rows: int                   # cap on generated rows per CSV; 0 = no cap
-    seed: int
+    rows: int                   # cap on generated rows per CSV, whole buckets at a time; 0 = no cap
+    seed: int                   # orders buckets of equal use under the cap
     settings_text: dict = field(default_factory=dict)
+    target_models: tuple[str, ...] = ()
+
+    @property
+    def configurations(self) -> int:
+        """Target-model configurations (model x TP size): the use of a bucket tied to no model."""
+        return sum(len(m.tp_sizes) for m in self.grids.models) or 1
+
+
+@dataclass
+class KernelGrid:
+    """One kernel type's generated rows, what happened, its axis point sets and the buckets the cap dropped."""
+
+    rows: list[dict]
+    result: KernelGridResult
+    point_sets: list[AxisPointSet]
+    buckets: list[Bucket]                  # every bucket with new rows, in enumeration order
+    dropped: list[Bucket]                  # those the row cap dropped
 
 
 def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig], target_models: Sequence[str],
-                     rows: int, seed: int, max_hbm_gb: float, max_tokens: int, models_path=None) -> GridSettings:
+                     rows: int, seed: int, max_hbm_gb: float, max_tokens: int, axis_caps: dict[str, int] | None = None,
+                     tile_boundaries: bool = True, models_path=None) -> GridSettings:
     """Resolve the target models and build the value grids and memory estimator of one run."""
     if rows < 0:
         raise OpperfError(f"--rows must be >= 0 (0 = no cap), got {rows}", field="--rows")
@@ -86,29 +108,32 @@ def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig],
         raise OpperfError(f"--max-tokens must be >= 1, got {max_tokens}", field="--max-tokens")
     chosen = select_models(models, list(target_models), path=models_path)
     grids = ValueGrids(grids=grid_config.grids, generic=grid_config.generic, models=chosen, max_tokens=max_tokens,
-                       dense_tokens_up_to=grid_config.dense_tokens_up_to, config_path=grid_config.path)
+                       standard=grid_config.standard, token_axes=grid_config.token_axes, axis_caps=axis_caps,
+                       tile_boundaries=tile_boundaries,
+                       dense_tokens_up_to=grid_config.dense_tokens_up_to, sweep_at=grid_config.sweep_at,
+                       config_path=grid_config.path)
     estimator = MemoryEstimator.for_budget_gb(max_hbm_gb, grid_config.memory.workspace_fraction,
                                               grid_config.memory.workspace_mib)
     described = {"target_models": [m.name for m in chosen], "rows": rows, "seed": seed, "max_hbm_gb": max_hbm_gb,
-                 "max_tokens": max_tokens}
-    return GridSettings(grid_config, grids, estimator, rows, seed, described)
-
-
-def _sample(count: int, cap: int, seed: int, kernel_type: str) -> list[int]:
-    """Indices to keep (in enumeration order): all, or a reproducible sample of `cap` of them."""
-    if cap <= 0 or count <= cap:
-        return list(range(count))
-    # A str seed is hashed with SHA-512 by `random`, so the sample does not depend on PYTHONHASHSEED.
-    return sorted(random.Random(f"{seed}:{kernel_type}").sample(range(count), cap))
+                 "max_tokens": max_tokens, "axis_caps": dict(axis_caps or {}), "tile_boundaries": tile_boundaries}
+    return GridSettings(grid_config, grids, estimator, rows, seed, described, tuple(m.name for m in chosen))
 
 
 def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridSettings, *, path=None
                          ) -> tuple[list[dict], KernelGridResult]:
     """The generated rows of one kernel type (not including its existing rows) and what happened."""
+    grid = generate_kernel_grid(kernel_type, rows, settings, path=path)
+    return grid.rows, grid.result
+
+
+def generate_kernel_grid(kernel_type: str, rows: Sequence[dict], settings: GridSettings, *, path=None
+                         ) -> KernelGrid:
+    """One kernel type's generated rows with their buckets' axis point sets (see buckets.py)."""
     result = KernelGridResult(kernel_type, existing_rows=len(rows))
     patterns = settings.grid_config.patterns_for(kernel_type)
+    recorder = PointSetRecorder(kernel_type)
     if not patterns:
-        return [], result
+        return KernelGrid([], result, [], [], [])
     result.patterns = ",".join(p.name for p in patterns)
     profiled = [r for r in rows if r.get(SOURCE, "") != SOURCE_GENERATED] or list(rows)
     templates, result.unparsable_profiled_rows = templates_from_rows(profiled, path=path)
@@ -116,33 +141,47 @@ def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridS
     seen = {row_signature(r, kernel_type) for r in rows}
     stats = CandidateStats()
     generated: list[dict] = []
+    buckets: dict[BucketKey, Bucket] = {}
     candidates = 0
     for pattern in patterns:
-        usable = [t for t in templates if pattern.accepts(dict(t.metadata))]
+        usable = [(index, t) for index, t in enumerate(templates) if pattern.accepts(dict(t.metadata))]
+        excluded_before = len(stats.excluded)
         for candidate in pattern_candidates(pattern, settings.grids, stats, settings.grid_config.path):
             candidates += 1
             fitted_any = False
-            for template in usable:
+            for index, template in usable:
+                key = BucketKey(pattern.name, index, candidate.group)
                 fitted = template.fit(candidate, pattern.match)
                 if fitted is None:
+                    recorder.record(key, candidate.axes, EXCUSED)
                     continue
                 fitted_any = True
                 row = _generated_row(template, fitted, candidate.columns)
                 signature = row_signature(row, kernel_type)
                 if signature in seen:
                     result.duplicates += 1
+                    recorder.record(key, candidate.axes, DUPLICATE, signature)
                     continue
                 seen.add(signature)
                 if not _fits_budget(row, fitted, settings.estimator):
                     result.over_hbm_budget += 1
+                    recorder.record(key, candidate.axes, EXCUSED)
                     continue
+                recorder.record(key, candidate.axes, NEW, signature)
+                buckets.setdefault(key, Bucket(key, candidate.users)).rows.append(len(generated))
                 generated.append(row)
             if not fitted_any:
                 result.no_fitting_template += 1
+        for group, axes in stats.excluded[excluded_before:]:
+            for index, _ in usable:
+                recorder.record(BucketKey(pattern.name, index, group), axes, EXCUSED)
     result.combinations = stats.combinations
     result.rejected_by_constraints = stats.rejected_by_constraints
     result.invalid_dimensions = stats.invalid_dimensions
-    keep = _sample(len(generated), settings.rows, settings.seed, kernel_type)
+    kept, dropped = choose_buckets(list(buckets.values()), settings.rows, seed=settings.seed, kernel_type=kernel_type,
+                                   model_order=settings.target_models, all_configurations=settings.configurations)
+    keep = sorted(index for bucket in kept for index in bucket.rows)
+    result.buckets, result.dropped_buckets = len(buckets), len(dropped)
     result.dropped_by_row_cap = len(generated) - len(keep)
     generated = [generated[i] for i in keep]
     result.generated = len(generated)
@@ -154,7 +193,20 @@ def generate_kernel_rows(kernel_type: str, rows: Sequence[dict], settings: GridS
         result.status = STATUS_NO_TEMPLATE
     else:
         result.status = STATUS_NOTHING_NEW
-    return generated, result
+    return KernelGrid(generated, result, recorder.point_sets({b.key for b in dropped}), list(buckets.values()),
+                      dropped)
+
+
+def _log_row_cap(grid: KernelGrid, cap: int) -> None:
+    """What the row cap cost: the buckets it dropped whole (all of them at debug level)."""
+    if not grid.dropped:
+        return
+    names = [f"{b.key.describe()} ({len(b.rows)} rows)" for b in grid.dropped]
+    shown = "; ".join(names[:8]) + (f"; and {len(names) - 8} more" if len(names) > 8 else "")
+    log.info("%s: the row cap (%d) dropped %d of %d buckets whole (%d rows): %s", grid.result.kernel_type, cap,
+             grid.result.dropped_buckets, grid.result.buckets, grid.result.dropped_by_row_cap, shown)
+    for name in names:
+        log.debug("%s: dropped by the row cap: %s", grid.result.kernel_type, name)
 
 
 def _generated_row(template: Template, fitted: tuple[tuple, tuple], columns) -> dict:
@@ -216,18 +268,25 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
     kernel_types = read_manifest(input_dir)
     frames: dict[str, pd.DataFrame] = {}
     results: list[KernelGridResult] = []
+    dropped: dict[str, list[str]] = {}
+    progress = Progress(log, "grid", len(kernel_types), unit="kernel types")
     with span("grid.generate", log, kernel_types=len(kernel_types)) as totals:
-        for kernel_type in kernel_types:
+        for done, kernel_type in enumerate(kernel_types):
+            progress.update(done)
             path = input_dir / f"{kernel_type}.csv"
             frame = read_database_csv(path, required=(INPUT_SHAPES, OUTPUT_SHAPES))
             rows = frame.to_dict("records")
-            generated, result = generate_kernel_rows(kernel_type, rows, settings, path=path)
+            grid = generate_kernel_grid(kernel_type, rows, settings, path=path)
+            generated, result = grid.rows, grid.result
             frames[kernel_type] = _merged_frame(frame, generated)
             results.append(result)
+            dropped[kernel_type] = [b.key.describe() for b in grid.dropped]
+            _log_row_cap(grid, settings.rows)
             log.info("%s: %s (%d existing rows, %d generated; %d duplicate, %d over the HBM budget, %d over the "
                      "row cap, %d rejected by constraints)", kernel_type, result.status, result.existing_rows,
                      result.generated, result.duplicates, result.over_hbm_budget, result.dropped_by_row_cap,
                      result.rejected_by_constraints)
+        progress.finish(len(kernel_types))
         totals["generated"] = sum(r.generated for r in results)
     _log_coverage(results)
     manifest = input_dir / MANIFEST
@@ -235,7 +294,7 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
         f"{t}\n" for t in kernel_types)
     _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results))
     if trace_dir:
-        _write_traces(Path(trace_dir), results, settings)
+        _write_traces(Path(trace_dir), results, settings, dropped)
     return results
 
 
@@ -265,10 +324,13 @@ def _write_outputs(input_dir: Path, output_dir: Path, frames: dict[str, pd.DataF
         write_text_atomic(staging / SUMMARY, summary_text)
 
 
-def _write_traces(trace_dir: Path, results: Sequence[KernelGridResult], settings: GridSettings) -> None:
+def _write_traces(trace_dir: Path, results: Sequence[KernelGridResult], settings: GridSettings,
+                  dropped: dict[str, list[str]]) -> None:
     for result in results:
         trace = Trace(trace_dir, result.kernel_type)
         trace.record(TRACE_STEP, "GRID", "spec", json.dumps(
             {"kernel_type": result.kernel_type, "patterns": result.patterns.split(",") if result.patterns else [],
              **settings.settings_text}, indent=2, sort_keys=True))
-        trace.record(TRACE_STEP, "GRID", "result", json.dumps(asdict(result), indent=2, sort_keys=True))
+        trace.record(TRACE_STEP, "GRID", "result", json.dumps(
+            {**asdict(result), "buckets_dropped_by_row_cap": dropped.get(result.kernel_type, [])}, indent=2,
+            sort_keys=True))

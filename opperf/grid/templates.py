@@ -24,7 +24,7 @@ from opperf.contract import (ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, INPU
                              OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, dtype_bytes, is_known_dtype,
                              parse_names, parse_shapes)
 from opperf.errors import OpperfError
-from opperf.grid.candidates import Candidate
+from opperf.grid.candidate import Candidate
 from opperf.grid.config import MATCH_SLOTS
 
 # Columns a generated row inherits from its template ("stable metadata").

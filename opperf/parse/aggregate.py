@@ -74,6 +74,7 @@ class ParsedDatabase:
     skipped_examples: list[SkippedRow] = field(default_factory=list)       # first EXAMPLES_PER_REASON per reason
     skipped_by_type: dict[str, list[SkippedRow]] = field(default_factory=dict)
     rows_read: int = 0
+    attribution: dict[str, dict] = field(default_factory=dict)   # trace path → its device-time accounting
 
     @property
     def kernel_types(self) -> list[str]:

@@ -52,6 +52,7 @@ class ProfileTable:
     ignored_columns: list[str]    # non-bookkeeping columns that held text, so are no counters
     row_numbers: list[int] | None = None   # where each row came from, when not "row i is line i + 2"
     row_unit: str = "line"
+    attribution: dict | None = None        # torch traces with device activity: torch_trace.Attribution.to_json()
 
     def locate(self, row: int) -> int:
         """Where row `row` of the frame came from (a line number, or a trace event index)."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
-from opperf.contract import KERNEL_TYPES_MANIFEST, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
+from opperf.contract import KERNEL_TYPES_MANIFEST, TRACE_ATTRIBUTION, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
 from opperf.io import staged_directory
 from opperf.parse.aggregate import ParsedDatabase
 from opperf.trace import Trace
@@ -21,7 +22,8 @@ def _write_table(path: Path, columns: list[str], rows: list[dict[str, str]]) -> 
         writer.writerows({c: row.get(c, "") for c in columns} for row in rows)
 
 
-def write_parsed_directory(directory: str | Path, database: ParsedDatabase) -> list[Path]:
+def write_parsed_directory(directory: str | Path, database: ParsedDatabase,
+                           attribution: dict[str, dict] | None = None) -> list[Path]:
     """`{Type}.csv` per kernel type + `kernel_types.txt`, built in a temporary sibling and moved into place.
 
     A new directory appears by one rename. An existing one has each file replaced atomically (the manifest
@@ -35,6 +37,8 @@ def write_parsed_directory(directory: str | Path, database: ParsedDatabase) -> l
     with staged_directory(directory) as staging:
         for kernel_type in database.kernel_types:
             _write_table(staging / f"{kernel_type}.csv", database.columns[kernel_type], database.rows[kernel_type])
+        if attribution:
+            (staging / TRACE_ATTRIBUTION).write_text(json.dumps(attribution, indent=1) + "\n", encoding="utf-8")
         (staging / MANIFEST).write_text("".join(f"{t}\n" for t in database.kernel_types), encoding="utf-8")
     return [directory / f"{t}.csv" for t in database.kernel_types] + [directory / MANIFEST]
 

@@ -15,9 +15,13 @@ else an empty slot whose `Concrete Inputs` value goes into the `Input Scalars` c
 The recorded `Input Strides` of non-contiguous tensor slots go into the `Input Strides` column
 (`contract.strides_text`): a transposed weight or a chunk of a fused projection is another call than
 its contiguous twin.
-torch.profiler records no dtype for the tensors of a TensorList (cat's inputs); when the trace lies in a
-profile directory of the reference workload, its `workload.json` names the activation dtype, which those
-slots then get (`list_dtype`); elsewhere they stay empty and replay falls back as its hook documents.
+torch.profiler records no dtype for the tensors of a TensorList (cat's inputs): they get the reference workload's
+`workload.json` dtype, else one the trace does record (the op's child ops, the launched kernel's name, the
+trace's dominant floating dtype: `_list_member_dtype`). An index op's `Tensor?[] indices`, recorded as one empty
+slot, is rebuilt from the index tensors the op reshapes inside itself (`_with_index_lists`).
+CUDA traces also get an attribution account: the share of the trace's device time that became rows and what the
+rest was (graph replays, Triton kernels, memcpy/memset outside any op; `Attribution`); a kernel no op launched
+gets a row of its own, by its name, where the name can be a Type.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
 failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
@@ -29,6 +33,7 @@ import ast
 import csv
 import gzip
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +42,8 @@ import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
                              INPUT_SHAPES, INPUT_STRIDES, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
-                             PROFILER_TYPE_TO_TORCH, TORCH_TO_PROFILER_DTYPE)
+                             PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES, TORCH_TO_PROFILER_DTYPE, dtype_bytes,
+                             kernel_type_problem)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
@@ -69,7 +75,22 @@ NOT_A_ROW_SCALARS_ONLY = "no tensor operand of rank >= 1"
 NOT_A_ROW_COMPOSITE = "composite op (represented by the ops inside it)"
 NOT_A_ROW_NO_DEVICE_TIME = "launched no device activity"
 OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
-DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (not in any row)"
+DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (see the attribution lines)"
+LIST_DTYPE_FROM = "TensorList member dtypes taken from "       # + the source (workload.json, kernel name, ...)
+INDICES_FROM_CHILDREN = "Tensor?[] index lists rebuilt from the index tensors the op reshapes"
+# Device activity that no op launched: what it was (the parse's attribution accounting).
+UNATTRIBUTED_GRAPH = "kernels replayed from a CUDA graph (cudaGraphLaunch; no op records their shapes)"
+UNATTRIBUTED_TRITON = "Triton kernels launched outside any op"
+UNATTRIBUTED_COPY = "memcpy/memset activities outside any op"
+UNATTRIBUTED_KERNEL = "kernels launched outside any op"
+UNATTRIBUTED_NO_LAUNCH = "device activities with no launch record in the trace"
+KERNEL_ROW_KINDS = (UNATTRIBUTED_GRAPH, UNATTRIBUTED_TRITON, UNATTRIBUTED_KERNEL)
+# Ops whose `Tensor?[] indices` torch.profiler records as one empty slot.
+INDEX_LIST_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put",
+                            "aten::_unsafe_index", "aten::_unsafe_index_put"})
+INDEX_LIST = "IndexList"              # our marker in a copied args dict: the rebuilt `Tensor?[]` of an index op
+INDEX_LIST_TYPES = "Index List Types"
+_INTEGER_TYPES = frozenset({"long int", "int", "short int", "signed char", "unsigned char", "bool", "long"})
 
 
 @dataclass
@@ -83,6 +104,42 @@ class _Op:
     parent: int | None = None
     device_us: float = 0.0
     device_activities: int = 0
+    kernel_names: list[str] = field(default_factory=list)
+    children: list[int] = field(default_factory=list)     # positions of the ops directly inside it
+
+
+@dataclass
+class Attribution:
+    """How much of a trace's device time became rows, and what the rest was (µs and activities per kind)."""
+
+    device_us: float = 0.0                 # every kernel / memcpy / memset of the trace
+    rows_us: float = 0.0                   # ... of which inside the rows written (an op's, or a kernel's own row)
+    unattributed: dict[str, list[float]] = field(default_factory=dict)   # kind -> [µs, activities]
+
+    @property
+    def share(self) -> float | None:
+        return self.rows_us / self.device_us if self.device_us else None
+
+    def add(self, kind: str, duration_us: float) -> None:
+        entry = self.unattributed.setdefault(kind, [0.0, 0])
+        entry[0] += duration_us
+        entry[1] += 1
+
+    def lines(self) -> list[str]:
+        if not self.device_us:
+            return []
+        lines = [f"{100 * self.share:.2f} % of the trace's device time ({self.rows_us:.1f} of {self.device_us:.1f} us) "
+                 "became rows"]
+        for kind, (duration, count) in sorted(self.unattributed.items(), key=lambda kv: -kv[1][0]):
+            lines.append(f"not in any row: {duration:.1f} us ({100 * duration / self.device_us:.2f} %) in "
+                         f"{int(count)} {kind}")
+        return lines
+
+    def to_json(self) -> dict:
+        return {"device_us": round(self.device_us, 3), "rows_us": round(self.rows_us, 3),
+                "share": None if self.share is None else round(self.share, 6),
+                "unattributed": {k: {"us": round(v[0], 3), "activities": int(v[1])}
+                                 for k, v in sorted(self.unattributed.items())}}
 
 
 @dataclass
@@ -91,6 +148,7 @@ class TraceConversion:
     events: list[int] = field(default_factory=list)        # traceEvents index of each row
     outcomes: Counter = field(default_factory=Counter)
     accelerator_core: str = "CPU"
+    attribution: Attribution = field(default_factory=Attribution)
 
 
 def kernel_type_of(op_name: str) -> str:
@@ -152,7 +210,16 @@ def _input_slots(args: dict, list_dtype: str = "") -> _Slots:
         type_name = types[i] if i < len(types) else ""
         value = concrete[i] if i < len(concrete) else ""
         strides = strides_list[i] if i < len(strides_list) else None
-        if type_name == "TensorList" and isinstance(dims, list) and all(isinstance(d, list) for d in dims):
+        if type_name == INDEX_LIST and isinstance(dims, list):
+            member_types = args.get(INDEX_LIST_TYPES) or []
+            for member, member_type in zip(dims, member_types):   # rebuilt from the op's children (_index_lists)
+                slots.shapes.append(",".join(str(int(d)) for d in member))
+                slots.dtypes.append(_profiler_dtype(member_type))
+                slots.formats.append("ND")
+                slots.scalars.append("")
+                slots.dims.append([int(d) for d in member])
+                slots.strides.append(None)
+        elif type_name == "TensorList" and isinstance(dims, list) and all(isinstance(d, list) for d in dims):
             member_strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
             for member, member_stride in zip(dims, member_strides):   # one slot per tensor (no member dtypes recorded)
                 slots.shapes.append(",".join(str(int(d)) for d in member))
@@ -204,18 +271,20 @@ def _parse_scalar(text: str, type_name: str):
 class _MetaShapes:
     """Output shapes/dtypes of an aten op from its recorded inputs, by running it on meta tensors."""
 
-    def __init__(self, list_dtype: str = ""):
+    def __init__(self):
         import torch   # only traces need torch; kernel_details parsing never imports it
 
-        self.list_dtype = list_dtype         # profiler dtype of TensorList members, '' when unknown
+        self.list_dtype = ""                 # profiler dtype of the current op's TensorList members, '' when unknown
         self.torch = torch
         self.cache: dict = {}
         global _SCALAR_TYPES
         _SCALAR_TYPES = _SCALAR_TYPES or _scalar_types()
 
-    def outputs(self, op_name: str, args: dict) -> tuple[str, str, str] | None:
-        key = (op_name, json.dumps([args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")]))
+    def outputs(self, op_name: str, args: dict, list_dtype: str = "") -> tuple[str, str, str] | None:
+        key = (op_name, list_dtype, json.dumps([args.get("Input Dims"), args.get("Input type"),
+                                                args.get("Concrete Inputs"), args.get(INDEX_LIST_TYPES)]))
         if key not in self.cache:
+            self.list_dtype = list_dtype
             self.cache[key] = self._infer(op_name, args)
         return self.cache[key]
 
@@ -259,6 +328,11 @@ class _MetaShapes:
             if type_name in PROFILER_TYPE_TO_TORCH:
                 dtype = getattr(torch, PROFILER_TYPE_TO_TORCH[type_name])
                 values.append(torch.empty([int(d) for d in dims], dtype=dtype, device="meta"))
+            elif type_name == INDEX_LIST:
+                member_types = args.get(INDEX_LIST_TYPES) or []
+                values.append([torch.empty([int(d) for d in member], device="meta",
+                                           dtype=getattr(torch, PROFILER_TYPE_TO_TORCH.get(t, "int64")))
+                               for member, t in zip(dims, member_types)])
             elif type_name == "TensorList" and all(isinstance(d, list) for d in dims):
                 # Member dtypes are not recorded: shapes can still be inferred; dtypes only from the workload's.
                 member_dtype = _torch_dtype_of(torch, self.list_dtype)
@@ -324,10 +398,7 @@ def workload_list_dtype(trace_path: Path) -> str:
 def _scalar_types() -> dict[int, object]:
     import torch
 
-    # c10::ScalarType enum values as the profiler records them in `Concrete Inputs`.
-    names = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
-             9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn"}
-    return {code: getattr(torch, name) for code, name in names.items() if hasattr(torch, name)}
+    return {code: getattr(torch, name) for code, name in SCALAR_TYPE_NAMES.items() if hasattr(torch, name)}
 
 
 def _nest(ops: list[_Op], markers: list[tuple[int, float, tuple]]) -> dict[int, int]:
@@ -358,7 +429,9 @@ def convert_trace(path: str | Path) -> TraceConversion:
     events = _load_events(path)
     ops: list[_Op] = []
     runtime_calls: list[tuple[int, float, tuple]] = []
-    device_time: dict[object, list[float]] = {}
+    runtime_names: dict[object, str] = {}
+    device_activities: dict[object, list[tuple[float, str, str, int]]] = {}   # correlation -> (dur, name, cat, ev)
+    unlaunched: list[tuple[float, str, str, int]] = []
     for index, event in enumerate(events):
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
@@ -374,31 +447,59 @@ def convert_trace(path: str | Path) -> TraceConversion:
             ops.append(_Op(index=index, name=str(event.get("name", "")), ts=ts, dur=dur, thread=thread, args=args))
         elif category in RUNTIME_CATEGORIES and "correlation" in args:
             runtime_calls.append((args["correlation"], ts, thread))
-        elif category in DEVICE_CATEGORIES and "correlation" in args:
-            device_time.setdefault(args["correlation"], []).append(dur)
+            runtime_names[args["correlation"]] = str(event.get("name", ""))
+        elif category in DEVICE_CATEGORIES:
+            activity = (dur, str(event.get("name", "")), category, index)
+            if "correlation" in args:
+                device_activities.setdefault(args["correlation"], []).append(activity)
+            else:
+                unlaunched.append(activity)
     launcher = _nest(ops, runtime_calls)
-    conversion = TraceConversion(accelerator_core="CUDA" if device_time else "CPU")
-    if device_time:
-        for correlation, op_position in launcher.items():
-            for duration in device_time.get(correlation, []):
-                ops[op_position].device_us += duration
-                ops[op_position].device_activities += 1
-        orphans = sum(len(d) for c, d in device_time.items() if c not in launcher)
-        if orphans:
-            conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += orphans
+    for position, op in enumerate(ops):
+        if op.parent is not None:
+            ops[op.parent].children.append(position)
+    conversion = TraceConversion(accelerator_core="CUDA" if device_activities or unlaunched else "CPU")
+    kernel_rows: list[tuple[str, str, float, int, float]] = []       # (Type, OP State, µs, event, ts)
+    if conversion.accelerator_core == "CUDA":
+        attribution = conversion.attribution
+        for correlation, activities in device_activities.items():
+            op_position = launcher.get(correlation)
+            for duration, name, category, event_index in activities:
+                attribution.device_us += duration
+                if op_position is not None:
+                    ops[op_position].device_us += duration
+                    ops[op_position].device_activities += 1
+                    ops[op_position].kernel_names.append(name)
+                    continue
+                conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += 1
+                kind = _unattributed_kind(runtime_names.get(correlation), name, category)
+                if kind in KERNEL_ROW_KINDS and not kernel_type_problem(name):
+                    state = "graph" if kind == UNATTRIBUTED_GRAPH else "eager"
+                    kernel_rows.append((name, state, duration, event_index, float(events[event_index]["ts"])))
+                else:
+                    attribution.add(kind + ("" if kind not in KERNEL_ROW_KINDS else
+                                            " (kernel name not usable as a Type)"), duration)
+        for duration, name, category, _ in unlaunched:
+            attribution.device_us += duration
+            attribution.add(UNATTRIBUTED_NO_LAUNCH, duration)
+            conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += 1
         chosen = []
         for op in ops:
             if op.device_activities:
                 chosen.append((op, op.device_us))
             else:
                 conversion.outcomes[NOT_A_ROW_NO_DEVICE_TIME] += 1
+        attribution.rows_us = sum(d for _, d in chosen) + sum(row[2] for row in kernel_rows)
     else:
         chosen = _innermost_compute_ops(ops, conversion.outcomes)
-    list_dtype = workload_list_dtype(path)
-    meta = _MetaShapes(list_dtype) if chosen else None
+    workload_dtype = workload_list_dtype(path)
+    dominant = _trace_dtypes(ops) if chosen else Counter()
+    meta = _MetaShapes() if chosen else None
     for op, duration_us in chosen:
-        slots = _input_slots(op.args, list_dtype)
-        inferred = meta.outputs(op.name, op.args)
+        args = _with_index_lists(op, ops, conversion.outcomes)
+        list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
+        slots = _input_slots(args, list_dtype)
+        inferred = meta.outputs(op.name, args, list_dtype)
         if inferred is None:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
             inferred = ("", "", "")
@@ -411,7 +512,117 @@ def convert_trace(path: str | Path) -> TraceConversion:
             INPUT_STRIDES: slots.strides_field(),
         })
         conversion.events.append(op.index)
+    for kernel_type, state, duration_us, event_index, ts in kernel_rows:
+        # A kernel no op launched (graph replay, Triton from Python): a row of its own by name, no shapes known.
+        conversion.rows.append({
+            "Name": kernel_type, TYPE: kernel_type, OP_STATE: state, ACCELERATOR_CORE: conversion.accelerator_core,
+            "Start Time(us)": repr(ts), DURATION: repr(duration_us), INPUT_SHAPES: "", INPUT_DTYPES: "",
+            INPUT_FORMATS: "", OUTPUT_SHAPES: "", OUTPUT_DTYPES: "", OUTPUT_FORMATS: "", INPUT_SCALARS: "",
+            INPUT_STRIDES: ""})
+        conversion.events.append(event_index)
     return conversion
+
+
+def _unattributed_kind(runtime_name: str | None, kernel_name: str, category: str) -> str:
+    """What a device activity no op launched was, from its launch call and its own name."""
+    if runtime_name is None:
+        return UNATTRIBUTED_NO_LAUNCH
+    if "GraphLaunch" in runtime_name:
+        return UNATTRIBUTED_GRAPH
+    if category != "kernel":
+        return UNATTRIBUTED_COPY
+    if kernel_name.startswith("triton"):
+        return UNATTRIBUTED_TRITON
+    return UNATTRIBUTED_KERNEL
+
+
+def _with_index_lists(op: _Op, ops: list[_Op], outcomes: Counter) -> dict:
+    """The op's args, with an unrecorded `Tensor?[] indices` (index, index_put_) rebuilt from the integer/bool
+    tensors the op reshapes inside itself (TensorIterator reshapes each index tensor once): one slot each."""
+    args = op.args
+    dims_list = args.get("Input Dims") or []
+    types = args.get("Input type") or []
+    if op.name not in INDEX_LIST_OPS or len(dims_list) < 2 or (types[1] if len(types) > 1 else "") != "" \
+            or dims_list[1] not in ([], None):
+        return args
+    members, member_types = [], []
+    for position in op.children:
+        child = ops[position]
+        child_dims = child.args.get("Input Dims") or []
+        child_types = child.args.get("Input type") or []
+        if kernel_type_of(child.name) in ("reshape", "view", "nonzero") and child_types \
+                and child_types[0] in _INTEGER_TYPES and isinstance(child_dims[0], list):
+            if kernel_type_of(child.name) == "view" and members and child_dims[0] == members[-1]:
+                continue                  # reshape → view of the same index tensor
+            members.append(child_dims[0])
+            member_types.append(child_types[0])
+    if not members:
+        return args
+    outcomes[INDICES_FROM_CHILDREN] += 1
+    copied = dict(args)
+    copied["Input Dims"] = [*dims_list[:1], members, *dims_list[2:]]
+    copied["Input type"] = [*types[:1], INDEX_LIST, *types[2:]]
+    copied[INDEX_LIST_TYPES] = member_types
+    return copied
+
+
+_KERNEL_DTYPES = (("c10::BFloat16", "DT_BF16"), ("__nv_bfloat16", "DT_BF16"), ("c10::Half", "DT_FLOAT16"),
+                  ("__half", "DT_FLOAT16"))
+_OPAQUE_SIZE = re.compile(r"OpaqueType<(\d+)u?>")
+
+
+def _trace_dtypes(ops: list[_Op]) -> Counter:
+    """How often each floating dtype appears among the trace's recorded tensor arguments."""
+    counts: Counter = Counter()
+    for op in ops:
+        for type_name in op.args.get("Input type") or []:
+            torch_name = PROFILER_TYPE_TO_TORCH.get(type_name, "")
+            if torch_name.startswith(("float", "bfloat")):
+                counts[TORCH_TO_PROFILER_DTYPE[torch_name]] += 1
+    return counts
+
+
+def _list_member_dtype(op: _Op, ops: list[_Op], args: dict, workload_dtype: str, dominant: Counter,
+                       outcomes: Counter) -> str:
+    """The dtype of a TensorList's members, which torch.profiler does not record: workload.json's; else a tensor
+    of the op's child ops (CPU cat narrows its output, a copy fallback copies the members); else the element
+    type in the launched kernel's name (`OpaqueType<2u>`: the trace's most common 2-byte float dtype); else the
+    trace's most common floating dtype. '' for an op without a TensorList."""
+    if "TensorList" not in (args.get("Input type") or []):
+        return ""
+    found, source = "", ""
+    if workload_dtype:
+        found, source = workload_dtype, "workload.json"
+    for position in op.children if not found else ():
+        child_types = ops[position].args.get("Input type") or []
+        floating = [t for t in child_types if PROFILER_TYPE_TO_TORCH.get(t, "").startswith(("float", "bfloat"))]
+        if floating:
+            found, source = _profiler_dtype(floating[0]), "the op's child ops"
+            break
+    for name in op.kernel_names if not found else ():
+        found = _kernel_name_dtype(name, dominant)
+        if found:
+            source = "the launched kernel's name"
+            break
+    if not found and dominant:
+        found, source = dominant.most_common(1)[0][0], "the trace's most common floating dtype"
+    if found:
+        outcomes[LIST_DTYPE_FROM + source] += 1
+    return found
+
+
+def _kernel_name_dtype(name: str, dominant: Counter) -> str:
+    for token, dtype in _KERNEL_DTYPES:
+        if token in name:
+            return dtype
+    match = _OPAQUE_SIZE.search(name)
+    if not match:
+        return ""
+    size = int(match.group(1))
+    for dtype, _ in dominant.most_common():
+        if dtype_bytes(dtype) == size:
+            return dtype
+    return {4: "DT_FLOAT", 8: "DT_DOUBLE"}.get(size, "")
 
 
 def _innermost_compute_ops(ops: list[_Op], outcomes: Counter) -> list[tuple[_Op, float]]:
@@ -445,6 +656,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     for outcome, count in conversion.outcomes.most_common():
         log.info("%s: %d %s: %s", path, count,
                  "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
+    for line in conversion.attribution.lines():
+        log.info("%s: attribution: %s", path, line)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]
     data = {c: [row[c] for row in conversion.rows] for c in columns}
     frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},
@@ -452,7 +665,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
                                               dtype=pl.Float64)})
     frame = frame.with_columns(pl.col(c).cast(pl.Categorical) for c in [TYPE, *BASE_COLUMNS])
     return ProfileTable(path=path, frame=frame, counters=[], ignored_columns=[], row_numbers=conversion.events,
-                        row_unit="trace event")
+                        row_unit="trace event",
+                        attribution=conversion.attribution.to_json() if conversion.attribution.device_us else None)
 
 
 def trace_to_csv(trace_path: str | Path, output_path: str | Path) -> int:

@@ -13,7 +13,10 @@ Schema (see docs/replay.md, "Kernel definition reference"):
     category: matmul                  # one of CATEGORIES
     api: torch.mm                     # dotted callable (torch.*, torch_npu.*, torch.ops.*); omit only with a hook
     import_modules: [torch_npu]       # modules to import before resolving `api` (registers torch.ops namespaces)
-    framework_ops: [aten.mm.default]  # op_mapping.yaml: framework ops that produce this kernel type
+    framework_ops: [aten.mm.default]  # op_mapping.yaml: the ops the performance model (TensorCast) issues
+                                      # that this kernel type answers, as its dispatch records them; an
+                                      # entry may carry its own runtime fields:
+                                      # {op: tensor_cast.add_rms_norm2.default, tc_input_count: 3}
     alternate_kernel_types: [MatMulV3, MatMulCommon]
     inputs:                           # one entry per slot of "Input Shapes", in order
       - {role: tensor}                # random values of the slot's shape/dtype
@@ -32,6 +35,8 @@ Schema (see docs/replay.md, "Kernel definition reference"):
     hook: opperf.replay.hooks.npu_fused_infer_attention   # module with build_case(row, ctx) -> ReplayCase
     requires_custom_opp: true         # check ASCEND_CUSTOM_OPP_PATH / LD_LIBRARY_PATH before replaying
     op_mapping: {query_mode: elementwise}   # extra fields the peer runtime reads from op_mapping.yaml
+    runtime_policies:                 # the runtime's per-kernel policies (op_mapping.yaml's *_policy keys)
+      interpolation: {max_interpolation_dim: 1}
 """
 
 from __future__ import annotations
@@ -47,7 +52,12 @@ from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
 from opperf.errors import OpperfError
 from opperf.yaml_files import field_error, read_yaml
 
-DEFAULT_DEFINITIONS_DIR = Path(__file__).resolve().parents[2] / "config" / "kernels"
+SCHEMA_HOOK = "opperf.replay.schema"
+# Back ends whose Types are op names (torch traces): a Type with no definition replays from its op's schema.
+SCHEMA_BACKENDS = ("cpu", "cuda")
+SCHEMA_PREFIX = "schema:"
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DEFINITIONS_DIR = REPOSITORY_ROOT / "config" / "kernels"
 BACKENDS = ("cpu", "cuda", "npu")
 CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activation", "elementwise",
               "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
@@ -59,12 +69,14 @@ CACHE_STATES = ("warm", "cold")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
              "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description",
-             "op_mapping"}
+             "op_mapping", "runtime_policies"}
 # Per-mapping fields of op_mapping.yaml that the peer runtime (msmodeling tensor_cast ProfilingDataSource) reads
 # and a definition may state: how its rows are matched (elementwise by output shape, FIA by runtime metadata,
 # fused MoE with EP size) and how many leading framework tensor inputs to compare with the CSV's slots.
 RUNTIME_QUERY_MODES = ("elementwise", "attention_special", "moe_fused")
 _OP_MAPPING_KEYS = {"query_mode", "tc_input_count"}
+# op_mapping.yaml's policy sections, each `{name}_policy: {kernel_overrides: {Type: {...}}}` in the runtime.
+RUNTIME_POLICIES = ("interpolation", "latency", "query_selection")
 _COMMON_KEYS = {"role", "name", "optional"}
 _ROLE_KEYS = {
     "tensor": _COMMON_KEYS | {"transpose", "values", "contiguous", "cache"},
@@ -128,6 +140,7 @@ class KernelDefinition:
     api: str | None
     path: Path
     framework_ops: tuple[str, ...] = ()
+    framework_op_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per-op runtime fields
     alternate_kernel_types: tuple[str, ...] = ()
     inputs: tuple[InputSpec, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -138,6 +151,23 @@ class KernelDefinition:
     import_modules: tuple[str, ...] = ()
     description: str = ""
     op_mapping: Mapping[str, Any] = field(default_factory=dict)   # runtime fields for op_mapping.yaml
+    runtime_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    schema_op: str | None = None      # `aten::cumsum`: built from the op's schema (no file; opperf.replay.schema)
+
+    @property
+    def reference(self) -> str:
+        """How a job names this recipe: the definition file, or `schema:<ns>::<op>`."""
+        return f"{SCHEMA_PREFIX}{self.schema_op}" if self.schema_op else str(self.path)
+
+    @property
+    def recipe(self) -> str:
+        """The `Replay Recipe` of rows replayed from it (a schema recipe names its overload once it is chosen)."""
+        if self.schema_op:
+            return f"schema {self.schema_op}"
+        try:            # the checkout's own files by their repository path, the same on every host
+            return f"definition {self.path.resolve().relative_to(REPOSITORY_ROOT)}"
+        except ValueError:
+            return f"definition {self.path}"
 
     @property
     def kernel_types(self) -> tuple[str, ...]:
@@ -374,25 +404,85 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
     if not isinstance(description, str):
         raise _fail("must be a string", path, "description")
 
-    op_mapping = raw.get("op_mapping") or {}
-    if not isinstance(op_mapping, Mapping):
-        raise _fail("must be a mapping such as {query_mode: elementwise}", path, "op_mapping")
-    _check_keys(op_mapping, _OP_MAPPING_KEYS, path, "op_mapping")
-    if "query_mode" in op_mapping and op_mapping["query_mode"] not in RUNTIME_QUERY_MODES:
-        raise _fail(f"{op_mapping['query_mode']!r} is not one of {RUNTIME_QUERY_MODES}", path, "op_mapping.query_mode")
-    if "tc_input_count" in op_mapping and _integer(op_mapping["tc_input_count"], path,
-                                                   "op_mapping.tc_input_count") < 1:
-        raise _fail("must be >= 1", path, "op_mapping.tc_input_count")
+    op_mapping = _runtime_fields(raw.get("op_mapping") or {}, path, "op_mapping")
+    framework_ops, framework_op_fields = _framework_ops(raw.get("framework_ops"), path)
+    policies = raw.get("runtime_policies") or {}
+    if not isinstance(policies, Mapping):
+        raise _fail("must be a mapping such as {interpolation: {max_interpolation_dim: 1}}", path, "runtime_policies")
+    _check_keys(policies, set(RUNTIME_POLICIES), path, "runtime_policies")
+    for name, value in policies.items():
+        if not isinstance(value, Mapping) or not value:
+            raise _fail("must be a non-empty mapping of the runtime's fields", path, f"runtime_policies.{name}")
 
     return KernelDefinition(
         type=kernel_type, backends=backends, category=category, api=api, path=path,
-        framework_ops=_string_list(raw.get("framework_ops"), path, "framework_ops"),
+        framework_ops=framework_ops, framework_op_fields=framework_op_fields,
         alternate_kernel_types=alternates, inputs=inputs, kwargs=dict(kwargs), dtype_overrides=dtype_overrides,
         outputs=outputs, hook=hook,
         requires_custom_opp=_boolean(raw.get("requires_custom_opp"), path, "requires_custom_opp"),
         import_modules=_string_list(raw.get("import_modules"), path, "import_modules", pattern=_DOTTED_RE),
         description=description, op_mapping=dict(op_mapping),
+        runtime_policies={name: dict(value) for name, value in policies.items()},
     )
+
+
+def _runtime_fields(fields: Any, path: Path, field_name: str) -> dict[str, Any]:
+    """op_mapping.yaml fields a definition (or one of its framework ops) states, checked."""
+    if not isinstance(fields, Mapping):
+        raise _fail("must be a mapping such as {query_mode: elementwise}", path, field_name)
+    _check_keys(fields, _OP_MAPPING_KEYS, path, field_name)
+    if "query_mode" in fields and fields["query_mode"] not in RUNTIME_QUERY_MODES:
+        raise _fail(f"{fields['query_mode']!r} is not one of {RUNTIME_QUERY_MODES}", path, f"{field_name}.query_mode")
+    if "tc_input_count" in fields and _integer(fields["tc_input_count"], path, f"{field_name}.tc_input_count") < 1:
+        raise _fail("must be >= 1", path, f"{field_name}.tc_input_count")
+    return dict(fields)
+
+
+def _framework_ops(raw: Any, path: Path) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    """framework_ops: op names, or {op: name, <runtime field>: value} where one op needs its own fields."""
+    if raw is None:
+        return (), {}
+    if not isinstance(raw, list):
+        raise _fail("must be a list of op names such as [aten.mm.default]", path, "framework_ops")
+    names, fields = [], {}
+    for index, entry in enumerate(raw):
+        where = f"framework_ops[{index}]"
+        if isinstance(entry, Mapping):
+            name = entry.get("op")
+            fields_of_op = _runtime_fields({k: v for k, v in entry.items() if k != "op"}, path, where)
+        else:
+            name, fields_of_op = entry, {}
+        if not isinstance(name, str) or not _DOTTED_RE.match(name):
+            raise _fail(f"{name!r} is not an op name such as aten.mm.default", path, where)
+        names.append(name)
+        if fields_of_op:
+            fields[name] = fields_of_op
+    return tuple(names), fields
+
+def schema_op_for(kernel_type: str) -> str:
+    """The op a torch trace's Type stands for: `mm` → `aten::mm`, `vllm.rms_norm` → `vllm::rms_norm`."""
+    namespace, dot, name = kernel_type.partition(".")
+    return f"{namespace}::{name}" if dot else f"aten::{kernel_type}"
+
+
+def schema_definition(kernel_type: str, backends: Iterable[str] = BACKENDS,
+                      schema_op: str | None = None) -> KernelDefinition:
+    """The recipe of a Type no definition file covers: its op's schema builds every call (opperf.replay.schema).
+
+    Outputs beyond the row's slots are ignored (the parse inferred the row's outputs from the same schema)."""
+    schema_op = schema_op or schema_op_for(kernel_type)
+    namespace, _, name = schema_op.partition("::")
+    return KernelDefinition(type=kernel_type, backends=tuple(backends), category="schema",
+                            api=f"torch.ops.{namespace}.{name}", path=Path(f"{SCHEMA_PREFIX}{schema_op}"),
+                            hook=SCHEMA_HOOK, outputs=OutputSpec(verify=True, extra="ignore"), schema_op=schema_op)
+
+
+def load_recipe(reference: str | Path, kernel_type: str) -> KernelDefinition:
+    """A job's recipe by its reference: a definition file, or `schema:<ns>::<op>` (see KernelDefinition.reference)."""
+    text = str(reference)
+    if text.startswith(SCHEMA_PREFIX):
+        return schema_definition(kernel_type, schema_op=text[len(SCHEMA_PREFIX):])
+    return load_definition(text)
 
 
 def load_definition(path: str | Path) -> KernelDefinition:
@@ -467,5 +557,6 @@ def framework_op_mappings(definitions: Iterable[KernelDefinition]) -> list[dict[
                 "category": definition.category,
                 "api": definition.api or f"{definition.hook}.build_case",
                 **definition.op_mapping,
+                **definition.framework_op_fields.get(framework_op, {}),
             })
     return mappings

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
-from opperf.replay.definitions import KernelDefinition
+from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
 from opperf.replay.methods import Timer, TimingResult
 from opperf.stats import duration_stats, format_number
 
@@ -56,6 +56,7 @@ class RowOutcome:
     expected_outputs: str = ""
     produced_outputs: str = ""
     other_samples: dict[str, list[float]] = field(default_factory=dict)
+    recipe: str = ""               # Replay Recipe: the definition file, or the schema overload the call came from
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -135,11 +136,12 @@ class PreparedRow:
     call: str
     expected_outputs: str
     produced_outputs: str
+    recipe: str = ""
 
     def outcome(self, timing: TimingResult | None, error: str = "") -> RowOutcome:
         """The row's outcome once its timed calls are collected (None: the timer had no samples for it)."""
         traced = {"call": self.call, "expected_outputs": self.expected_outputs,
-                  "produced_outputs": self.produced_outputs}
+                  "produced_outputs": self.produced_outputs, "recipe": self.recipe}
         if timing is None:
             return RowOutcome(STATUS_FAILED_RUN, error=error or "the timer returned no samples for this call",
                               **traced)
@@ -157,35 +159,56 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     from opperf.replay.inputs import build_case, parse_row_slots, row_tensor_bytes
     from opperf.replay.verify import verify_outputs
 
+    recipe = definition.recipe
     if not definition.supports(backend):
-        return RowOutcome(STATUS_UNSUPPORTED_BACKEND,
+        return RowOutcome(STATUS_UNSUPPORTED_BACKEND, recipe=recipe,
                           error=f"{definition.path} lists back ends {list(definition.backends)}, not {backend}")
     try:
         slots = parse_row_slots(row, path=path, line=line)
     except OpperfError as exc:
-        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc))
+        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc), recipe=recipe)
     needed = row_tensor_bytes(slots)
     if memory_budget_bytes is not None and needed > memory_budget_bytes:
-        return RowOutcome(STATUS_SKIPPED_MEMORY,
+        return RowOutcome(STATUS_SKIPPED_MEMORY, recipe=recipe,
                           error=f"inputs+outputs need {needed / 2**30:.2f} GiB, over the device memory budget of "
                                 f"{memory_budget_bytes / 2**30:.2f} GiB (skipped before any allocation)")
     try:
         case = build_case(definition, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
     except Exception as exc:            # a recipe that cannot be built for this row: record it, keep the row
         log.debug("build failed for line %s: %s", line, traceback.format_exc())
-        return RowOutcome(STATUS_FAILED_BUILD, error=_error_text(exc))
+        fallback = schema_refinement_fallback(definition, backend)
+        try:
+            if fallback is None:
+                raise exc
+            case = build_case(fallback, row, device, format_cast=format_cast, path=path, line=line, seed=seed)
+        except Exception as final:      # the definition's own failure is the news, unless there was none
+            no_recipe = fallback is None and type(final).__name__ == "NoSchemaError"
+            return RowOutcome(STATUS_NO_DEFINITION if no_recipe else STATUS_FAILED_BUILD,
+                              error=str(final) if no_recipe else _error_text(exc), recipe=recipe)
+        # The definition refines the common case (an out= variant, another overload did not fit): the schema
+        # builds this row; the recipe says so.
+        case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
+        definition = fallback
+    recipe = case.recipe or recipe
     try:
         result = case.run()
         timer.synchronize()
     except Exception as exc:
         log.debug("first call failed for line %s: %s", line, traceback.format_exc())
-        return RowOutcome(STATUS_FAILED_RUN, error=_error_text(exc), call=case.description)
+        return RowOutcome(STATUS_FAILED_RUN, error=_error_text(exc), call=case.description, recipe=recipe)
     verdict = verify_outputs(row, slots, result, definition.outputs)
     del result
     if not verdict.ok:
         return RowOutcome(STATUS_FAILED_VERIFY, error=verdict.message, call=case.description,
-                          expected_outputs=verdict.expected, produced_outputs=verdict.produced)
-    return PreparedRow(case, case.description, verdict.expected, verdict.produced)
+                          expected_outputs=verdict.expected, produced_outputs=verdict.produced, recipe=recipe)
+    return PreparedRow(case, case.description, verdict.expected, verdict.produced, recipe)
+
+
+def schema_refinement_fallback(definition: KernelDefinition, backend: str) -> KernelDefinition | None:
+    """The op's schema recipe, for a row its definition cannot build, on back ends whose Types are op names."""
+    if definition.schema_op or backend not in SCHEMA_BACKENDS:
+        return None
+    return schema_definition(definition.type, (backend,))
 
 
 def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: int,

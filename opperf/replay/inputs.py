@@ -61,6 +61,7 @@ class ReplayCase:
     kwargs: dict = field(default_factory=dict)
     description: str = ""                 # what was built, for traces and error messages
     warm: tuple | None = None
+    recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
@@ -303,6 +304,26 @@ class BuildContext:
         if self.format_cast is not None and fmt not in ("", "ND", "NCHW", "NHWC"):
             return self.format_cast(tensor, fmt)
         return tensor
+
+
+class MetaBuildContext(BuildContext):
+    """A BuildContext whose tensors are meta tensors: shapes, dtypes and strides only, no memory, no values
+    (the schema check before a replay, the offline NPU check)."""
+
+    def tensor(self, shape, dtype, values="normal", strides=None):
+        shape = tuple(int(d) for d in shape)
+        if strides is not None:
+            return torch.empty_strided(shape, tuple(int(s) for s in strides), dtype=dtype, device="meta")
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def index_tensor(self, shape, dtype, low, high, *, unique=False, sorted_values=False, strides=None,
+                     field_name=contract.INPUT_SHAPES):
+        if high <= low:
+            raise self.error(f"index bound [{low}, {high}) is empty", field_name)
+        if unique and math.prod(int(d) for d in shape) > high - low:
+            raise self.error(f"{math.prod(int(d) for d in shape)} distinct indices do not fit in [{low}, {high})",
+                             field_name)
+        return self.tensor(shape, dtype, strides=strides)
 
 
 # --- declarative builder ------------------------------------------------------------------------------

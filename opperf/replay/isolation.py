@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opperf.errors import OpperfError
-from opperf.log import get_logger
+from opperf.log import Progress, get_logger
 from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
@@ -109,6 +109,8 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
     outcomes: dict[int, RowOutcome] = {}
     remaining = list(indices)
     restarts = 0
+    row_progress = Progress(log, f"replay {settings.kernel_type}", len(indices))
+    measured: set[int] = set()          # rows whose calls ran; their samples come with their batch
     child_env = dict(os.environ if env is None else env)
     # The child must import this very opperf, wherever the caller runs from.
     package_root = str(Path(__file__).resolve().parents[2])
@@ -132,7 +134,7 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                     from opperf.replay import server as replay_server
 
                     try:
-                        process = replay_server.call(command[3:], env=child_env, **server)
+                        process = replay_server.call(command[3:], env=child_env, cwd=cwd, **server)
                     except RuntimeError as exc:
                         stderr.write(str(exc).encode())
                         process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
@@ -157,6 +159,7 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                             started_any = True
                         elif record["event"] == "measured":     # its samples come with its batch
                             current, started_at = None, None
+                            measured.add(record["index"])
                         elif record["event"] == "definition_error":
                             definition_error = OpperfError(record["message"], path=settings.definition_path,
                                                            row=record.get("line"), field=record["field"])
@@ -175,6 +178,7 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                                 _kill_group(process)
                                 stopped = f"--fail-fast: stopped after line {record['index'] + 2} failed"
                                 break
+                    row_progress.update(len(measured | outcomes.keys()))
                     if stopped:
                         break
                     if exited:
@@ -222,4 +226,5 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                     outcomes[index] = RowOutcome(STATUS_NOT_RUN, error=f"not replayed: the replay process failed "
                                                                         f"{restarts} times (last: {message})")
                 remaining = []
+    row_progress.finish(len(outcomes))
     return outcomes

@@ -21,9 +21,10 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import check_writable, read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span, utc_timestamp
-from opperf.replay.definitions import KernelDefinition, definition_for, load_definition, load_definitions
+from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, definition_for, load_definition,
+                                       load_definitions, schema_definition)
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
-                                  STATUS_NO_DEFINITION, STATUS_OK, RowOutcome, WorkItem, plan_work)
+                                  STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
 from opperf.replay.methods import CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
@@ -127,7 +128,10 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                   f"no kernel definition replays {kernel_type!r} on back end {settings.backend} "
                   f"(add config/kernels/<family>/{kernel_type}.yaml)")
         return items, {item.key: RowOutcome(STATUS_NO_DEFINITION, error=reason) for item in items}
-    worker = WorkerSettings(rows_path=str(rows_path), kernel_type=kernel_type, definition_path=str(definition.path),
+    # Absolute paths: a persistent replay server may have been started from another working directory.
+    reference = definition.reference if definition.schema_op else str(Path(definition.path).resolve())
+    worker = WorkerSettings(rows_path=str(Path(rows_path).resolve()), kernel_type=kernel_type,
+                            definition_path=reference,
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
@@ -139,7 +143,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         server = ({"backend": settings.backend, "device_id": device_id, "slots_dir": settings.slots_dir}
                   if settings.uses_server() and session is None else None)
         outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
-                                max_restarts=settings.max_restarts, env=env,
+                                max_restarts=settings.max_restarts, env=env, cwd=os.getcwd(),
                                 wrap_command=session.wrap_command if session else None,
                                 stop_on_failure=settings.fail_fast, server=server)
     by_key = outcomes_by_key(items, outcomes)
@@ -149,6 +153,18 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         by_key = resolve_outcomes(by_key, session.summaries(), kernel_types=definition.kernel_types,
                                   kernel_type=kernel_type, repeat_count=settings.repeat_count)
     return items, by_key
+
+
+def check_attempted(items: Sequence[WorkItem], outcomes: Mapping[tuple[str, ...], RowOutcome], rows_path) -> None:
+    """A job in which no row could even be attempted (the replay process or server never started, the recipe
+    could not be read) measured nothing: an error naming why, so the job fails and is re-run, not a CSV of
+    `not_run` rows. Rows that were attempted and failed stay per-row outcomes."""
+    if not items:
+        return
+    statuses = [outcomes[item.key].status if item.key in outcomes else STATUS_NOT_RUN for item in items]
+    if all(status == STATUS_NOT_RUN for status in statuses):
+        reasons = sorted({outcomes[item.key].error for item in items if item.key in outcomes} or {"no outcome"})
+        raise OpperfError(f"no row of {len(items)} could be attempted: {reasons[0][:600]}", path=rows_path)
 
 
 def find_definition(kernel_type: str, backend: str, definitions_dir: str | Path | None = None,
@@ -168,6 +184,18 @@ def find_definition(kernel_type: str, backend: str, definitions_dir: str | Path 
     return definition_for(load_definitions(definitions_dir, backend), kernel_type, backend)
 
 
+def recipe_for(kernel_type: str, backend: str, definition: KernelDefinition | None) -> KernelDefinition | None:
+    """The definition if there is one; else, on a back end whose Types are op names, the op's schema (unless
+    config/not_replayed.yaml says why the Type is not replayed); else None (rows become no_definition)."""
+    if definition is not None or backend not in SCHEMA_BACKENDS:
+        return definition
+    from opperf.coverage import load_not_replayed
+
+    if kernel_type in load_not_replayed().get(backend, {}):
+        return None
+    return schema_definition(kernel_type, (backend,))
+
+
 def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: str | Path | None,
                       output_path: str | Path, settings: ReplaySettings, *, version_dir: str | None,
                       trace_dir: str | Path | None = None, session=None, task_id: str | None = None,
@@ -176,20 +204,23 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
 
     The recipe is `definition_path` if given (the workflow passes the one file, so only its edits
     re-run this job), else the definition under `definitions_dir` that replays `kernel_type`; with
-    neither (no definition exists) every row is recorded `no_definition` and kept.
+    neither, the op's schema (cpu/cuda, `recipe_for`), else every row is recorded `no_definition` and kept.
+    A job in which no row could be attempted raises (`check_attempted`) and writes nothing.
     """
     settings.validate()
     contract.check_kernel_type(kernel_type, field="--kernel")
     if version_dir is not None:
         check_stack_matches(version_dir, settings.backend)
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
-    definition = find_definition(kernel_type, settings.backend, definitions_dir, definition_path)
+    definition = recipe_for(kernel_type, settings.backend,
+                            find_definition(kernel_type, settings.backend, definitions_dir, definition_path))
     trace = Trace(trace_dir, kernel_type, task_id) if trace_dir is not None else None
     check_writable(output_path, *([trace.directory / "probe"] if trace else []))   # before minutes of replay
     collected_at = utc_timestamp()
     with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
         items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)
         result.update(calls=len(items), ok=sum(o.status == STATUS_OK for o in outcomes.values()))
+    check_attempted(items, outcomes, rows_path)
     if settings.fail_fast:
         failed = [(item, outcomes[item.key]) for item in items
                   if item.key in outcomes and outcomes[item.key].status in INVALID_STATUSES]
@@ -222,7 +253,7 @@ def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDe
     rows = frame.to_dict(orient="records")
     files = []
     spec = [f"kernel type: {job.kernel_type}",
-            f"definition: {definition.path if definition else '(none)'}",
+            f"definition: {definition.reference if definition else '(none)'}",
             f"api: {definition.api if definition else ''}  hook: {definition.hook if definition else ''}",
             f"rows: {rows_path} ({len(rows)} rows, {len(job.items)} distinct calls)",
             f"back end: {settings.backend}; repeat count {settings.repeat_count}; warm-up {settings.warmup_count}; "
@@ -278,7 +309,8 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
         warmup_count=settings.warmup_count, l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
         cpu_timing=settings.cpu_timing, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
         seed=settings.seed,
-        definition_path=str(Path(definition.path).resolve()) if definition else "",
+        definition_path=(definition.reference if definition.schema_op else str(Path(definition.path).resolve()))
+        if definition else "",
         repo_root=str(Path(__file__).resolve().parents[2]), python=sys.executable,
         cases_json=json.dumps(cases, indent=1),
         generated_at=utc_timestamp())

@@ -8,9 +8,12 @@ that slot at once. Everything else stays as with a child per job: the server app
 progress records, a row that crashes or hangs the server is recorded (`failed_crash` /
 `failed_timeout`), the server is killed and a fresh one carries on with the remaining rows.
 
-One server per (python, opperf code, back end, device id, slots directory): a server never runs code
-older than the checkout (the key hashes every opperf source file's size and mtime), and never
-serves two jobs at once (the device slot lock is held by the job for the whole request).
+One server per (python, torch, opperf code, checkout, back end, device id, slots directory, environment): a
+server never runs code older than the checkout (the key hashes the content of every opperf source file and
+names the checkout directory's inode, so a tree replaced at the same path, even with identical mtimes, gets a
+new server), and never serves two jobs at once (the device slot lock is held by the job for the whole
+request). Each request runs in the job's own working directory (the job sends it; its paths are absolute
+anyway), so a server started from another directory, or one whose directory was deleted, serves it right.
 Not used under a wrapping profiler (npu: msprof must start the replay process itself).
 """
 
@@ -32,19 +35,38 @@ DEFAULT_IDLE_TIMEOUT_S = float(os.environ.get("OPPERF_REPLAY_SERVER_IDLE_S", "30
 START_TIMEOUT_S = 180.0
 
 
+# Variables that change what a replay process loads or sees: a server started under other values is not reused.
+KEY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "PYTHONPATH", "LD_LIBRARY_PATH",
+                 "LD_PRELOAD", "ASCEND_CUSTOM_OPP_PATH", "OMP_NUM_THREADS")
+
+
 def code_fingerprint() -> str:
-    """Size and mtime of every opperf source file: a changed checkout gets a new server."""
+    """The content of every opperf source file and the checkout directory's identity: any change of the code,
+    or a tree replaced at the same path, gets a new server."""
     digest = hashlib.sha256()
+    root = PACKAGE_ROOT.stat()
+    digest.update(f"{PACKAGE_ROOT}:{root.st_dev}:{root.st_ino}\n".encode())
     for path in sorted((PACKAGE_ROOT / "opperf").rglob("*.py")):
-        stat = path.stat()
-        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{path.relative_to(PACKAGE_ROOT)}\n".encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _installed(package: str) -> str:
+    """A package's version and location, without importing it (a reinstalled torch gets a new server)."""
+    from importlib import metadata
+
+    try:
+        distribution = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        return ""
+    return f"{distribution.version}@{distribution.locate_file('')}"
 
 
 def socket_path(backend: str, device_id: int | None, slots_dir: str | Path, env: dict[str, str]) -> Path:
     """Where the server of this slot listens (a short path: Unix sockets allow ~100 characters)."""
-    key = json.dumps([sys.executable, code_fingerprint(), backend, device_id, str(Path(slots_dir).resolve()),
-                      env.get("CUDA_VISIBLE_DEVICES", ""), env.get("PYTHONPATH", "")])
+    key = json.dumps([sys.executable, _installed("torch"), code_fingerprint(), backend, device_id,
+                      str(Path(slots_dir).resolve()), [env.get(v, "") for v in KEY_VARIABLES]])
     directory = Path(tempfile.gettempdir()) / f"opperf-replay-{os.getuid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.sock"
@@ -115,8 +137,11 @@ def _connect(path: Path) -> tuple[socket.socket, int] | None:
 
 
 def call(worker_argv: list[str], *, backend: str, device_id: int | None, slots_dir: str | Path,
-         env: dict[str, str], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> ServerCall:
-    """Send one replay request (the worker's command line) to the slot's server, starting it if needed."""
+         env: dict[str, str], idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, cwd: str | Path | None = None
+         ) -> ServerCall:
+    """Send one replay request (the worker's command line) to the slot's server, starting it if needed; the
+    request runs in `cwd` (default: this process's working directory)."""
+    cwd = str(Path(cwd or os.getcwd()).resolve())
     path = socket_path(backend, device_id, slots_dir, env)
     log_path = path.with_suffix(".log")
     connected = _connect(path)
@@ -126,7 +151,7 @@ def call(worker_argv: list[str], *, backend: str, device_id: int | None, slots_d
             process = subprocess.Popen([sys.executable, "-m", "opperf.replay.server", "--socket", str(path),
                                         "--idle-timeout-s", str(idle_timeout_s)],
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       cwd=str(PACKAGE_ROOT), start_new_session=True)
+                                       cwd=cwd, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while connected is None:
             if process.poll() is not None or time.monotonic() > deadline:
@@ -136,7 +161,7 @@ def call(worker_argv: list[str], *, backend: str, device_id: int | None, slots_d
             time.sleep(0.05)
             connected = _connect(path)
     connection, pid = connected
-    connection.sendall(json.dumps({"argv": worker_argv}).encode() + b"\n")
+    connection.sendall(json.dumps({"argv": worker_argv, "cwd": cwd}).encode() + b"\n")
     connection.setblocking(False)
     return ServerCall(connection, pid, log_path)
 
@@ -169,7 +194,9 @@ def serve(path: Path, idle_timeout_s: float) -> int:
                 if not request.endswith(b"\n"):
                     continue                 # a client that only probed whether we are alive
                 try:
-                    status = worker.main(json.loads(request)["argv"])
+                    message = json.loads(request)
+                    os.chdir(message["cwd"])        # the job's directory, whatever this server started in
+                    status = worker.main(message["argv"])
                 except Exception:  # noqa: BLE001 — the job reads it in the log, as a child's stderr
                     import traceback
 

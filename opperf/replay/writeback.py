@@ -20,7 +20,7 @@ from opperf.replay.engine import (FAILED_STATUSES, STATUS_NO_DEFINITION, STATUS_
 # Columns a replay owns: cleared before an outcome is written, so no stale number survives a failure.
 REPLAY_RESULT_COLUMNS = (contract.REPLAY_AVERAGE, contract.REPLAY_MEDIAN, contract.REPLAY_P10, contract.REPLAY_P90,
                          contract.REPLAY_CV, contract.REPLAY_SAMPLE_COUNT, contract.REPLAY_TIMING_METHOD,
-                         contract.REPLAY_L2_POLICY, contract.REPLAY_STATUS, contract.REPLAY_ERROR)
+                         contract.REPLAY_L2_POLICY, contract.REPLAY_RECIPE, contract.REPLAY_STATUS, contract.REPLAY_ERROR)
 INVALID_STATUSES = FAILED_STATUSES | {STATUS_NO_DEFINITION, STATUS_UNSUPPORTED_BACKEND}
 
 
@@ -47,6 +47,7 @@ def apply_outcome(row: dict[str, str], outcome: RowOutcome, collected_at: str) -
     for column in [c for c in row if c.startswith(contract.MICROBENCH_COUNTER_PREFIX)]:
         row[column] = ""
     row.update(outcome.columns)
+    row[contract.REPLAY_RECIPE] = outcome.recipe
     row[contract.REPLAY_STATUS] = outcome.status
     row[contract.REPLAY_ERROR] = outcome.error.replace("\n", " ")
     row[contract.COLLECTED_AT] = collected_at

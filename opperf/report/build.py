@@ -1,4 +1,4 @@
-"""The replay report of one database: replay_report.md, duration_gap.csv, summary.json, PNG plots.
+"""The replay report of one database: replay_report.md and .html, duration_gap.csv, summary.json, PNG plots.
 
 The question a reader brings is "how far is replay from the profile, per kernel type, and can I trust
 it". Profiled rows (they have a profiled in-workload duration) answer it: each is compared with its own
@@ -33,9 +33,10 @@ from opperf.log import get_logger
 from opperf.replay.engine import STATUS_OK, duration_value
 
 log = get_logger("report")
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 DEFAULT_BAND = (0.8, 1.2)
 WORST_ROWS = 15
-REPORT_FILES = ("replay_report.md", "duration_gap.csv", "summary.json", "replay_vs_profile.png",
+REPORT_FILES = ("replay_report.md", "replay_report.html", "duration_gap.csv", "summary.json", "replay_vs_profile.png",
                 "duration_gap_histogram.png", "status_by_kernel.png")
 GAP_COLUMNS = ("Type", "line", *contract.SIGNATURE_COLUMNS, contract.PROFILING_AVERAGE, contract.REPLAY_AVERAGE,
                "replay_over_profile", "band", contract.SOURCE)
@@ -171,9 +172,20 @@ def stage_timings(benchmarks_root: Path, database_key: Sequence[str]) -> dict[st
     return timings
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), to say which machine a timing comes from."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment_spec(backend: str) -> dict:
     spec = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count(), "backend": backend, "executable": sys.executable}
+            "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "backend": backend, "executable": sys.executable}
     try:
         import importlib.metadata as metadata
         spec["torch"] = metadata.version("torch")
@@ -189,29 +201,34 @@ def _plot(summaries: Sequence[KernelSummary], output_dir: Path, band: tuple[floa
 
     written = []
     pairs = [p for s in summaries for p in s.pairs]
-    figure, axes = plt.subplots(figsize=(6, 6))
+    figure, axes = plt.subplots(figsize=(8.5, 6))
     if pairs:
-        inside = [p for p in pairs if band[0] <= p.ratio <= band[1]]
-        outside = [p for p in pairs if not band[0] <= p.ratio <= band[1]]
         low = min(min(p.profiled_us, p.replayed_us) for p in pairs) * 0.8
         high = max(max(p.profiled_us, p.replayed_us) for p in pairs) * 1.25
         axes.fill_between([low, high], [low * band[0], high * band[0]], [low * band[1], high * band[1]],
                           color="tab:green", alpha=0.15, label=f"band {band[0]:g}-{band[1]:g} x profile")
         axes.plot([low, high], [low, high], color="grey", linewidth=1, label="replay = profile")
-        axes.scatter([p.profiled_us for p in inside], [p.replayed_us for p in inside], s=10, alpha=0.7,
-                     color="tab:blue", label=f"inside band ({len(inside)} rows)")
-        axes.scatter([p.profiled_us for p in outside], [p.replayed_us for p in outside], s=12, alpha=0.8,
-                     color="tab:red", marker="x", label=f"outside band ({len(outside)} rows)")
+        for kernel_type, colour, group in _by_kernel_type(pairs):
+            inside = [p for p in group if band[0] <= p.ratio <= band[1]]
+            outside = [p for p in group if not band[0] <= p.ratio <= band[1]]
+            label = f"{kernel_type} ({len(inside)} in, {len(outside)} out)"
+            axes.scatter([p.profiled_us for p in inside], [p.replayed_us for p in inside], s=14, alpha=0.8,
+                         color=colour, marker="o",   # matplotlib hides labels starting "_" (aten's _scaled_dot_…)
+                         label=f" {label}" if label.startswith("_") else label)
+            axes.scatter([p.profiled_us for p in outside], [p.replayed_us for p in outside], s=22, alpha=0.9,
+                         color=colour, marker="x")
+        axes.scatter([], [], color="black", marker="o", s=14, label="inside the band")
+        axes.scatter([], [], color="black", marker="x", s=22, label="outside the band")
         axes.set_xscale("log")
         axes.set_yscale("log")
         axes.set_xlim(low, high)
         axes.set_ylim(low, high)
-        axes.legend(fontsize=8)
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
         axes.text(0.5, 0.5, "no row has both a profiled and a replayed duration", ha="center", va="center")
     axes.set_xlabel("Profiling Average Duration (us)")
     axes.set_ylabel("Average Duration (us), replay")
-    axes.set_title("Replay vs profile, one point per profiled row")
+    axes.set_title("Replay vs profile, one point per profiled row, by kernel type")
     figure.tight_layout()
     written.append(_save(figure, output_dir / "replay_vs_profile.png"))
     plt.close(figure)
@@ -253,6 +270,25 @@ def _plot(summaries: Sequence[KernelSummary], output_dir: Path, band: tuple[floa
     return written
 
 
+KERNEL_TYPE_COLOURS = 18     # the kernel types with the most paired rows get a colour of tab20 (not its greys)
+
+
+def _by_kernel_type(pairs: Sequence[RowPair]) -> list[tuple[str, object, list[RowPair]]]:
+    """(label, colour, pairs) per kernel type, most paired rows first, the smallest types merged into 'other'."""
+    import matplotlib
+
+    groups: dict[str, list[RowPair]] = {}
+    for pair in pairs:
+        groups.setdefault(pair.kernel_type, []).append(pair)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    palette = [colour for index, colour in enumerate(matplotlib.colormaps["tab20"].colors) if index not in (14, 15)]
+    coloured = [(name, palette[i], group) for i, (name, group) in enumerate(ordered[:KERNEL_TYPE_COLOURS])]
+    rest = [pair for _, group in ordered[KERNEL_TYPE_COLOURS:] for pair in group]
+    if rest:
+        coloured.append((f"{len(ordered) - KERNEL_TYPE_COLOURS} other types", "tab:gray", rest))
+    return coloured
+
+
 def _save(figure, path: Path) -> Path:
     with atomic_output(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=100)
@@ -263,75 +299,157 @@ def _cell(value, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _markdown(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dict], band, timings,
-              summary: dict) -> str:
+# Where the replay/profile gap of a back end is measured and explained (relative to the repository root).
+ACCURACY_EXPLAINED = {
+    "cpu": ("docs/replay.md", "cpu-back-end-accuracy", "CPU back end: accuracy"),
+    "cuda": ("docs/replay.md", "accuracy-cuda-h100", "Accuracy (CUDA, H100)"),
+}
+
+
+@dataclass
+class Table:
+    """One table of the report, rendered alike into replay_report.md and replay_report.html."""
+
+    heading: str
+    intro: str
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: set[int] = field(default_factory=set)      # right-aligned columns
+    code: set[int] = field(default_factory=set)         # shapes: monospace
+
+
+def _report_context(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dict], band, timings,
+                    summary: dict, backend: str) -> dict:
+    """What replay_report.md and replay_report.html say, computed once (templates/replay_report.*.j2)."""
     stats = summary["stats"]
     pairs = [p for s in summaries for p in s.pairs]
     inside = sum(1 for p in pairs if band[0] <= p.ratio <= band[1])
     ratios = [p.ratio for p in pairs]
-    lines = [f"# Replay report: {title}", "",
-             f"{stats['total_ops']} kernel types, {sum(s.rows for s in summaries)} rows; "
-             f"{stats['passed_ops']} kernel types replayed every row (pass rate {stats['pass_rate']:.3f}).", "",
-             f"**Replay vs profile.** {len(pairs)} profiled rows have a replay; {inside} of them "
-             f"({inside / len(pairs):.0%}) are inside the band {band[0]:g}-{band[1]:g} x profile"
-             + (f", median replay/profile {statistics.median(ratios):.3f} "
-                f"(p10 {percentile(ratios, 10):.3f}, p90 {percentile(ratios, 90):.3f})" if ratios else "")
-             + f"; the {len(gaps)} outside are listed in duration_gap.csv." if pairs else
-             "**Replay vs profile.** No row has both a profiled and a replayed duration.", "",
-             "## Kernel types", "",
-             "How to read: a *profiled* row carries the duration the kernel took inside the profiled workload; "
-             "its replay is compared with it as the ratio replay/profile (1 = replay reproduces the workload, "
-             "2 = replay twice as slow). *paired* counts the profiled rows that also have a replay; the median, "
-             "p10 and p90 of their ratios and how many fall inside the band say how far replay is from the "
-             "profile. *Generated* rows come from the shape grid and have no profile: only their replay "
-             "median is shown, never mixed into the ratios.", "",
-             "| Type | rows | ok | other statuses | profiled rows | paired | median replay/profile | p10 | p90 "
-             f"| inside {band[0]:g}-{band[1]:g} | generated rows | generated replay median (us) |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows_total = sum(s.rows for s in summaries)
+    completion = (f"{stats['passed_ops']} of {stats['total_ops']} kernel types replayed every one of their rows "
+                  f"(pass rate {stats['pass_rate']:.3f}); {sum(s.passed for s in summaries)} of {rows_total} rows "
+                  "have a replay. This says that replay ran, not that it matches the profile.")
+    if pairs:
+        accuracy = (f"{len(pairs)} profiled rows have a replay; {inside} of them ({inside / len(pairs):.0%}) are "
+                    f"inside the band {band[0]:g}-{band[1]:g} x profile, median replay/profile "
+                    f"{statistics.median(ratios):.3f} (p10 {percentile(ratios, 10):.3f}, "
+                    f"p90 {percentile(ratios, 90):.3f}); the {len(gaps)} outside are listed in duration_gap.csv.")
+    else:
+        accuracy = "No row has both a profiled and a replayed duration."
+    explained = None
+    if backend in ACCURACY_EXPLAINED:
+        doc, anchor, section = ACCURACY_EXPLAINED[backend]
+        # The workflow writes into reports/{device}/{stack}/{version_dir}/: the repository root is 4 levels up.
+        explained = {"href": f"../../../../{doc}#{anchor}", "text": f"{doc}, \u201c{section}\u201d"}
+
+    tables = []
+    kernel_rows = []
     for s in summaries:
         others = ", ".join(f"{k} {v}" for k, v in s.statuses.items() if k != STATUS_OK) or "-"
         a = s.accuracy(band)
         inside_cell = f"{a['inside_band']}/{a['paired_rows']}" if a["paired_rows"] else "-"
-        lines.append(f"| {s.kernel_type} | {s.rows} | {s.passed} | {others} | {a['profiled_rows']} | "
-                     f"{a['paired_rows']} | {_cell(a['median_ratio'])} | {_cell(a['p10_ratio'])} | "
-                     f"{_cell(a['p90_ratio'])} | {inside_cell} | {a['generated_rows']} | "
-                     f"{_cell(a['generated_median_replay_us'])} |")
+        kernel_rows.append([s.kernel_type, str(s.rows), str(s.passed), others, str(a["profiled_rows"]),
+                            str(a["paired_rows"]), _cell(a["median_ratio"]), _cell(a["p10_ratio"]),
+                            _cell(a["p90_ratio"]), inside_cell, str(a["generated_rows"]),
+                            _cell(a["generated_median_replay_us"])])
+    tables.append(Table(
+        "Kernel types",
+        "How to read: a *profiled* row carries the duration the kernel took inside the profiled workload; its "
+        "replay is compared with it as the ratio replay/profile (1 = replay reproduces the workload, 2 = replay "
+        "twice as slow). *paired* counts the profiled rows that also have a replay; the median, p10 and p90 of "
+        "their ratios and how many fall inside the band say how far replay is from the profile. *Generated* rows "
+        "come from the shape grid and have no profile: only their replay median is shown, never mixed into the "
+        "ratios.",
+        ["Type", "rows", "ok", "other statuses", "profiled rows", "paired", "median replay/profile", "p10", "p90",
+         f"inside {band[0]:g}-{band[1]:g}", "generated rows", "generated replay median (us)"],
+        kernel_rows, numeric={1, 2, 4, 5, 6, 7, 8, 9, 10, 11}))
     worst = sorted(pairs, key=lambda p: (-abs(math.log(p.ratio)), p.kernel_type, p.line))[:WORST_ROWS]
     if worst:
-        lines += ["", f"## The {len(worst)} rows furthest from their profile", "",
-                  "Ordered by how far the ratio is from 1 in either direction (x2 and /2 count the same). "
-                  "`line` is the row's line in the kernel type's CSV.", "",
-                  "| Type | line | Input Shapes | Input Data Types | Output Shapes | profiled (us) | replay (us) "
-                  "| replay/profile |", "|---|---:|---|---|---|---:|---:|---:|"]
-        for p in worst:
-            lines.append(f"| {p.kernel_type} | {p.line} | `{p.shapes[contract.INPUT_SHAPES]}` | "
-                         f"{p.shapes[contract.INPUT_DTYPES]} | `{p.shapes[contract.OUTPUT_SHAPES]}` | "
-                         f"{p.profiled_us:.3f} | {p.replayed_us:.3f} | {p.ratio:.3f} |")
+        tables.append(Table(
+            f"The {len(worst)} rows furthest from their profile",
+            "Ordered by how far the ratio is from 1 in either direction (x2 and /2 count the same). `line` is "
+            "the row's line in the kernel type's CSV.",
+            ["Type", "line", "Input Shapes", "Input Data Types", "Output Shapes", "profiled (us)", "replay (us)",
+             "replay/profile"],
+            [[p.kernel_type, str(p.line), p.shapes[contract.INPUT_SHAPES], p.shapes[contract.INPUT_DTYPES],
+              p.shapes[contract.OUTPUT_SHAPES], f"{p.profiled_us:.3f}", f"{p.replayed_us:.3f}", f"{p.ratio:.3f}"]
+             for p in worst],
+            numeric={1, 5, 6, 7}, code={2, 4}))
     failing = [(s.kernel_type, e) for s in summaries for e in s.errors]
     if failing:
-        lines += ["", "## Rows that did not replay", "", "| Type | line | status | error |", "|---|---:|---|---|"]
-        for kernel_type, (line, status, error) in failing[:200]:
-            lines.append(f"| {kernel_type} | {line} | {status} | {error.replace('|', '/')[:200]} |")
+        rows = [[kernel_type, str(line), status, error[:200]]
+                for kernel_type, (line, status, error) in failing[:200]]
         if len(failing) > 200:
-            lines.append(f"| … | | | {len(failing) - 200} more in the CSVs' Replay Error column |")
+            rows.append(["…", "", "", f"{len(failing) - 200} more in the CSVs' Replay Error column"])
+        tables.append(Table("Rows that did not replay", "", ["Type", "line", "status", "error"], rows,
+                            numeric={1}))
     if timings:
-        lines += ["", "## Stage timings (Snakemake benchmark files)", "", "| stage | jobs | total s | slowest job s |",
-                  "|---|---:|---:|---:|"]
-        for stage, entry in sorted(timings.items()):
-            lines.append(f"| {stage} | {entry['jobs']} | {entry['total_s']:.2f} | {entry['max_s']:.2f} |")
-    lines += ["", "## Plots", "",
-              "Replay against profile, one point per paired row; the shaded region is the band, red crosses "
-              "are outside it:", "", "![replay vs profile](replay_vs_profile.png)", "",
-              "How the replay/profile ratios spread (log axis, the band shaded):", "",
-              "![duration gap histogram](duration_gap_histogram.png)", "",
-              "![status by kernel](status_by_kernel.png)", ""]
-    return "\n".join(lines)
+        tables.append(Table(
+            "Stage timings (Snakemake benchmark files)", "",
+            ["stage", "jobs", "total s", "slowest job s"],
+            [[stage, str(e["jobs"]), f"{e['total_s']:.2f}", f"{e['max_s']:.2f}"] for stage, e in sorted(timings.items())],
+            numeric={1, 2, 3}))
+    plots = [
+        {"file": "replay_vs_profile.png", "alt": "replay vs profile",
+         "text": "Replay against profile, one point per paired row, coloured by kernel type; the shaded region is "
+                 "the band, crosses are outside it:"},
+        {"file": "duration_gap_histogram.png", "alt": "duration gap histogram",
+         "text": "How the replay/profile ratios spread (log axis, the band shaded):"},
+        {"file": "status_by_kernel.png", "alt": "status by kernel", "text": ""},
+    ]
+    return {"title": title, "completion": completion, "accuracy": accuracy, "explained": explained,
+            "tables": tables, "plots": plots}
+
+
+def _render(template: str, context: dict) -> str:
+    """templates/<template> with the report context (HTML escaped where the template is HTML)."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                     autoescape=jinja2.select_autoescape(["html.j2"]))
+    environment.filters["markdown_cell"] = lambda text: str(text).replace("|", "/")
+    environment.filters["inline_markup"] = _inline_markup
+    return environment.get_template(template).render(**context)
+
+
+def _inline_markup(text: str) -> str:
+    """The report's prose as HTML: escaped, with its markdown *emphasis* and `code` spans kept (the template
+    marks the result safe)."""
+    import html
+    import re
+
+    marked = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", marked)
+
+
+def read_attribution(parsed_dir: str | Path) -> dict | None:
+    """The parse's trace_attribution.json of a database directory (None when its profiles were no torch traces)."""
+    path = Path(parsed_dir) / contract.TRACE_ATTRIBUTION
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise OpperfError(f"cannot read the parse's attribution accounting: {exc}", path=path) from exc
+
+
+def _attribution_lines(attribution: dict) -> list[str]:
+    lines = ["", "## How much of the profiled device time is in rows (parse)", "",
+             "| trace | device time (us) | in rows | not in any row |", "|---|---:|---:|---|"]
+    for trace, entry in attribution.items():
+        rest = "; ".join(f"{kind}: {value['us']:.1f} us ({value['activities']})"
+                         for kind, value in entry.get("unattributed", {}).items()) or "-"
+        share = entry.get("share")
+        lines.append(f"| {trace} | {entry['device_us']:.1f} | {'-' if share is None else f'{100 * share:.2f} %'} | "
+                     f"{rest} |")
+    return lines
 
 
 def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, title: str, backend: str = "cpu",
                  band: tuple[float, float] = DEFAULT_BAND, benchmarks_root: str | Path | None = None,
                  database_key: Sequence[str] = (), task_log_dir: str = "", device_ids: Sequence[int] = (),
-                 max_concurrency: int = 1) -> list[Path]:
+                 max_concurrency: int = 1, attribution: dict | None = None) -> list[Path]:
     """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database)."""
     if not 0 < band[0] < band[1]:
         raise OpperfError(f"band {list(band)} must be two increasing positive ratios", field="duration_gap_band")
@@ -365,6 +483,8 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
         "stage_timings_s": timings,
         "replay_accuracy": {"band": list(band), "kernel_types": {s.kernel_type: s.accuracy(band) for s in summaries}},
     }
+    if attribution:
+        summary["trace_attribution"] = attribution
     written = []
     with atomic_output(output_dir / "duration_gap.csv") as handle:
         writer = csv.DictWriter(handle, GAP_COLUMNS, lineterminator="\n")
@@ -374,8 +494,13 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     write_text_atomic(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     written.append(output_dir / "summary.json")
     written += _plot(summaries, output_dir, band)
-    write_text_atomic(output_dir / "replay_report.md", _markdown(title, summaries, gaps, band, timings, summary))
-    written.append(output_dir / "replay_report.md")
+    context = _report_context(title, summaries, gaps, band, timings, summary, backend)
+    for name in ("replay_report.md", "replay_report.html"):
+        text = _render(f"{name}.j2", context)
+        if attribution and name.endswith(".md"):
+            text += "\n".join(_attribution_lines(attribution)) + "\n"
+        write_text_atomic(output_dir / name, text)
+        written.append(output_dir / name)
     log.info("report of %s: %d kernel types, %d gap rows -> %s", title, len(summaries), len(gaps), output_dir)
     return written
 
@@ -386,4 +511,4 @@ def write_database_report(database_dir: Path, reports_dir: Path, *, kernels: Seq
     """The report of a database directory (the replay CLI's database form: one kernel type after another)."""
     files = [database_dir / f"{k}.csv" for k in kernels] if kernels else sorted(database_dir.glob("*.csv"))
     return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band,
-                        device_ids=device_ids, max_concurrency=1)
+                        device_ids=device_ids, max_concurrency=1, attribution=read_attribution(database_dir))

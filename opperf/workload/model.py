@@ -102,11 +102,15 @@ class ReferenceDecoder:
     """Embedding → N × (attention + MLP) decoder layers → final norm → lm_head, with a KV cache."""
 
     def __init__(self, dims: DecoderDims, device: str, dtype: torch.dtype, seed: int = 0):
-        # Weights are drawn on the device: a MoE layer holds gigabytes of them.
-        generator = torch.Generator(device=device).manual_seed(seed)
+        # Weights are drawn on the device: a MoE layer holds gigabytes of them. On "meta" (recording the
+        # queries a performance model issues, opperf.database.consumer_queries) they hold no memory at all.
         self.dims, self.device, self.dtype = dims, device, dtype
+        self.scaled_dot_product_attention = F.scaled_dot_product_attention
+        generator = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
 
         def weight(*shape):
+            if generator is None:
+                return torch.empty(*shape, device=device, dtype=dtype)
             values = torch.randn(*shape, generator=generator, device=device) * shape[-1] ** -0.5
             return values.to(dtype=dtype)
 
@@ -147,7 +151,7 @@ class ReferenceDecoder:
         groups = dims.num_attention_heads // dims.num_key_value_heads
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+        out = self.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
         out = out.transpose(1, 2).reshape(batch, tokens, q_size)
         return F.linear(out, layer["o"]), new_cache
 
@@ -163,6 +167,14 @@ class ReferenceDecoder:
         gate, up = F.linear(x, layer["gate_up"]).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, layer["down"])
 
+    def _expert_token_counts(self, experts: torch.Tensor) -> list[int]:
+        """Tokens routed to each expert; on "meta" (no values) the balanced split a router aims for."""
+        experts_total = self.dims.num_experts
+        if experts.device.type == "meta":
+            base, extra = divmod(experts.numel(), experts_total)
+            return [base + (expert < extra) for expert in range(experts_total)]
+        return torch.bincount(experts.reshape(-1), minlength=experts_total).tolist()
+
     def _moe(self, layer, x):
         dims = self.dims
         top_k = dims.num_experts_per_tok
@@ -171,7 +183,7 @@ class ReferenceDecoder:
         weights, experts = torch.topk(probabilities, top_k, dim=-1)
         weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
         order = experts.reshape(-1).argsort()
-        counts = torch.bincount(experts.reshape(-1), minlength=dims.num_experts).tolist()
+        counts = self._expert_token_counts(experts)
         tokens = order // top_k
         routed = hidden.index_select(0, tokens)
         outputs, start = [], 0
@@ -187,6 +199,11 @@ class ReferenceDecoder:
     @torch.inference_mode()
     def forward(self, token_ids: torch.Tensor, start_position: int, cache):
         """One prefill (start_position 0, no cache) or decode step; returns logits and the new cache."""
+        return self.step(token_ids, start_position, cache)
+
+    def step(self, token_ids: torch.Tensor, start_position: int, cache):
+        """`forward` without inference mode: under it torch hands composite ops (linear, SDPA) to a dispatch
+        mode undecomposed, which is not what a performance model running under no_grad records."""
         dims = self.dims
         tokens = token_ids.shape[1]
         x = F.embedding(token_ids, self.embedding)

@@ -1,4 +1,5 @@
-"""Run the reference decoder under the back end's profiler and leave a raw profile for the parse stage.
+"""Run the reference decoder (or a transformers model from its config) under the back end's profiler and leave a
+raw profile for the parse stage.
 
 cpu/cuda: torch.profiler with record_shapes, exported as a Chrome trace (`trace.json`).
 npu: torch_npu.profiler, whose output directory holds `kernel_details.csv` (the format real
@@ -88,7 +89,7 @@ def make_token_ids(plan: WorkloadPlan, vocab: int, device: str) -> dict[str, tor
     return {name: tensor.to(device) for name, tensor in ids.items()}
 
 
-def run_workload(model: ReferenceDecoder, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor],
+def run_workload(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor],
                  device: str) -> list[str]:
     """Prefill at every length, then decode steps over a KV cache; returns the step labels it ran."""
     labels = []
@@ -109,16 +110,27 @@ def run_workload(model: ReferenceDecoder, plan: WorkloadPlan, token_ids: dict[st
     return labels
 
 
-def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype: str,
-                     output_dir: str | Path) -> Path:
-    """Profile the workload; the complete profile directory appears at `output_dir` (atomically)."""
+def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str, dtype: str,
+                     output_dir: str | Path, *, transformers_config: dict | None = None,
+                     config_path: str | Path = "") -> Path:
+    """Profile the workload; the complete profile directory appears at `output_dir` (atomically).
+
+    The model is the reference decoder of `dims`, or, given `transformers_config` (a config.json's dict), that
+    transformers model with random weights (opperf.workload.transformers_model)."""
     if dtype not in DTYPES:
         raise OpperfError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
     device = torch_device_for(backend)
     output_dir = Path(output_dir)
-    model = ReferenceDecoder(dims, device, DTYPES[dtype], seed=plan.seed)
+    if transformers_config is not None:
+        from opperf.workload.transformers_model import TransformersCausalLM
+
+        model = TransformersCausalLM(transformers_config, device, DTYPES[dtype], seed=plan.seed, path=config_path)
+        vocab_size, description = model.vocab_size, model.description
+    else:
+        model = ReferenceDecoder(dims, device, DTYPES[dtype], seed=plan.seed)
+        vocab_size, description = dims.vocab_size, {"source": "reference", "model_dims": asdict(dims)}
     model.prepare_rope(plan.max_positions)
-    token_ids = make_token_ids(plan, dims.vocab_size, device)
+    token_ids = make_token_ids(plan, vocab_size, device)
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for _ in range(plan.warmup_iterations):
             run_workload(model, plan, token_ids, device)
@@ -129,15 +141,16 @@ def profile_workload(dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype:
             else:
                 labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
-        write_manifest(staging, dims, plan, backend, dtype)
+        write_manifest(staging, description, plan, backend, dtype)
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir
 
 
-def write_manifest(directory: Path, dims: DecoderDims, plan: WorkloadPlan, backend: str, dtype: str) -> None:
-    """workload.json beside the trace: what ran. The parse stage reads `dtype` for TensorList members (cat's
-    inputs), whose dtype torch.profiler does not record."""
-    manifest = {"dtype": dtype, "backend": backend, "model_dims": asdict(dims), "plan": asdict(plan)}
+def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: str, dtype: str) -> None:
+    """workload.json beside the trace: what ran (`source` reference or transformers, the model's dims or config).
+    The parse stage reads `dtype` for TensorList members (cat's inputs), whose dtype torch.profiler does not
+    record."""
+    manifest = {"dtype": dtype, "backend": backend, **model, "plan": asdict(plan)}
     (directory / WORKLOAD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 

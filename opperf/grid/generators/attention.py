@@ -19,14 +19,20 @@ query token per sequence needs no query lengths); output (B,N,1,L).
 
 The actual sequence lengths (and heads, layout, sparse mode) ride along in `Runtime …` columns, the names
 the peer's runtime metadata uses, since they are values, not shapes.
+
+Density: each scene sweeps batch (ATTN_BATCH_GRID) x sequence or context length (ATTN_SEQ_GRID) per
+model layout; then, at one anchor (batch `sweep_batch`, length `sweep_seq_len`), query heads over
+HEADS_GRID (KV heads and head_dim of a model layout), KV heads over KV_HEADS_GRID (query heads and head_dim
+held) and head_dim over HEAD_DIM_GRID (heads held); MLA decode sweeps its query heads. A value the kernel
+cannot take there (query heads not a multiple of the KV heads) is skipped as Outside.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from opperf.grid.candidates import Candidate
-from opperf.grid.generators.base import INT, INT_LIST, Generator, ParamSpec
+from opperf.grid.candidate import SWEEP, Candidate, Outside
+from opperf.grid.generators.base import INT, SOURCE, Generator, ParamSpec, source_values
 from opperf.grid.values import ValueGrids
 from opperf.parse.fia_metadata import (RUNTIME_BLOCK_SIZE, RUNTIME_INPUT_LAYOUT, RUNTIME_NUM_HEADS,
                                        RUNTIME_NUM_KEY_VALUE_HEADS, RUNTIME_SEQ_LENGTHS_KV_VALUES,
@@ -101,21 +107,110 @@ def mla_decode(batch: int, context: int, heads: int, kv_lora_rank: int, rope_dim
     return Candidate(inputs, ((batch, heads, 1, kv_lora_rank), None), columns)
 
 
-def fused_infer_attention(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
-    slots, block_size = params["input_slots"], params["block_size"]
-    for heads, kv_heads, head_dim in grids.values("model.attention", field="generator fused_infer_attention"):
-        for batch in params["prefill_batches"]:
-            for seq_len in params["prefill_seq_lens"]:
-                if batch * seq_len <= grids.max_tokens:
-                    yield dense_prefill(batch, seq_len, heads, kv_heads, head_dim, slots=slots,
-                                        mask_size=params["mask_size"])
-        for batch in params["decode_batches"]:
-            for context in params["decode_context_lens"]:
-                yield dense_decode(batch, context, heads, kv_heads, head_dim, slots=slots, block_size=block_size)
-    for heads, kv_lora_rank, _nope, rope_dim, _v in _mla_layouts(grids):
-        for batch in params["decode_batches"]:
-            for context in params["decode_context_lens"]:
-                yield mla_decode(batch, context, heads, kv_lora_rank, rope_dim, slots=slots, block_size=block_size)
+BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM = "ATTN_BATCH_GRID", "ATTN_SEQ_GRID", "HEADS_GRID", "KV_HEADS_GRID", "HEAD_DIM_GRID"
+PREFILL, DECODE, MLA_DECODE = "dense_prefill", "dense_decode", "mla_decode"
+
+
+def _with_position(candidate: Candidate, group, axes, users) -> Candidate:
+    return Candidate(candidate.inputs, candidate.outputs, candidate.columns, tuple(group), tuple(axes), users)
+
+
+def _dense(scene: str, batch: int, length: int, heads: int, kv_heads: int, head_dim: int, params: dict) -> Candidate:
+    if scene == PREFILL:
+        return dense_prefill(batch, length, heads, kv_heads, head_dim, slots=params["input_slots"],
+                             mask_size=params["mask_size"])
+    return dense_decode(batch, length, heads, kv_heads, head_dim, slots=params["input_slots"],
+                        block_size=params["block_size"])
+
+
+def _scene_grid(scene: str, params: dict, grids: ValueGrids) -> tuple[list[int], list[int]]:
+    where = "generator fused_infer_attention"
+    if scene == PREFILL:
+        return (source_values(params["prefill_batches"], grids, where),
+                source_values(params["prefill_seq_lens"], grids, where))
+    return (source_values(params["decode_batches"], grids, where),
+            source_values(params["decode_context_lens"], grids, where))
+
+
+def _fits_tokens(scene: str, batch: int, length: int, grids: ValueGrids) -> bool:
+    return scene != PREFILL or batch * length <= grids.max_tokens
+
+
+def fused_infer_attention(params: dict, grids: ValueGrids) -> Iterator[Candidate | Outside]:
+    where = "generator fused_infer_attention"
+    layouts = grids.values("model.attention", field=where)
+    for scene in (PREFILL, DECODE):
+        batches, lengths = _scene_grid(scene, params, grids)
+        for heads, kv_heads, head_dim in layouts:
+            users = grids.users("model.attention", (heads, kv_heads, head_dim))
+            group = (("scene", scene), ("heads", heads), ("kv_heads", kv_heads), ("head_dim", head_dim))
+            for batch in batches:
+                for length in lengths:
+                    axes = (("batch", BATCH, batch), ("seq_len", SEQ, length))
+                    if _fits_tokens(scene, batch, length, grids):
+                        yield _with_position(_dense(scene, batch, length, heads, kv_heads, head_dim, params),
+                                             group, axes, users)
+                    else:                       # prefill over the token cap
+                        yield Outside(group, axes)
+        yield from _dense_sweeps(scene, params, grids)
+    batches, contexts = _scene_grid(DECODE, params, grids)
+    for layout in _mla_layouts(grids):
+        heads, kv_lora_rank, _nope, rope_dim, _v = layout
+        group = (("scene", MLA_DECODE), ("heads", heads), ("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim))
+        users = grids.users("model.mla", layout)
+        for batch in batches:
+            for context in contexts:
+                yield _with_position(mla_decode(batch, context, heads, kv_lora_rank, rope_dim,
+                                                slots=params["input_slots"], block_size=params["block_size"]),
+                                     group, (("batch", BATCH, batch), ("seq_len", SEQ, context)), users)
+    yield from _mla_sweep(params, grids)
+
+
+# One sweep per structural axis: (swept name, its axis, the model grid giving the two held values, their names).
+_DENSE_SWEEPS = (
+    ("heads", HEADS, "model.kv_layout", ("kv_heads", "head_dim")),
+    ("kv_heads", KV_HEADS, "model.head_layout", ("heads", "head_dim")),
+    ("head_dim", HEAD_DIM, "model.heads_kv", ("heads", "kv_heads")),
+)
+
+
+def _dense_sweeps(scene: str, params: dict, grids: ValueGrids) -> Iterator[Candidate | Outside]:
+    """Heads, KV heads and head_dim, one at a time, at the anchor batch and length around each model layout;
+    FIA takes query heads that are a multiple of the KV heads only."""
+    where = "generator fused_infer_attention"
+    batch, length = params["sweep_batch"], params["sweep_seq_len"]
+    if not _fits_tokens(scene, batch, length, grids):
+        return
+    anchor = (("batch", batch), ("seq_len", length))
+    for swept, axis, source, held_names in _DENSE_SWEEPS:
+        for held in grids.values(source, field=where):
+            group = (("scene", scene), (SWEEP, swept)) + tuple(zip(held_names, held)) + anchor
+            users = grids.users(source, held)
+            for value in grids.values(axis, field=where):
+                layout = dict(zip(held_names, held), **{swept: value})
+                axes = ((swept, axis, value),)
+                if layout["kv_heads"] > layout["heads"] or layout["heads"] % layout["kv_heads"]:
+                    yield Outside(group, axes)
+                    continue
+                yield _with_position(_dense(scene, batch, length, layout["heads"], layout["kv_heads"],
+                                            layout["head_dim"], params), group, axes, users)
+
+
+def _mla_sweep(params: dict, grids: ValueGrids) -> Iterator[Candidate]:
+    """MLA decode: query heads over HEADS_GRID at the anchor batch and context (one shared KV head)."""
+    where = "generator fused_infer_attention"
+    if not grids.models and "mla_rank" not in grids.generic:
+        return
+    batch, context = params["sweep_batch"], params["sweep_seq_len"]
+    for ranks in grids.values("model.mla_rank", field=where):
+        kv_lora_rank, _nope, rope_dim, _v = ranks
+        group = (("scene", MLA_DECODE), (SWEEP, "heads"), ("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim),
+                 ("batch", batch), ("seq_len", context))
+        users = grids.users("model.mla_rank", ranks)
+        for heads in grids.values(HEADS, field=where):
+            yield _with_position(mla_decode(batch, context, heads, kv_lora_rank, rope_dim, slots=params["input_slots"],
+                                            block_size=params["block_size"]),
+                                 group, (("heads", HEADS, heads),), users)
 
 
 def _mla_layouts(grids: ValueGrids):
@@ -127,10 +222,12 @@ def _mla_layouts(grids: ValueGrids):
 
 GENERATORS = [
     Generator("fused_infer_attention", {
-        "prefill_batches": ParamSpec(INT_LIST, [1, 2, 4, 8]),
-        "prefill_seq_lens": ParamSpec(INT_LIST, [128, 512, 1024, 2048, 4096, 8192]),
-        "decode_batches": ParamSpec(INT_LIST, [1, 2, 4, 8, 16, 32, 64]),
-        "decode_context_lens": ParamSpec(INT_LIST, [512, 1024, 2048, 4096, 8192, 16384, 32768]),
+        "prefill_batches": ParamSpec(SOURCE, BATCH),
+        "prefill_seq_lens": ParamSpec(SOURCE, SEQ),
+        "decode_batches": ParamSpec(SOURCE, BATCH),
+        "decode_context_lens": ParamSpec(SOURCE, SEQ),
+        "sweep_batch": ParamSpec(INT, 1),
+        "sweep_seq_len": ParamSpec(INT, 256),
         "block_size": ParamSpec(INT, 128),
         "mask_size": ParamSpec(INT, 2048),
         "input_slots": ParamSpec(INT, 31),

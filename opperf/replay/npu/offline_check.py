@@ -28,7 +28,7 @@ import torch
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.replay.definitions import KernelDefinition, definition_for
-from opperf.replay.inputs import BuildContext, declarative_arguments
+from opperf.replay.inputs import MetaBuildContext, declarative_arguments
 from opperf.replay.npu.torch_npu_wheel import Registration
 from opperf.replay.verify import verify_outputs
 
@@ -41,24 +41,6 @@ BUILD_ERROR = "build_error"              # the definition could not build a call
 META_ERROR = "meta_error"                # the meta kernel rejected the call (a torch._check failed)
 NO_SCHEMA = "no_schema"                  # the op is not in the torch_npu wheel (vLLM-Ascend custom op)
 FAILURES = (MISMATCH, BIND_ERROR, BUILD_ERROR, META_ERROR)
-
-
-class MetaBuildContext(BuildContext):
-    """A BuildContext whose tensors are meta tensors: shapes and dtypes only, no memory, no values."""
-
-    def tensor(self, shape, dtype, values="normal"):
-        return torch.empty(tuple(int(d) for d in shape), dtype=dtype, device="meta")
-
-    def index_tensor(self, shape, dtype, low, high, *, unique=False, sorted_values=False,
-                     field_name=contract.INPUT_SHAPES):
-        count = 1
-        for d in shape:
-            count *= int(d)
-        if high <= low:
-            raise self.error(f"index bound [{low}, {high}) is empty", field_name)
-        if unique and count > high - low:
-            raise self.error(f"{count} distinct indices do not fit in [{low}, {high})", field_name)
-        return torch.empty(tuple(int(d) for d in shape), dtype=dtype, device="meta")
 
 
 @dataclass

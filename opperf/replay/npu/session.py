@@ -123,7 +123,8 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
                       "kernels than the profiled row")
             resolved[key] = RowOutcome(
                 STATUS_FAILED_NO_SAMPLES, call=outcome.call, expected_outputs=outcome.expected_outputs,
-                produced_outputs=outcome.produced_outputs, error=f"the call ran and verified, but {reason}")
+                produced_outputs=outcome.produced_outputs, error=f"the call ran and verified, but {reason}",
+                recipe=outcome.recipe)
             continue
         reported, timing = found[0]
         columns = timing.result_columns()
@@ -131,7 +132,7 @@ def resolve_outcomes(outcomes: Mapping[tuple[str, ...], RowOutcome], summary_fil
             columns[contract.REPLAY_TIMING_METHOD] += f" (reported as {reported})"
         resolved[key] = RowOutcome(STATUS_OK, columns=columns, call=outcome.call,
                                    expected_outputs=outcome.expected_outputs,
-                                   produced_outputs=outcome.produced_outputs)
+                                   produced_outputs=outcome.produced_outputs, recipe=outcome.recipe)
     return resolved
 
 

@@ -1,0 +1,289 @@
+"""The consumer's view: the lookups a performance model issues for the reference decoder, and their answers.
+
+A performance model such as msmodeling's TensorCast runs the model on meta tensors under `torch.no_grad()`
+with a `TorchDispatchMode` and looks up every op that reaches the mode, as `(func, args, kwargs, out)`. Which
+ops those are is torch's decision, not the model code's: `F.linear` arrives as `t` + `mm` (2-D input) or
+`view` + `mm` + `_unsafe_view` (3-D), a contiguous-slice linear as `expand` + `bmm`, and views, splits and
+creations arrive too. Recording the reference decoder (`opperf.workload.model`) the same way gives the queries a
+database must answer; `answer` says for each whether the runtime finds it exactly, interpolates it legally,
+interpolates it illegally or falls back to its roofline model.
+
+Two choices are the model's, not TensorCast's: the attention kernel is the one the target device dispatches
+`scaled_dot_product_attention` to (on meta torch would pick the unfused math path), and a MoE router's token
+counts, which meta tensors do not have, are the balanced split a router aims for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from opperf.database.interpolation import Database, Interpolation, Query, TensorSpec
+from opperf.errors import OpperfError
+from opperf.workload.model import DecoderDims, ReferenceDecoder, load_model_dims
+
+REFERENCE_MODELS = ("Qwen3-32B", "DeepSeek-V3")
+TP_SIZES = (1, 4, 8)
+# Prefill lengths 1..8k: the powers of two and a few lengths between them, as a serving trace has them.
+PREFILL_TOKENS = (1, 2, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 3000, 4096, 6000, 8192)
+DECODE_BATCHES = (1, 2, 3, 4, 8, 16, 32, 48, 64)
+DECODE_CONTEXT_TOKENS = (1024, 4096)
+STATUSES = ("EXACT", "ZERO_COST", "INTERPOLATED", "ILLEGAL", "MISS", "RAISES", "UNMODELLED")
+
+
+# --- recording --------------------------------------------------------------------------------------------
+
+def _tensors(values) -> list[torch.Tensor]:
+    """Tensors among `values` and inside its lists/tuples (one level, as the runtime flattens them)."""
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, torch.Tensor))
+    return found
+
+
+def _spec(tensor: torch.Tensor) -> TensorSpec:
+    return TensorSpec(tuple(int(d) for d in tensor.shape), tensor.dtype)
+
+
+def query_of(func, args, out) -> Query:
+    """The lookup a dispatch-mode performance model makes for one op: tensor inputs with ndim > 0 in argument
+    order (the runtime ignores 0-d tensors and kwargs), and the output tensors."""
+    inputs = tuple(_spec(t) for t in _tensors(args) if t.ndim > 0)
+    outputs = tuple(_spec(t) for t in _tensors(out if isinstance(out, (list, tuple)) else [out]))
+    return Query(str(func).removeprefix("torch.ops."), inputs, outputs)
+
+
+class QueryRecorder(TorchDispatchMode):
+    """Counts the queries of every op reaching dispatch; remembers which ops are views (no kernel runs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: Counter[Query] = Counter()
+        self.views: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        query = query_of(func, args, out)
+        self.calls[query] += 1
+        if getattr(func, "is_view", False) or func is torch.ops.aten._unsafe_view.default:
+            self.views.add(query.op_name)      # what the runtime's analytic fallback counts as free
+        return out
+
+
+def _cpu_flash_attention(q, k, v, is_causal=False):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal)[0]
+
+
+def _cuda_cudnn_attention(q, k, v, is_causal=False):
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, is_causal, False)[0]
+
+
+# The kernel each target's `scaled_dot_product_attention` dispatches to for the decoder's inputs (dense, no
+# mask, no dropout): what its profile (and so its database) records.
+ATTENTION_KERNELS: dict[str, Callable | None] = {
+    "cpu": _cpu_flash_attention,
+    "cuda": _cuda_cudnn_attention,
+    "math": None,          # torch's own choice on meta: the unfused math decomposition
+}
+
+
+def rank_dims(dims: DecoderDims, tp: int) -> DecoderDims:
+    """One tensor-parallel rank's share: heads, KV heads (replicated once fewer than ranks), MLP and expert
+    widths and the vocabulary split `tp` ways; hidden size and head_dim unchanged."""
+    if tp < 1 or dims.num_attention_heads % tp:
+        raise OpperfError(f"TP size {tp} does not divide num_attention_heads {dims.num_attention_heads}",
+                          field="tp")
+    return replace(dims, num_attention_heads=dims.num_attention_heads // tp,
+                   num_key_value_heads=max(1, dims.num_key_value_heads // tp),
+                   intermediate_size=dims.intermediate_size // tp,
+                   moe_intermediate_size=dims.moe_intermediate_size // tp,
+                   vocab_size=math.ceil(dims.vocab_size / tp))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One forward step of one rank: prefill of `tokens` (batch 1), or decode of `batch` sequences that each
+    hold `context` tokens in the KV cache."""
+
+    model: str
+    tp: int
+    phase: str            # prefill | decode
+    batch: int
+    tokens: int
+    context: int = 0
+
+    @property
+    def label(self) -> str:
+        shape = f"{self.tokens} tokens" if self.phase == "prefill" else f"batch {self.batch}, context {self.context}"
+        return f"{self.model} TP{self.tp} {self.phase} {shape}"
+
+
+def record_step(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, attention: str) -> QueryRecorder:
+    """The queries of one forward step of a decoder with `dims`, built and run on meta tensors."""
+    if attention not in ATTENTION_KERNELS:
+        raise OpperfError(f"unknown attention kernel {attention!r}; one of {sorted(ATTENTION_KERNELS)}",
+                          field="attention")
+    decoder = ReferenceDecoder(dims, "meta", dtype)
+    if ATTENTION_KERNELS[attention] is not None:
+        decoder.scaled_dot_product_attention = ATTENTION_KERNELS[attention]
+    decoder.prepare_rope(scenario.context + scenario.tokens)
+    tokens = torch.empty(scenario.batch, scenario.tokens, dtype=torch.long, device="meta")
+    if scenario.phase == "prefill":
+        cache, start = decoder.new_cache(), 0
+    else:
+        shape = (scenario.batch, dims.num_key_value_heads, scenario.context, dims.head_dim)
+        cache = [(torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta"))
+                 for _ in range(dims.num_hidden_layers)]
+        start = scenario.context
+    recorder = QueryRecorder()
+    with torch.no_grad(), recorder:
+        decoder.step(tokens, start, cache)
+    return recorder
+
+
+def scenario_queries(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, attention: str,
+                     num_layers: int) -> tuple[Counter[Query], set[str]]:
+    """Query counts of a `num_layers`-deep step, from a 1-layer and a 2-layer run (the layers are identical)."""
+    one = record_step(replace(dims, num_hidden_layers=1), scenario, dtype, attention)
+    two = record_step(replace(dims, num_hidden_layers=2), scenario, dtype, attention)
+    counts: Counter[Query] = Counter()
+    for query in one.calls.keys() | two.calls.keys():
+        per_layer = two.calls[query] - one.calls[query]
+        counts[query] = one.calls[query] - per_layer + num_layers * per_layer
+    return +counts, one.views | two.views
+
+
+@dataclass
+class RecordedQuery:
+    """One distinct query, how often a workload issues it, and in which scenarios."""
+
+    query: Query
+    calls: int
+    scenarios: list[str]
+    view: bool = False    # the op is a view: no kernel runs, op_mapping should mark it zero_cost
+
+
+def scenarios(models: Sequence[str] = REFERENCE_MODELS, tp_sizes: Sequence[int] = TP_SIZES,
+              prefill_tokens: Sequence[int] = PREFILL_TOKENS, decode_batches: Sequence[int] = DECODE_BATCHES,
+              decode_context_tokens: Sequence[int] = DECODE_CONTEXT_TOKENS) -> list[Scenario]:
+    return ([Scenario(m, tp, "prefill", 1, t) for m in models for tp in tp_sizes for t in prefill_tokens]
+            + [Scenario(m, tp, "decode", b, 1, c) for m in models for tp in tp_sizes for c in decode_context_tokens
+               for b in decode_batches])
+
+
+def reference_queries(models_path: str | Path, scenario_list: Iterable[Scenario] | None = None, *,
+                      dtype: torch.dtype = torch.bfloat16, attention: str = "cpu",
+                      num_layers: int | None = None) -> list[RecordedQuery]:
+    """The distinct queries of every scenario (default: the two reference models at TP 1/4/8, prefill
+    1..8k tokens, decode batch 1..64 at two context lengths), with their call counts over full-depth steps
+    (or `num_layers` deep), most-called first."""
+    totals: Counter[Query] = Counter()
+    where: dict[Query, list[str]] = {}
+    views: set[str] = set()
+    dims_cache: dict[str, DecoderDims] = {}
+    for scenario in scenario_list if scenario_list is not None else scenarios():
+        if scenario.model not in dims_cache:
+            dims_cache[scenario.model] = load_model_dims(models_path, scenario.model)
+        dims = rank_dims(dims_cache[scenario.model], scenario.tp)
+        counts, scenario_views = scenario_queries(dims, scenario, dtype, attention,
+                                                  num_layers or dims.num_hidden_layers)
+        views |= scenario_views
+        for query, calls in counts.items():
+            totals[query] += calls
+            where.setdefault(query, []).append(scenario.label)
+    return [RecordedQuery(q, calls, where[q], q.op_name in views)
+            for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
+
+
+# --- answering ----------------------------------------------------------------------------------------------
+
+ExactLookup = Callable[[Path, str, list, TensorSpec | None], tuple[float | None, str]]
+InterpolateLookup = Callable[[Path, Query], Interpolation]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How the runtime answers one recorded query: EXACT, ZERO_COST (op_mapping says no kernel runs),
+    INTERPOLATED (legally), ILLEGAL (interpolated across buckets), MISS (roofline fallback), RAISES or
+    UNMODELLED (a runtime path opperf's model does not follow)."""
+
+    recorded: RecordedQuery
+    status: str
+    latency_us: float | None
+    reason: str
+
+
+def _skips_zero_cost(mapping: dict) -> bool:
+    """The runtime reaches its zero_cost/accepted_miss branch only for entries without these keys."""
+    return bool(mapping.get("composite") or mapping.get("category") == "communication" or mapping.get("query_mode"))
+
+
+def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_lookup: ExactLookup,
+           interpolate: InterpolateLookup | None = None) -> list[Answer]:
+    """Each query as the runtime answers it from `database_dir`: `exact_lookup(database_dir, op_name,
+    tensor_inputs, output) -> (latency_us or None, reason)` first (tensor_inputs: (shape, torch dtype) pairs),
+    then, on a miss, `interpolate(database_dir, query)` (default: `opperf.database.interpolation`)."""
+    database_dir = Path(database_dir)
+    database = Database.load(database_dir)
+    if interpolate is None:
+        def interpolate(_directory, query):
+            return database.interpolate(query)
+    mappings = database.op_mapping.get("operator_mappings") or {}
+    answers = []
+    for recorded in queries:
+        query = recorded.query
+        try:
+            latency, reason = exact_lookup(database_dir, query.op_name, list(query.inputs), query.output)
+        except Exception as exc:   # the runtime raising stops a model run: that is the answer
+            answers.append(Answer(recorded, "RAISES", None, f"exact lookup raises {type(exc).__name__}: {exc}"))
+            continue
+        if latency is not None:
+            mapping = mappings.get(query.op_name) or {}
+            zero = (latency == 0 and not _skips_zero_cost(mapping)
+                    and bool(mapping.get("zero_cost") or mapping.get("accepted_miss")))
+            answers.append(Answer(recorded, "ZERO_COST" if zero else "EXACT", float(latency), reason))
+            continue
+        result = interpolate(database_dir, query)
+        hint = " (a view: zero_cost in op_mapping answers it)" if recorded.view and result.status == "MISS" else ""
+        answers.append(Answer(recorded, result.status, result.latency_us,
+                              f"exact: {reason}; interpolation: {result.reason}{hint}"))
+    return answers
+
+
+def answer_summary(answers: Sequence[Answer]) -> dict[str, dict[str, int]]:
+    """Per status: distinct queries and calls; per op name: the statuses of its queries."""
+    by_status = {s: {"queries": 0, "calls": 0} for s in STATUSES}
+    by_op: dict[str, Counter] = {}
+    for item in answers:
+        by_status[item.status]["queries"] += 1
+        by_status[item.status]["calls"] += item.recorded.calls
+        by_op.setdefault(item.recorded.query.op_name, Counter())[item.status] += 1
+    return {"by_status": by_status, "by_op": {op: dict(c) for op, c in sorted(by_op.items())}}
+
+
+def manifest_records(recorded: Sequence[RecordedQuery]) -> list[dict]:
+    """The queries as the density standard's query manifest lines: one JSON object per distinct query."""
+    def tensors(specs):
+        return [{"shape": list(s.shape), "dtype": str(s.dtype).removeprefix("torch.")} for s in specs]
+
+    return [{"workload_id": "; ".join(r.scenarios), "calls": r.calls, "view": r.view,
+             "query": {"op_name": r.query.op_name, "inputs": tensors(r.query.inputs),
+                       "outputs": tensors(r.query.outputs)}} for r in recorded]
+
+
+def write_query_manifest(path: str | Path, recorded: Sequence[RecordedQuery]) -> None:
+    """Write `manifest_records` as JSON Lines, atomically."""
+    import json
+
+    from opperf.io import write_text_atomic
+
+    write_text_atomic(path, "".join(json.dumps(line, sort_keys=True) + "\n" for line in manifest_records(recorded)))

@@ -1,0 +1,97 @@
+"""`scripts/check_database.py`: run the database gates (opperf.database.check) and write what they found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from opperf.database.check import add_layout_rows, check_findable, load_database
+from opperf.database.interpolation import holdout_errors, holdout_summary
+from opperf.io import write_text_atomic
+
+# Holdout errors above this are listed by name in the table (the worst few per kernel type).
+WORST_SHOWN = 3
+
+
+def check_database(database: str | Path, density_standard: str | Path | None = None) -> dict[str, Any]:
+    """Every gate on one database directory; `passed` is the contract gates (findable, unique)."""
+    database = Path(database)
+    operator_mappings, tables = load_database(database)
+    checks = check_findable(operator_mappings, tables)
+    add_layout_rows(database, checks)
+    kernels = {kernel_type: check.as_dict() for kernel_type, check in checks.items()}
+    document = yaml.safe_load((database / "op_mapping.yaml").read_text(encoding="utf-8")) or {}
+    all_errors = []
+    for kernel_type, table in tables.items():
+        points = [p for p in holdout_errors(table, kernel_type, document) if p.legal]
+        all_errors += points
+        worst = sorted(points, key=lambda p: -p.relative_error)[:WORST_SHOWN]
+        kernels[kernel_type]["holdout"] = {
+            **holdout_summary(points),
+            "worst": [{"lines": list(p.lines), "axis": p.axis, "value": p.value, "actual_us": p.actual_us,
+                       "predicted_us": round(p.predicted_us, 4), "relative_error": round(p.relative_error, 4),
+                       "bucket": p.bucket} for p in worst]}
+    totals = {
+        "rows": sum(c.rows for c in checks.values()),
+        "rows_with_duration": sum(c.rows_with_duration for c in checks.values()),
+        "findable": sum(c.findable for c in checks.values()),
+        "not_modelled": sum(c.not_modelled for c in checks.values()),
+        "unmapped": sum(c.unmapped for c in checks.values()),
+        "duplicate_runtime_keys": sum(len(c.duplicate_key_lines) for c in checks.values()),
+    }
+    # Rows of kernel types no op the runtime receives maps to (a training kernel, an engine-internal one) are
+    # listed, not failed: no query of the performance model can reach them, whatever the database says.
+    passed = (totals["findable"] + totals["not_modelled"] + totals["unmapped"] == totals["rows_with_duration"]
+              and totals["duplicate_runtime_keys"] == 0)
+    totals["holdout"] = holdout_summary(all_errors)
+    result = {"database": str(database), "passed": passed, "totals": totals, "kernel_types": kernels}
+    result["table"] = format_table(result)
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The per-kernel-type table, plain text (markdown-compatible)."""
+    lines = [f"# Database check: {result['database']}", "",
+             "| kernel type | rows | layout rows | with duration | findable | duplicate keys | holdout points "
+             "| holdout median | holdout p90 | mapped ops |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for kernel_type, k in result["kernel_types"].items():
+        findable = f"{k['findable']}" + (f" (+{k['not_modelled']} not modelled)" if k["not_modelled"] else "")
+        findable += " (unmapped)" if k["unmapped"] else ""
+        holdout = k["holdout"]
+        lines.append(f"| {kernel_type} | {k['rows']} | {k['layout_rows'] if k['layout_rows'] is not None else '-'} "
+                     f"| {k['rows_with_duration']} | {findable} | {k['duplicate_runtime_keys']} "
+                     f"| {holdout['count']} | {_percent(holdout['median'])} | {_percent(holdout['p90'])} "
+                     f"| {', '.join(k['mapped_ops']) or '(none)'} |")
+    t = result["totals"]
+    lines += ["", f"Rows with a duration the runtime finds: {t['findable']} of {t['rows_with_duration']}"
+              + (f" (+{t['not_modelled']} under query modes this check does not model)" if t["not_modelled"] else "")
+              + (f" ({t['unmapped']} of kernel types no op the runtime receives maps to)" if t["unmapped"] else "")
+              + f"; duplicate runtime keys: {t['duplicate_runtime_keys']}; "
+              + ("PASSED" if result["passed"] else "FAILED"),
+              "", f"Holdout interpolation error (each interior replayed row predicted from its neighbours by the "
+              f"runtime's rule, legal interpolations only): {t['holdout']['count']} points, median "
+              f"{_percent(t['holdout']['median'])}, p90 {_percent(t['holdout']['p90'])}"]
+    misses = [(kt, m) for kt, k in result["kernel_types"].items() for m in k["misses"]]
+    if misses:
+        lines += ["", "Rows the runtime does not find:"]
+        lines += [f"- {kt}.csv line {m['line']}: {m['why']}" for kt, m in misses[:50]]
+        if len(misses) > 50:
+            lines.append(f"- … and {len(misses) - 50} more (see the JSON)")
+    return "\n".join(lines)
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.2f} %"
+
+
+def write_reports(result: dict[str, Any], json_path: str | Path | None = None,
+                  markdown_path: str | Path | None = None) -> None:
+    if json_path:
+        document = {k: v for k, v in result.items() if k != "table"}
+        write_text_atomic(json_path, json.dumps(document, indent=1, default=str) + "\n")
+    if markdown_path:
+        write_text_atomic(markdown_path, result["table"] + "\n")

@@ -1,0 +1,89 @@
+"""A real framework's model as the workload: a HuggingFace transformers causal LM built from its `config.json`.
+
+Random weights (`AutoModelForCausalLM.from_config`: nothing is downloaded), the config's own architecture
+(dense, MoE, shared experts, whatever transformers implements for its `model_type`), sdpa attention, the
+KV cache transformers manages (`past_key_values`). Users do not profile our reference decoder: they
+profile their model in their framework, with ops nobody wrote a replay definition for; this is that case
+on any host, cpu included. transformers is an optional dependency (`pip install -e '.[transformers]'`),
+imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from opperf.errors import OpperfError
+
+CONFIG_NAME = "config.json"
+
+
+def read_config(path: str | Path, num_layers: int | None = None) -> dict:
+    """A model's config.json (the file or its directory) as a dict, with `num_hidden_layers` overridden; lists that
+    have one entry per layer (layer_types, mlp_only_layers …) are cut to match."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read the model config: {exc.strerror}", path=path) from exc
+    except json.JSONDecodeError as exc:
+        raise OpperfError(f"not valid JSON: {exc.msg}", path=path, row=exc.lineno) from exc
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise OpperfError("a transformers config.json needs a `model_type` (e.g. \"mixtral\")", path=path,
+                          field="model_type")
+    if num_layers is not None:
+        if num_layers < 1:
+            raise OpperfError(f"must be >= 1, got {num_layers}", field="--num-layers")
+        original = config.get("num_hidden_layers")
+        config["num_hidden_layers"] = num_layers
+        for key, value in list(config.items()):
+            if isinstance(value, list) and original and len(value) == original:
+                config[key] = value[:num_layers]
+        if isinstance(config.get("mlp_only_layers"), list):
+            config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < num_layers]
+    return config
+
+
+class TransformersCausalLM:
+    """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
+    transformers model."""
+
+    def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = ""):
+        try:
+            import transformers
+        except ImportError as exc:
+            raise OpperfError("a transformers config needs the transformers package (pip install -e "
+                              "'.[transformers]')", path=path) from exc
+        fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version",
+                                                               "torch_dtype", "dtype")}
+        try:
+            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+        except (ValueError, KeyError) as exc:
+            raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
+                              f"{config['model_type']!r}: {exc}", path=path, field="model_type") from exc
+        torch.manual_seed(seed)
+        with torch.device(device):
+            self.model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype,
+                                                                       attn_implementation="sdpa")
+        self.model.eval()
+        self.config = hf_config
+        self.device, self.dtype = device, dtype
+        self.vocab_size = int(hf_config.vocab_size)
+        self.description = {"source": "transformers", "transformers": transformers.__version__,
+                            "model_class": type(self.model).__name__, "config": config}
+
+    def new_cache(self):
+        return None                      # transformers creates its DynamicCache on the first forward
+
+    def prepare_rope(self, max_positions: int) -> None:
+        """transformers computes rotary tables itself."""
+
+    @torch.inference_mode()
+    def forward(self, token_ids: torch.Tensor, start_position: int, cache):
+        """One prefill (no cache) or decode step over `cache`; logits of the last position only, as serving does."""
+        output = self.model(input_ids=token_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return output.logits, output.past_key_values

@@ -1,0 +1,205 @@
+"""The database as msmodeling's runtime reads it: spellings, one row per runtime key, op_mapping, the check.
+
+Real rows: tests/data/database/cpu_replayed/ holds five kernel types replayed by the demo job (CPU, torch
+2.13.0, 2026-11-24). The opt-in test at the end asks msmodeling's own unmodified lookup code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from opperf import contract
+from opperf.database.build import build_database_directory, build_op_mapping, finalise_kernel_csv
+from opperf.database.report import check_database
+from opperf.database.runtime import RuntimeQuery, find, runtime_receives, runtime_row
+from opperf.io import read_database_csv
+
+REPO = Path(__file__).resolve().parent.parent
+REPLAYED = REPO / "tests" / "data" / "database" / "cpu_replayed"
+CPU_VERSION = "torch2.13.0_cpu"
+
+
+@pytest.fixture(scope="module")
+def cpu_database(tmp_path_factory) -> Path:
+    database = tmp_path_factory.mktemp("db") / "data" / "CPU" / "torch" / CPU_VERSION
+    build_database_directory(REPLAYED, "CPU", database, REPO / "config" / "devices.yaml", REPO / "config" / "kernels")
+    return database
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_torch_trace_rows_are_written_in_the_runtime_spelling_with_aligned_slots(cpu_database):
+    add = _rows(cpu_database / "add.csv")
+    # x + 1e-6: slot 1 is a 0-d double (a wrapped number) and slot 2 the alpha scalar; the runtime drops both
+    # from a query, so their dtypes are left empty and FLOAT stays aligned with the one shape.
+    assert add[0][contract.INPUT_SHAPES] == '"1,16,1;;"'
+    assert add[0][contract.INPUT_DTYPES] == "FLOAT;;"
+    assert add[0][contract.INPUT_FORMATS] == "ND;;"
+    assert add[0][contract.OUTPUT_DTYPES] == "FLOAT"
+    # ... and the layouts file still says what slot 1 was (it is what replay builds).
+    layouts = _rows(cpu_database / "layouts" / "add.csv")
+    assert layouts[0][contract.INPUT_DTYPES] == "FLOAT;DOUBLE;"
+
+
+def test_out_slots_are_not_part_of_the_functional_call(cpu_database):
+    # sum.IntList_out's `out=` slot (config/kernels/torch/sum.yaml: name out): aten.sum.dim_IntList has one tensor.
+    first = _rows(cpu_database / "sum.csv")[0]
+    assert first[contract.INPUT_SHAPES] == '"1,16,256;;;;"'
+    assert first[contract.INPUT_DTYPES] == "FLOAT;;;;"
+    assert _rows(cpu_database / "layouts" / "sum.csv")[0][contract.INPUT_SHAPES] == '"1,16,256;;;;1,16,1"'
+
+
+def test_rows_the_runtime_cannot_tell_apart_become_the_dominant_layout(cpu_database):
+    cat = _rows(cpu_database / "cat.csv")
+    layouts = _rows(cpu_database / "layouts" / "cat.csv")
+    assert (len(cat), len(layouts)) == (21, 23)
+    # Lines 5 and 17 of the replayed file differ only in Input Strides: the strided layout carried 4 calls,
+    # the contiguous generated row none -> the runtime gets the strided one, where the first of them stood.
+    merged = [r for r in cat if r[contract.INPUT_SHAPES] == layouts[3][contract.INPUT_SHAPES]]
+    assert len(merged) == 1
+    assert merged[0]["Runtime Key Rows"] == "2"
+    assert merged[0][contract.INPUT_STRIDES] == "4096,16,64,1;32768,32,512,1;"
+    assert merged[0][contract.REPLAY_AVERAGE] == "31.8483"
+    # copy_ lines 6 and 15: the profiled layout (4 calls) wins over the generated contiguous one.
+    copy = _rows(cpu_database / "copy_.csv")
+    assert len(copy) == 17 and len(_rows(cpu_database / "layouts" / "copy_.csv")) == 20
+
+
+def test_no_shape_cell_reads_back_as_nan(cpu_database, tmp_path):
+    """pandas with its defaults (as the runtime reads) gets a string in every shape cell, never NaN."""
+    scalar_add = tmp_path / "Add.csv"
+    shutil.copy(REPO / "tests" / "data" / "database" / "cpu_replayed" / "add.csv", tmp_path / "rows.csv")
+    rows = read_database_csv(tmp_path / "rows.csv")
+    rows.loc[0, contract.OUTPUT_SHAPES] = ""
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    finalise_kernel_csv(tmp_path / "rows.csv", "Add", scalar_add, backend="npu")
+    for path in [scalar_add, *cpu_database.glob("*.csv")]:
+        frame = pd.read_csv(path)
+        for column in (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES):
+            assert frame[column].map(lambda v: isinstance(v, str)).all(), (path, column)
+    assert pd.read_csv(scalar_add)[contract.OUTPUT_SHAPES][0] == '""'
+
+
+def test_npu_rows_keep_the_profiler_text():
+    row = {contract.INPUT_SHAPES: "512,2,4096;512,2,4096", contract.INPUT_DTYPES: "DT_BF16;DT_BF16",
+           contract.INPUT_FORMATS: "NCL;NCL", contract.OUTPUT_SHAPES: "", contract.OUTPUT_DTYPES: "FLOAT",
+           contract.OUTPUT_FORMATS: "ND"}
+    written = runtime_row(row, "npu")
+    assert written[contract.INPUT_SHAPES] == '"512,2,4096;512,2,4096"'
+    assert written[contract.OUTPUT_SHAPES] == '""'
+    assert written[contract.INPUT_DTYPES] == "DT_BF16;DT_BF16" and written[contract.INPUT_FORMATS] == "NCL;NCL"
+
+
+@pytest.mark.parametrize("framework_op, received, why", [
+    ("aten.mm.default", True, ""),
+    ("aten.linear.default", False, "decomposes (CompositeImplicitAutograd) before dispatch"),
+    ("aten.matmul.default", False, "decomposes (CompositeImplicitAutograd) before dispatch"),
+    ("npu.npu_fusion_attention.default", False, "never npu ops"),
+    ("tensor_cast.attention.default", True, ""),
+    ("aten.no_such_op.default", False, "has no op aten.no_such_op.default"),
+])
+def test_only_ops_the_runtime_can_receive_are_mapped(framework_op, received, why):
+    answer, reason = runtime_receives(framework_op)
+    assert answer is received and why in reason
+
+
+def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
+    document = yaml.safe_load((cpu_database / "op_mapping.yaml").read_text())
+    assert sorted(document["operator_mappings"]) == ["aten.add.Tensor", "aten.cat.default", "aten.copy_.default",
+                                                      "aten.mm.default", "aten.sum.dim_IntList"]
+    assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1}}}
+    # A3: attention is what TensorCast issues (tensor_cast.attention.default), never npu_fusion_attention;
+    # collectives sit in the runtime's hccl/v{cann}/ directory.
+    npu_db = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
+    npu_db.mkdir(parents=True)
+    header = ",".join(contract.BASE_COLUMNS) + "\n"
+    for kernel in ("MatMulV2", "FusedInferAttentionScore", "FlashAttentionScore"):
+        (npu_db / f"{kernel}.csv").write_text(header)
+    mapping = build_op_mapping(sorted(npu_db.glob("*.csv")), "A3", REPO / "config" / "devices.yaml",
+                               REPO / "config" / "kernels" / "npu", npu_db / "op_mapping.yaml")
+    assert mapping["communication_data_ref"] == "../../hccl/v8.5"
+    ops = mapping["operator_mappings"]
+    assert ops["tensor_cast.attention.default"]["query_mode"] == "attention_special"
+    assert "aten.linear.default" not in ops and "aten.addmm.default" not in ops
+    assert not any(op.startswith("npu.") for op in ops)
+    assert mapping["interpolation_policy"]["kernel_overrides"]["FusedInferAttentionScore"] == {
+        "axis_transform": "sqrt_seq"}
+
+
+def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
+    result = check_database(cpu_database)
+    assert result["passed"]
+    holdout = result["totals"].pop("holdout")
+    assert result["totals"] == {"rows": 102, "rows_with_duration": 102, "findable": 102, "not_modelled": 0,
+                                "unmapped": 0, "duplicate_runtime_keys": 0}
+    # The demo's replayed CPU rows (a loaded 2-core VM): 13 interior points, errors as printed.
+    assert holdout["count"] == 13
+    assert holdout["median"] == pytest.approx(0.2461257, rel=1e-6)
+    assert holdout["p90"] == pytest.approx(1.6916220, rel=1e-6)
+    assert "13 points, median 24.61 %, p90 169.16 %" in result["table"]
+
+
+def test_the_check_fails_on_rows_the_runtime_cannot_tell_apart(cpu_database, tmp_path):
+    broken = tmp_path / CPU_VERSION
+    shutil.copytree(cpu_database, broken)
+    # Put back the layouts file as the runtime's CSV: cat lines 5/17 and 8/9 then share a key.
+    shutil.copy(broken / "layouts" / "cat.csv", broken / "cat.csv")
+    result = check_database(broken)
+    assert not result["passed"]
+    cat = result["kernel_types"]["cat"]
+    assert cat["duplicate_key_lines"] == [[5, 17], [8, 9]]
+    assert [m["line"] for m in cat["misses"]] == [9, 17]
+    assert "aten.cat.default is answered by cat.csv line 5" in cat["misses"][1]["why"]
+    assert "duplicate runtime keys: 2; FAILED" in result["table"]
+
+
+def test_the_lookup_model_follows_the_runtime_rules():
+    header = list(contract.BASE_COLUMNS) + [contract.REPLAY_AVERAGE]
+
+    def table(*rows):
+        return pd.DataFrame([dict(zip(header, r)) for r in rows], columns=header)
+
+    mm = table(("", "", '"64,4096;4096,512"', "DT_BF16;DT_BF16", "ND;ND", '"64,512"', "DT_BF16", "ND", "10"),
+               ("", "", '"60,4096;4096,512"', "DT_BF16;DT_BF16", "ND;ND", '"60,512"', "DT_BF16", "ND", "9"),
+               ("", "", '"1,4096;512,4096"', "DT_BF16;DT_BF16", "ND;ND", '"1,512"', "DT_BF16", "ND", "2"))
+    mapping = {"kernel_type": "MatMulV2"}
+    bf16 = "DT_BF16"
+    query = RuntimeQuery(inputs=(((60, 4096), bf16), ((4096, 512), bf16)), output=None)
+    assert find({"MatMulV2": mm}, mapping, query) == ("MatMulV2", 1)        # identity beats padding (line 2)
+    query = RuntimeQuery(inputs=(((64, 4096), bf16), ((4096, 512), bf16)), output=None)
+    assert find({"MatMulV2": mm}, mapping, query) == ("MatMulV2", 0)
+    # (1, 4096) x (4096, 512) against the stored (N, K) weight: batch_strip + transpose, MatMul kernels only.
+    query = RuntimeQuery(inputs=(((1, 4096), bf16), ((4096, 512), bf16)), output=None)
+    assert find({"MatMulV2": mm}, mapping, query) == ("MatMulV2", 2)
+    assert find({"mm": mm}, {"kernel_type": "mm"}, query) is None
+    # fp32 queries never match bf16 rows; float16 is asked as DT_BF16.
+    query = RuntimeQuery(inputs=(((64, 4096), "FLOAT"), ((4096, 512), "FLOAT")), output=None)
+    assert find({"MatMulV2": mm}, mapping, query) is None
+
+
+@pytest.mark.skipif(not os.environ.get("OPPERF_MSMODELING_DIR"),
+                    reason="set OPPERF_MSMODELING_DIR to a msmodeling checkout (and OPPERF_MSMODELING_PYTHON to "
+                           "a Python that imports it) to ask the real runtime")
+def test_msmodelings_own_lookup_finds_every_row(cpu_database, tmp_path):
+    python = os.environ.get("OPPERF_MSMODELING_PYTHON", sys.executable)
+    out = tmp_path / "lookup.json"
+    completed = subprocess.run([python, str(REPO / "benchmarks" / "runtime_lookup.py"), "--msmodeling",
+                                os.environ["OPPERF_MSMODELING_DIR"], str(cpu_database), "--json", str(out)],
+                               capture_output=True, text=True, cwd=REPO)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    totals = json.loads(out.read_text())["results"][0]["totals"]
+    assert totals["found"] == totals["rows_with_duration"] == 102
+    assert totals["exceptions"] == 0 and totals["model_disagrees"] == 0

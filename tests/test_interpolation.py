@@ -1,0 +1,248 @@
+"""The model of msmodeling's interpolation step, on small databases under tests/data/runtime_db.
+
+cuda/: real H100 mm replays (bf16, Qwen3-32B GEMMs); cpu/: rows of the CPU demo database; npu/: Ascend kernel
+names and spellings over H100 values plus constructed rows for the paths those do not reach (see its
+op_mapping.yaml). Expected values are the runtime's rule written out: linear between the nearest lower and
+upper coordinates. tests/test_interpolation_msmodeling.py checks the same model against msmodeling's code.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from opperf.database.interpolation import (
+    AttentionArgs,
+    Database,
+    Query,
+    TensorSpec,
+    as_runtime_reads,
+    holdout_errors,
+    holdout_summary,
+    interpolate,
+    single_axis,
+)
+from opperf.errors import OpperfError
+from opperf.io import read_database_csv
+
+DATA = Path(__file__).parent / "data" / "runtime_db"
+BF16 = torch.bfloat16
+
+
+def linear(x, x0, y0, x1, y1):
+    return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+
+
+def mm(m, k, n, dtype=BF16, lead=()):
+    return Query("aten.mm.default", (TensorSpec((*lead, m, k), dtype), TensorSpec((k, n), dtype)),
+                 (TensorSpec((*lead, m, n), dtype),))
+
+
+def add(shape, other, dtype=BF16):
+    return Query("aten.add.Tensor", (TensorSpec(shape, dtype), TensorSpec(other, dtype)), (TensorSpec(shape, dtype),))
+
+
+def attention(batch, seq, kv_heads=8):
+    query = TensorSpec((batch, 64, 1, 128), BF16)
+    key = TensorSpec((batch, kv_heads, seq, 128), BF16)
+    return Query("tensor_cast.attention.default", (query, key, key), (query,),
+                 AttentionArgs(query, key, tuple([seq] * batch)))
+
+
+def embedding(tokens):
+    return Query("aten.embedding.default", (TensorSpec((151936, 5120), BF16), TensorSpec((1, tokens), torch.int64)),
+                 (TensorSpec((1, tokens, 5120), BF16),))
+
+
+def with_policy(name: str, tmp_path: Path, policy: dict) -> Database:
+    target = tmp_path / name
+    shutil.copytree(DATA / name, target)
+    mapping = yaml.safe_load((target / "op_mapping.yaml").read_text())
+    mapping["interpolation_policy"] = {"kernel_overrides": policy}
+    (target / "op_mapping.yaml").write_text(yaml.safe_dump(mapping))
+    return Database.load(target)
+
+
+# --- generic compute (torch kernel names: mm, add, SDPA) -------------------------------------------------------
+
+def test_generic_compute_interpolates_the_leading_dim_between_real_h100_rows():
+    answer = Database.load(DATA / "cuda").interpolate(mm(300, 5120, 10240))
+    # lines 2 and 6: M=128 (40.628633 us) and M=512 (69.268867 us) of K=5120, N=10240
+    assert (answer.status, answer.axes, answer.lines) == ("INTERPOLATED", ("axis_0",), (2, 6))
+    assert answer.latency_us == pytest.approx(linear(300, 128, 40.628633, 512, 69.268867), rel=1e-12)
+
+
+def test_generic_compute_files_an_m1_row_under_its_k_so_small_m_misses():
+    cuda = Database.load(DATA / "cuda")
+    # (1, 5120) loses its leading 1: axis 5120, alone in its group; M=4 has no M=1 neighbour below.
+    assert cuda.interpolate(mm(1, 5120, 10240)).reason == "insufficient_filtered_candidates"
+    assert (cuda.interpolate(mm(4, 5120, 10240)).status, cuda.interpolate(mm(4, 5120, 10240)).reason) == (
+        "MISS", "outside_axis_boundary")
+
+
+def test_generic_compute_never_interpolates_a_binary_op_whose_second_input_carries_the_axis():
+    # add((1,T,256), (1,T,256)): the second input's full shape is part of the group, so each T is its own group.
+    answer = Database.load(DATA / "cpu").interpolate(add((1, 40, 256), (1, 40, 256), torch.float32))
+    assert (answer.status, answer.reason) == ("MISS", "regime_key_unmatched")
+
+
+def test_unknown_dtype_spelling_leaves_no_target():
+    # float64 has no runtime spelling: the target cannot be built.
+    answer = Database.load(DATA / "cpu").interpolate(mm(40, 256, 512, torch.float64))
+    assert (answer.status, answer.reason) == ("MISS", "compute_target_unavailable")
+
+
+# --- the MatMul path ------------------------------------------------------------------------------------------
+
+def test_matmul_interpolates_m_with_k_and_n_fixed_and_duplicates_by_median():
+    answer = Database.load(DATA / "npu").interpolate(mm(700, 5120, 10240))
+    middle = (69.268867 + 71.2) / 2          # lines 5 and 6 are both M=512
+    assert (answer.status, answer.axes, answer.lines) == ("INTERPOLATED", ("M",), (5, 6, 7))
+    assert answer.latency_us == pytest.approx(linear(700, 512, middle, 1024, 138.471533), rel=1e-12)
+
+
+def test_matmul_v2_mixes_float_and_bf16_rows_which_is_illegal():
+    answer = Database.load(DATA / "npu").interpolate(mm(300, 5120, 10240))
+    assert (answer.status, answer.lines) == ("ILLEGAL", (5, 6, 18))      # line 18: a FLOAT row at M=256
+    assert answer.latency_us == pytest.approx(linear(300, 256, 55.0, 512, (69.268867 + 71.2) / 2), rel=1e-12)
+    assert "FLOAT" in answer.reason
+
+
+def test_matmul_combining_nk_and_kn_weight_rows_is_illegal():
+    answer = Database.load(DATA / "npu").interpolate(mm(300, 25600, 5120))
+    assert (answer.status, answer.lines) == ("ILLEGAL", (15, 17))
+    assert answer.latency_us == pytest.approx(linear(300, 128, 103.022867, 512, 178.688533), rel=1e-12)
+    assert "layouts" in answer.reason
+
+
+def test_matmul_without_policy_falls_to_3d_griddata_and_a_policy_caps_it(tmp_path):
+    pytest.importorskip("scipy")
+    free = Database.load(DATA / "npu").interpolate(mm(100, 5120, 5120))
+    assert (free.status, free.method, free.axes) == ("ILLEGAL", "griddata_linear", ("M", "K", "N"))
+    capped = with_policy("npu", tmp_path, {"MatMulV2": {"max_interpolation_dim": 1}}).interpolate(
+        mm(100, 5120, 5120))
+    assert (capped.status, capped.reason) == ("MISS", "insufficient_filtered_candidates")
+
+
+def test_replayed_and_profiled_latencies_are_never_combined():
+    # M=4096 has only a profiled latency (line 9): the replayed rows around M=5000 are used, not it.
+    answer = Database.load(DATA / "npu").interpolate(mm(5000, 5120, 10240))
+    assert answer.lines == (10, 19)
+    assert answer.latency_us == pytest.approx(linear(5000, 3000, 400.0, 8192, 1086.7499), rel=1e-12)
+
+
+# --- elementwise -----------------------------------------------------------------------------------------------
+
+def test_elementwise_interpolates_elements_moved_within_one_hidden_size():
+    answer = Database.load(DATA / "npu").interpolate(add((1, 300, 5120), (1, 300, 5120)))
+    io = 3 * 5120
+    assert (answer.status, answer.lines) == ("INTERPOLATED", (3, 4))
+    assert answer.latency_us == pytest.approx(linear(300 * io, 128 * io, 1.858133, 512 * io, 3.8997), rel=1e-12)
+
+
+def test_elementwise_across_hidden_sizes_is_illegal():
+    answer = Database.load(DATA / "npu").interpolate(add((1, 100, 4096), (1, 100, 4096)))
+    assert (answer.status, answer.lines) == ("ILLEGAL", (2, 9))       # (1,5120) and (64,8192) rows
+    assert answer.latency_us == pytest.approx(linear(100 * 4096 * 3, 5120 * 3, 1.204333, 64 * 8192 * 3, 2.1))
+
+
+def test_elementwise_broadcast_rows_form_their_own_group():
+    answer = Database.load(DATA / "npu").interpolate(add((1, 1000, 5120), (5120,)))
+    assert (answer.status, answer.lines) == ("INTERPOLATED", (11, 12))
+    io = 2 * 5120
+    assert answer.latency_us == pytest.approx(
+        linear(1000 * io + 5120, 512 * io + 5120, 3.5, 2048 * io + 5120, 15.0), rel=1e-12)
+
+
+# --- attention and output_numel --------------------------------------------------------------------------------
+
+def test_attention_interpolates_seq_linearly_or_in_sqrt_seq_by_policy(tmp_path):
+    linear_answer = Database.load(DATA / "npu").interpolate(attention(1, 3000))
+    assert (linear_answer.status, linear_answer.axes, linear_answer.lines) == ("INTERPOLATED", ("seq",), (5, 6))
+    assert linear_answer.latency_us == pytest.approx(linear(3000, 2048, 21.0, 8192, 70.0), rel=1e-12)
+    root = with_policy("npu", tmp_path, {"FusedInferAttentionScore": {"axis_transform": "sqrt_seq"}})
+    sqrt_answer = root.interpolate(attention(1, 3000))
+    assert sqrt_answer.latency_us == pytest.approx(
+        linear(math.sqrt(3000), math.sqrt(2048), 21.0, math.sqrt(8192), 70.0), rel=1e-12)
+
+
+def test_attention_across_batch_and_seq_at_once_is_illegal():
+    pytest.importorskip("scipy")
+    answer = Database.load(DATA / "npu").interpolate(attention(16, 2000))
+    assert (answer.status, answer.axes) == ("ILLEGAL", ("seq", "batch"))
+
+
+def test_output_numel_policy_interpolates_an_embedding_by_output_size(tmp_path):
+    assert Database.load(DATA / "npu").interpolate(embedding(500)).reason == "regime_key_unmatched"
+    root = with_policy("npu", tmp_path, {"GatherV2": {"generic_compute": {"axis": "output_numel"}}})
+    answer = root.interpolate(embedding(500))
+    assert (answer.status, answer.axes, answer.lines) == ("INTERPOLATED", ("output_numel",), (4, 5))
+    assert answer.latency_us == pytest.approx(linear(500 * 5120, 128 * 5120, 9.5, 1024 * 5120, 40.0), rel=1e-12)
+
+
+def test_paths_the_model_does_not_follow_say_so():
+    op_mapping = {"operator_mappings": {"x.moe.default": {"kernel_type": "DispatchFFNCombine",
+                                                          "query_mode": "moe_fused"},
+                                        "x.mla.default": {"composite": True}}}
+    for name in ("x.moe.default", "x.mla.default"):
+        assert interpolate({}, Query(name, ()), op_mapping).status == "UNMODELLED"
+    assert interpolate({}, Query("aten.unknown.default", ()), op_mapping).reason == "wrapper_unmapped"
+
+
+# --- reading cells as the runtime does --------------------------------------------------------------------------
+
+def test_an_empty_shape_cell_makes_the_runtime_raise(tmp_path):
+    rows = read_database_csv(DATA / "npu" / "Add.csv")
+    rows.loc[1, "Input Shapes"] = ""           # the profiler's scalar add: no shape text at all
+    op_mapping = yaml.safe_load((DATA / "npu" / "op_mapping.yaml").read_text())
+    answer = interpolate({"Add": rows}, add((1, 300, 5120), (1, 300, 5120)), op_mapping)
+    assert answer.status == "RAISES" and "line 3, field 'Input Shapes'" in answer.reason
+    with pytest.raises(OpperfError, match="Add.csv line 3, field .Input Shapes.: .* empty cell"):
+        holdout_errors(rows, "Add", op_mapping)
+
+
+def test_runtime_reads_numbers_where_pandas_guesses_them():
+    frame = pd.DataFrame({"Output Shapes": ["4096", ""], "Input Shapes": ["4096", "8"]})
+    seen = as_runtime_reads(frame)
+    assert str(seen.loc[0, "Output Shapes"]) == "4096.0" and str(seen.loc[0, "Input Shapes"]) == "4096"
+
+
+def test_single_axis():
+    assert single_axis([(300, 5120), (300, 5120)], [(128, 5120), (128, 5120)])
+    assert not single_axis([(100, 4096)], [(64, 8192)])
+    assert single_axis([(7, 7)], [(9, 9)]) and not single_axis([(7, 7)], [(9, 8)])
+    assert not single_axis([(4, 5)], [(4, 5, 1)])
+
+
+# --- holdout ---------------------------------------------------------------------------------------------------
+
+def test_holdout_predicts_each_interior_row_from_its_neighbours_on_real_h100_rows():
+    rows = read_database_csv(DATA / "cuda" / "mm.csv")
+    op_mapping = yaml.safe_load((DATA / "cuda" / "op_mapping.yaml").read_text())
+    points = holdout_errors(rows, "mm", op_mapping)
+    point = next(p for p in points if p.lines == (6,))                  # M=512 of K=5120, N=10240
+    predicted = linear(512, 128, 40.628633, 1024, 138.471533)
+    assert (point.axis, point.lower, point.upper, point.legal) == ("axis_0", 128.0, 1024.0, True)
+    assert point.predicted_us == pytest.approx(predicted, rel=1e-12)
+    assert point.relative_error == pytest.approx(abs(predicted - 69.268867) / 69.268867, rel=1e-12)
+    # The M=1 rows are not in the M buckets (their leading 1 is dropped): they are never held out.
+    assert all(p.value > 1 for p in points)
+    summary = holdout_summary(points)
+    assert summary["count"] == len(points) == 28
+    assert summary["median"] == pytest.approx(statistics.median(p.relative_error for p in points), rel=1e-12)
+
+
+def test_holdout_flags_predictions_from_another_bucket():
+    rows = read_database_csv(DATA / "npu" / "MatMulV2.csv")
+    op_mapping = yaml.safe_load((DATA / "npu" / "op_mapping.yaml").read_text())
+    points = {p.lines: p for p in holdout_errors(rows, "MatMulV2", op_mapping)}
+    assert points[(3,)].legal and (points[(3,)].lower, points[(3,)].upper) == (1.0, 128.0)     # M=8
+    assert not points[(4,)].legal and points[(4,)].upper == 256.0     # M=128's upper neighbour is a FLOAT row
+    assert holdout_summary([]) == {"count": 0, "median": None, "p90": None}

@@ -1,0 +1,92 @@
+"""A real framework's model as the workload: transformers configs (dense and MoE) profiled on CPU, parsed as a
+user's trace (no workload.json) and every row of the ops nobody wrote a definition for built from its schema."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("transformers")
+
+from opperf.errors import OpperfError  # noqa: E402
+from opperf.workload.transformers_model import read_config  # noqa: E402
+
+CONFIGS = REPO / "tests" / "data" / "workload"
+
+
+@pytest.fixture(scope="module")
+def moe_database(tmp_path_factory):
+    """tiny_qwen2_moe (6 experts, top-3, shared expert), 2 layers: prefill 8 and 24, one decode step."""
+    root = tmp_path_factory.mktemp("hf")
+    profile = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_workload.py"), "--transformers-config",
+                              str(CONFIGS / "tiny_qwen2_moe.json"), "--prefill-lengths", "8", "24", "--decode-steps",
+                              "1", "--decode-context", "8", "--output", str(root / "profile")],
+                             capture_output=True, text=True, timeout=600)
+    assert profile.returncode == 0, profile.stderr
+    manifest = root / "profile" / "workload.json"
+    assert '"source": "transformers"' in manifest.read_text() and '"Qwen2MoeForCausalLM"' in manifest.read_text()
+    manifest.unlink()                      # parse it as a user's trace comes: no workload.json
+    parse = subprocess.run([sys.executable, str(REPO / "scripts" / "parse_kernel_details.py"), "--profiling-path",
+                            str(root / "profile" / "trace.json"), "--database-path", str(root / "db")],
+                           capture_output=True, text=True, timeout=600)
+    assert parse.returncode == 0, parse.stderr
+    assert "TensorList member dtypes taken from the op's child ops" in parse.stderr
+    return root / "db"
+
+
+def _rows(database, kernel_type):
+    with open(database / f"{kernel_type}.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_moe_ops_without_definitions_replay_from_their_schema(moe_database):
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, definition_index
+    from opperf.replay.engine import STATUS_OK, replay_row
+    from opperf.replay.job import recipe_for
+    from opperf.replay.timing import CpuWallClockTimer
+
+    defined = definition_index(DEFAULT_DEFINITIONS_DIR / "torch")
+    types = [line for line in (moe_database / "kernel_types.txt").read_text().split() if line]
+    undefined = [t for t in types if t not in defined]
+    # The router and dispatch ops of a transformers MoE layer, none with a definition file.
+    assert {"index", "_index_put_impl_", "masked_fill_", "clamp_", "ge", "gt"} <= set(undefined)
+    timer = CpuWallClockTimer()
+    for kernel_type in undefined:
+        recipe = recipe_for(kernel_type, "cpu", None)
+        for row in _rows(moe_database, kernel_type):
+            outcome = replay_row(recipe, row, backend="cpu", device="cpu", timer=timer, repeat_count=1,
+                                 warmup_count=1)
+            assert outcome.status == STATUS_OK, (kernel_type, row["Input Shapes"], outcome.error)
+            assert outcome.recipe.startswith(f"schema aten::{kernel_type}.")
+
+
+def test_index_lists_and_tensor_list_dtypes_come_from_the_trace(moe_database):
+    index_rows = _rows(moe_database, "index")
+    assert index_rows and all(r["Input Data Types"].split(";")[1] in ("DT_INT64", "DT_BOOL") for r in index_rows)
+    assert all(r["Output Shapes"] for r in index_rows)
+    cat_rows = _rows(moe_database, "cat")
+    assert cat_rows and all(set(r["Input Data Types"].strip(";").split(";")) == {"DT_FLOAT"} for r in cat_rows)
+
+
+def test_a_config_without_model_type_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 64}')
+    with pytest.raises(OpperfError, match="needs a `model_type`"):
+        read_config(path)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(OpperfError, match="not valid JSON"):
+        read_config(tmp_path / "bad.json")
+
+
+def test_num_layers_cuts_per_layer_lists(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "qwen2_moe", "num_hidden_layers": 4, "layer_types": ["full_attention", '
+                    '"full_attention", "full_attention", "full_attention"], "mlp_only_layers": [1, 3]}')
+    config = read_config(tmp_path, num_layers=2)
+    assert config["num_hidden_layers"] == 2 and config["layer_types"] == ["full_attention"] * 2
+    assert config["mlp_only_layers"] == [1]
