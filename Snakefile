@@ -2,7 +2,16 @@
 
 from snakemake.utils import min_version
 
+from opperf.errors import OpperfError
+from opperf.workflow_config import check_config_file
+
 min_version("9.0")
+
+# Snakemake's own loader would say only "not valid JSON or YAML": name the line.
+try:
+    check_config_file("config/config.yaml")
+except OpperfError as error:
+    raise WorkflowError(str(error)) from None
 
 
 configfile: "config/config.yaml"

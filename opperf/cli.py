@@ -6,8 +6,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from opperf.errors import OpperfError
-from opperf.log import setup_logging
+from opperf.errors import OpperfError, os_error_line
+from opperf.io import all_or_nothing
+from opperf.log import get_logger, setup_logging
 
 EXIT_BAD_INPUT = 2
 
@@ -19,11 +20,18 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(parser: argparse.ArgumentParser, main: Callable[[argparse.Namespace], int | None],
             argv: Sequence[str] | None = None) -> int:
-    """Parse args, set up logging, call `main`; an OpperfError becomes one line on stderr and exit code 2."""
+    """Parse args, set up logging, call `main`; bad input (OpperfError) or an OS fault (OSError: disk full,
+    read-only, no permission) becomes one line on stderr and exit code 2, and the outputs the failed run
+    had created are removed (`all_or_nothing`)."""
     args = parser.parse_args(argv)
     setup_logging(getattr(args, "log_level", None))
     try:
-        return int(main(args) or 0)
+        with all_or_nothing():
+            return int(main(args) or 0)
     except OpperfError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        message = str(exc)
+    except OSError as exc:
+        get_logger("cli").debug("OS error", exc_info=True)
+        message = os_error_line(exc)
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opperf.errors import OpperfError
-from opperf.io import read_yaml_mapping
+from opperf.yaml_files import read_yaml_mapping
 
 DEFAULT_STANDARD = Path(__file__).resolve().parents[1] / "config" / "density_standard.yaml"
 MESSAGE_BYTES = "message_bytes"

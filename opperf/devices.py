@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from opperf.errors import OpperfError
+from opperf.yaml_files import check_schema, read_yaml_mapping
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "config" / "devices.yaml"
 # The seed's CLIs default --device to this full name (an A3 die) when deriving a database directory.
 SEED_DEFAULT_DEVICE = "ATLAS_800_A3_752T_128G_DIE"
 BACKENDS = ("cpu", "cuda", "npu")
-_REQUIRED = ("full_name", "backend", "memory_gb", "peak_tflops", "memory_bandwidth_gbps")
+CATALOG_SCHEMA = "devices.schema.yaml"
 
 
 @dataclass(frozen=True)
@@ -30,26 +29,18 @@ class Device:
 
 
 def load_catalog(path: str | Path = DEFAULT_CATALOG) -> dict[str, Device]:
+    """Every device of a catalog, checked against config/devices.schema.yaml (a bad entry is one line naming
+    the file, line and field)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise OpperfError(f"cannot read device catalog: {exc}", path=path) from exc
-    devices = {}
-    for name, entry in raw.items():
-        missing = [k for k in _REQUIRED if k not in (entry or {})]
-        if missing:
-            raise OpperfError(f"device {name!r} lacks {missing}", path=path, field=missing[0])
-        if entry["backend"] not in BACKENDS:
-            raise OpperfError(f"device {name!r}: back end {entry['backend']!r} is not one of {BACKENDS}",
-                              path=path, field="backend")
-        devices[str(name)] = Device(name=str(name), full_name=entry["full_name"], backend=entry["backend"],
-                                    memory_gb=float(entry["memory_gb"]), peak_tflops=dict(entry["peak_tflops"]),
-                                    memory_bandwidth_gbps=float(entry["memory_bandwidth_gbps"]),
-                                    interconnect=str(entry.get("interconnect", "")),
-                                    interconnect_gbps=float(entry.get("interconnect_gbps", 0)),
-                                    comm_grid_shape=tuple(entry.get("comm_grid_shape", ())))
-    return devices
+    raw = read_yaml_mapping(path, "device catalog")
+    check_schema(raw, CATALOG_SCHEMA, path)
+    return {str(name): Device(name=str(name), full_name=entry["full_name"], backend=entry["backend"],
+                              memory_gb=float(entry["memory_gb"]), peak_tflops=dict(entry["peak_tflops"]),
+                              memory_bandwidth_gbps=float(entry["memory_bandwidth_gbps"]),
+                              interconnect=str(entry.get("interconnect", "")),
+                              interconnect_gbps=float(entry.get("interconnect_gbps", 0)),
+                              comm_grid_shape=tuple(entry.get("comm_grid_shape", ())))
+            for name, entry in raw.items()}
 
 
 def resolve_device(name: str, catalog: dict[str, Device] | None = None) -> Device:

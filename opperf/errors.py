@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -31,3 +32,34 @@ class OpperfError(Exception):
 
 class DeviceUnavailableError(OpperfError):
     """The back end asked for (npu, cuda) is not present on this host."""
+
+
+def os_reason(exc: OSError) -> str:
+    """The OS's own words for a failed call, with its errno name: `No space left on device (ENOSPC)`."""
+    reason = exc.strerror or str(exc)
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return f"{reason} ({name})" if name else reason
+
+
+class OutputError(OpperfError):
+    """Writing an output failed in the OS (disk full, read-only file system, no permission): the path it
+    was writing and the OS's reason, never the temporary file's name or a traceback."""
+
+    def __init__(self, target: str | Path, cause: OSError):
+        self.target = Path(target)
+        self.cause = cause
+        super().__init__(f"cannot write: {os_reason(cause)}", path=target)
+
+    def moved_to(self, staging: Path, target: Path) -> OutputError:
+        """The same error, naming the file under `target` that the staged file under `staging` was for."""
+        try:
+            relative = self.target.relative_to(staging)
+        except ValueError:
+            return self
+        return OutputError(target / relative if relative.parts else target, self.cause)
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError that reached a script's top: the path(s) it names and the OS's reason, on one line."""
+    paths = [str(p) for p in (exc.filename, getattr(exc, "filename2", None)) if p is not None]
+    return f"{' -> '.join(paths)}: {os_reason(exc)}" if paths else os_reason(exc)

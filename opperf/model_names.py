@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opperf.errors import OpperfError
+from opperf.yaml_files import check_schema, read_yaml_mapping
+
+MODELS_SCHEMA = "models.schema.yaml"
 
 
 def normalise_model_name(name: str) -> str:
@@ -34,3 +37,11 @@ def model_key(models: Mapping[str, object], name: str, *, path: str | Path | Non
         raise OpperfError(f"unknown {what} {name!r}; known: {', '.join(sorted(map(str, models)))} "
                           "(or their aliases; case and punctuation are ignored)", path=path, field=field)
     return found
+
+
+def read_models(path: str | Path) -> dict:
+    """models.yaml as read, checked against config/models.schema.yaml (a bad field is one line naming the
+    file, line and field), for every reader of it: the workload, the grid and the workflow's config check."""
+    raw = read_yaml_mapping(path, "model configs (model name -> Hugging Face fields)")
+    check_schema(raw, MODELS_SCHEMA, path)
+    return raw

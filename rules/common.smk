@@ -1,48 +1,27 @@
 """Config validation and the input functions every rule shares (path logic only, no computation)."""
 
-import csv
 import difflib
 from pathlib import Path
 
-from snakemake.utils import validate
-
 from opperf.contract import KERNEL_TYPES_MANIFEST
-from opperf.devices import load_catalog
 from opperf.errors import OpperfError
 from opperf.model_names import model_key
-from opperf.versions import parse_version_dir, workload_version_dir
+from opperf.versions import workload_version_dir
+from opperf.workflow_config import check_workflow, config_files_by_precedence
 
-validate(config, schema="../config/config.schema.yaml")
-
-DEVICES = load_catalog(config["devices"])
-SOURCE_COLUMNS = ("device", "stack", "version_dir", "path")
-
-
-def _read_sources(path):
-    """The sources sheet: one registered raw profile per row; several rows may feed one database."""
-    if not Path(path).is_file():
-        raise WorkflowError(f"{path}: sources sheet not found (config key 'sources')")
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        rows = [r for r in csv.DictReader(handle, delimiter="\t") if any((v or "").strip() for v in r.values())]
-    for line, row in enumerate(rows, start=2):
-        for column in SOURCE_COLUMNS:
-            if not (row.get(column) or "").strip():
-                raise WorkflowError(f"{path}, line {line}, field {column!r}: empty or missing")
-        if row["device"] not in DEVICES:
-            raise WorkflowError(
-                f"{path}, line {line}, field 'device': {row['device']!r} is not in "
-                f"{config['devices']} (known: {', '.join(sorted(DEVICES))})"
-            )
-        try:
-            parse_version_dir(row["version_dir"])
-        except OpperfError as exc:
-            raise WorkflowError(f"{path}, line {line}, field 'version_dir': {exc}") from None
-        if not Path(row["path"]).exists():
-            raise WorkflowError(f"{path}, line {line}, field 'path': {row['path']!r} does not exist")
-    return rows
-
-
-SOURCES = _read_sources(config["sources"])
+# Config, catalog, models, definitions and sources sheet checked before any job: a mistake is one line
+# naming file, line and field (raised here, at the top level, so Snakemake adds no stack frames of ours).
+try:
+    WORKFLOW_INPUTS = check_workflow(
+        config,
+        config_files=config_files_by_precedence(workflow.configfiles, workflow.config_settings.configfiles),
+        overrides=workflow.config_settings.config,
+        definitions_root=Path(workflow.basedir) / "config" / "kernels",
+    )
+except OpperfError as error:
+    raise WorkflowError(str(error)) from None
+DEVICES = WORKFLOW_INPUTS.devices
+SOURCES = WORKFLOW_INPUTS.sources
 
 
 wildcard_constraints:

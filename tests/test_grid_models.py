@@ -93,9 +93,11 @@ def test_target_models_match_names_and_aliases_ignoring_case_and_punctuation():
 
 @pytest.mark.parametrize("field, value, message, named_field", [
     ("tp_sizes", [1, 3], "TP size 3 does not divide num_attention_heads 8", "tp_sizes"),
-    ("tp_sizes", [], "non-empty list of positive integers", "tp_sizes"),
-    ("hidden_size", "big", "hidden_size must be an integer", "hidden_size"),
+    ("tp_sizes", [], "must have at least 1 item", "tp_sizes"),
+    ("hidden_size", "big", "must be an integer, got 'big'", "hidden_size"),
+    ("num_key_value_heads", -4, "must be >= 1, got -4", "num_key_value_heads"),
     ("num_experts", 16, "needs num_experts_per_tok", "num_experts_per_tok"),
+    ("num_key_value_head", 4, "unknown key 'num_key_value_head'", "num_key_value_head"),
 ])
 def test_bad_model_fields_name_the_model_and_field(tmp_path, field, value, message, named_field):
     import yaml
@@ -107,6 +109,9 @@ def test_bad_model_fields_name_the_model_and_field(tmp_path, field, value, messa
     with pytest.raises(OpperfError, match=message) as error:
         load_models(path)
     assert error.value.field == f"tiny.{named_field}"
+    # The line of the field, or of its model where the field is missing.
+    named_line = path.read_text().splitlines()[error.value.row - 1].strip()
+    assert named_line.startswith(f"{named_field}:" if named_field in entry else "tiny:"), named_line
 
 
 def test_token_counts_sample_both_sides_of_tile_boundaries():

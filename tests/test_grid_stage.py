@@ -134,7 +134,7 @@ def test_cli_seed_form_locates_the_database_in_place(parsed, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--target-models", "gpt5"], "unknown target model 'gpt5'"),
     (["--rows", "-1"], "--rows must be >= 0"),
-    (["--grid-config", "tests/data/does_not_exist.yaml"], "cannot read the grid config"),
+    (["--grid-config", "tests/data/does_not_exist.yaml"], "tests/data/does_not_exist.yaml: the grid config does not exist"),
 ])
 def test_cli_errors_are_one_line_and_exit_2_without_output(parsed, tmp_path, args, message):
     done = run_script("--input-dir", str(parsed), "--output-dir", str(tmp_path / "grid"), *args)

@@ -126,3 +126,5 @@ def test_sigkill_mid_replay_then_unlock_and_rerun_incomplete_loses_and_duplicate
         assert (replayed_dir / f"{kernel_type}.csv").stat().st_mtime_ns == mtime_ns, kernel_type
     assert all((replayed_dir / f"{k}.csv").is_file() for k in interrupted)
     assert snakemake(workdir, "--cores", "1", "-n", check=True).stdout.count("Nothing to be done") == 1
+    # The killed jobs' temporaries went with the rerun's writes into the same directories.
+    assert not [str(p) for p in workdir.rglob(".*.tmp") if ".snakemake" not in p.parts]

@@ -45,7 +45,7 @@ GOOD = {"type": "Foo", "backends": ["cpu"], "category": "matmul", "api": "torch.
     ({"category": "magic"}, "category"),
     ({"api": None}, "api"),
     ({"api": "torch.mm(x)"}, "api"),
-    ({"inputs": [{"role": "tensor", "colour": 1}]}, "inputs[0]"),
+    ({"inputs": [{"role": "tensor", "colour": 1}]}, "inputs[0].colour"),
     ({"inputs": [{"role": "weights"}]}, "inputs[0].role"),
     ({"inputs": [{"role": "index"}]}, "inputs[0].high"),
     ({"inputs": [{"role": "index", "high": {"slot": 5, "dim": 0}}]}, "inputs[0].high.slot"),
@@ -57,7 +57,7 @@ GOOD = {"type": "Foo", "backends": ["cpu"], "category": "matmul", "api": "torch.
     ({"kwargs": {"eps": {"nested": 1}}}, "kwargs.eps"),
     ({"outputs": {"verify": "yes"}}, "outputs.verify"),
     ({"alternate_kernel_types": ["Foo"]}, "alternate_kernel_types"),
-    ({"surprise": 1}, "(top level)"),
+    ({"surprise": 1}, "surprise"),
 ])
 def test_schema_errors_name_file_and_field(tmp_path, change, field):
     path = write(tmp_path, "Foo", yaml.safe_dump({**GOOD, **change}))
@@ -65,6 +65,7 @@ def test_schema_errors_name_file_and_field(tmp_path, change, field):
         load_definition(path)
     assert error.value.field == field
     assert str(path) in str(error.value)
+    assert error.value.row is not None          # the field's line, or its nearest parent's
 
 
 def test_file_must_be_named_after_its_type(tmp_path):

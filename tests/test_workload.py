@@ -66,9 +66,28 @@ def test_unknown_model_and_incomplete_model_config(tmp_path):
     with pytest.raises(OpperfError, match="unknown model 'gpt-5'"):
         load_model_dims(REPO / "config" / "models.yaml", "gpt-5")
     bad = tmp_path / "models.yaml"
-    bad.write_text("m: {hidden_size: 8}\n")
-    with pytest.raises(OpperfError, match="field 'intermediate_size'"):
+    bad.write_text("m:\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 16\n  tp_sizes: [1]\n")
+    with pytest.raises(OpperfError, match=f"^{bad}, line 1, field 'm.intermediate_size': model 'm' lacks"):
         load_model_dims(bad, "m")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("  num_key_value_heads: -4", "line 5, field 'opperf-tiny.num_key_value_heads': must be >= 1, got -4"),
+    ("  hidden_size: '256x'", "line 5, field 'opperf-tiny.hidden_size': must be an integer, got '256x'"),
+])
+def test_bad_model_dims_are_refused_by_the_schema_before_torch_sees_them(tmp_path, line, message):
+    """Before: torch's RuntimeError / ValueError from inside the model build (issue 16)."""
+    from conftest import REPO
+
+    text = (REPO / "config" / "models.yaml").read_text().splitlines()
+    start = text.index("opperf-tiny:")
+    bad = tmp_path / "models.yaml"
+    field = line.split(":")[0].strip()
+    body = [t for t in text[start + 1:start + 13] if not t.strip().startswith(f"{field}:")]
+    bad.write_text("\n".join(["opperf-tiny:", *body[:3], line, *body[3:]]) + "\n")
+    with pytest.raises(OpperfError) as error:
+        load_model_dims(bad, "opperf-tiny")
+    assert str(error.value) == f"{bad}, {message}"
 
 
 def test_workload_model_is_found_by_any_case_or_alias_like_the_grid(tmp_path):

@@ -4,9 +4,16 @@ config/grid.yaml (patterns, router, value grids) + config/models.yaml (target mo
 parsed rows followed by generated rows (`source=generated`, no performance values). See docs/grid.md.
 """
 
-from opperf.grid.config import GridConfig, load_grid_config
-from opperf.grid.models import ModelConfig, load_models, select_models
-from opperf.grid.runner import GridSettings, KernelGridResult, generate_kernel_rows, prepare_settings, run_grid
+import importlib
 
-__all__ = ["GridConfig", "GridSettings", "KernelGridResult", "ModelConfig", "generate_kernel_rows",
-           "load_grid_config", "load_models", "prepare_settings", "run_grid", "select_models"]
+# Imported on first use, so reading models.yaml (opperf.grid.models) does not import pandas with the runner.
+_EXPORTS = {"GridConfig": "config", "load_grid_config": "config", "ModelConfig": "models", "load_models": "models",
+            "select_models": "models", "GridSettings": "runner", "KernelGridResult": "runner",
+            "generate_kernel_rows": "runner", "prepare_settings": "runner", "run_grid": "runner"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

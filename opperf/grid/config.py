@@ -13,10 +13,10 @@ from pathlib import Path
 
 from opperf.density import DEFAULT_STANDARD, DensityStandard, load_standard
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error, read_yaml_mapping
 from opperf.grid.evaluator import (Expression, ExpressionError, ShapeExpression, compile_expression,
                                    compile_shape)
 from opperf.grid.generators import GENERATORS
-from opperf.io import read_yaml_mapping
 
 DEFAULT_GRID_CONFIG = Path(__file__).resolve().parents[2] / "config" / "grid.yaml"
 MATCH_TENSORS = "tensors"    # candidate tensors go into the template's tensor slots; ranks must agree
@@ -113,7 +113,7 @@ class GridConfig:
 
 
 def _fail(path, where: str, message: str):
-    raise OpperfError(message, path=path, field=where)
+    raise field_error(message, path, where)
 
 
 def _positive_int(value, path, where: str) -> int:

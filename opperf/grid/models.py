@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from opperf.errors import OpperfError
-from opperf.io import read_yaml_mapping
-from opperf.model_names import model_key
+from opperf.model_names import model_key, read_models
+from opperf.yaml_files import field_error
 
 _REQUIRED = ("hidden_size", "num_attention_heads", "vocab_size", "tp_sizes")
 _POSITIVE_INTEGER_FIELDS = (
@@ -146,14 +145,14 @@ class ModelConfig:
 
 def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:
     if not isinstance(entry, dict):
-        raise OpperfError(f"model {name!r} must be a mapping of Hugging Face config fields", path=path, field=name)
+        raise field_error(f"model {name!r} must be a mapping of Hugging Face config fields", path, name)
 
     def where(field: str) -> str:
         return f"{name}.{field}"
 
     missing = [f for f in _REQUIRED if f not in entry]
     if missing:
-        raise OpperfError(f"model {name!r} lacks {missing}", path=path, field=where(missing[0]))
+        raise field_error(f"model {name!r} lacks {missing}", path, where(missing[0]))
     values: dict[str, object] = {}
     for field in _POSITIVE_INTEGER_FIELDS + _NON_NEGATIVE_INTEGER_FIELDS:
         value = entry.get(field)
@@ -161,8 +160,8 @@ def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:
             continue
         minimum = 0 if field in _NON_NEGATIVE_INTEGER_FIELDS else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise OpperfError(f"model {name!r}: {field} must be an integer >= {minimum}, got {value!r}",
-                              path=path, field=where(field))
+            raise field_error(f"model {name!r}: {field} must be an integer >= {minimum}, got {value!r}", path,
+                              where(field))
         values[field] = value
     num_experts = values.pop("n_routed_experts", None) or values.pop("num_experts", None) or 0
     values.pop("num_experts", None)
@@ -173,12 +172,12 @@ def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:
         sizes = entry.get(field, [1])
         if (not isinstance(sizes, list) or not sizes
                 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)):
-            raise OpperfError(f"model {name!r}: {field} must be a non-empty list of positive integers, "
-                              f"got {sizes!r}", path=path, field=where(field))
+            raise field_error(f"model {name!r}: {field} must be a non-empty list of positive integers, "
+                              f"got {sizes!r}", path, where(field))
         values[field] = tuple(dict.fromkeys(sizes))
     aliases = entry.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-        raise OpperfError(f"model {name!r}: aliases must be a list of strings", path=path, field=where("aliases"))
+        raise field_error(f"model {name!r}: aliases must be a list of strings", path, where("aliases"))
     model = ModelConfig(name=name, num_experts=num_experts, aliases=tuple(aliases), **values)
     _check_divisibility(model, path)
     return model
@@ -187,7 +186,7 @@ def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:
 def _check_divisibility(model: ModelConfig, path: Path) -> None:
     """Each TP/EP size must split the model evenly, as the serving engine requires."""
     def fail(field: str, message: str):
-        raise OpperfError(f"model {model.name!r}: {message}", path=path, field=f"{model.name}.{field}")
+        raise field_error(f"model {model.name!r}: {message}", path, f"{model.name}.{field}")
 
     if model.is_moe and not model.num_experts_per_tok:
         fail("num_experts_per_tok", "a MoE model (n_routed_experts/num_experts) needs num_experts_per_tok")
@@ -212,9 +211,7 @@ def _check_divisibility(model: ModelConfig, path: Path) -> None:
 
 def load_models(path: str | Path) -> dict[str, ModelConfig]:
     """Every model of a models.yaml, validated (bad fields are errors naming the model and field)."""
-    path = Path(path)
-    raw = read_yaml_mapping(path, "model configs (model name → Hugging Face fields)")
-    return {str(name): _model_from_entry(str(name), entry, path) for name, entry in raw.items()}
+    return {str(name): _model_from_entry(str(name), entry, Path(path)) for name, entry in read_models(path).items()}
 
 
 def select_models(models: dict[str, ModelConfig], names: list[str], *, path: str | Path | None = None

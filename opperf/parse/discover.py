@@ -85,11 +85,24 @@ def _op_summaries_to_use(candidates: list[Path], kernel_detail_roots: set[Path],
     return chosen
 
 
+def _claim(reached: dict[Path, Path], path: Path, given: Path) -> None:
+    """A profile reached through two arguments (repeated, spelled differently, or inside a given directory)
+    would have its launches counted twice: refused, naming both."""
+    resolved = path.resolve()
+    if resolved in reached:
+        first = reached[resolved]
+        how = "given twice" if first == given else f"reached through both {str(first)!r} and {str(given)!r}"
+        raise OpperfError(f"the same profile is {how}: its launches would be counted twice", path=path,
+                          field="--profiling-path")
+    reached[resolved] = given
+
+
 def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
     """Expand `--profiling-path` arguments into the profiler files to parse (see module docstring)."""
     inputs = ProfileInputs()
     if not paths:
         raise OpperfError("no --profiling-path given")
+    reached: dict[Path, Path] = {}          # resolved profile file -> the argument that reached it
     for given in map(Path, paths):
         if not given.exists():
             raise OpperfError("profiling path does not exist", path=given)
@@ -104,6 +117,7 @@ def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
             else:
                 raise OpperfError("not a profiler file (expected a .csv kernel table or a .json torch.profiler "
                                   "trace)", path=given)
+            _claim(reached, given, given)
             continue
         files = sorted(p for p in given.rglob("*") if p.is_file())
         kernel_details = [p for p in files if _is_kernel_details(p)]
@@ -119,6 +133,8 @@ def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
             inputs.bundles[path] = Bundle(
                 root=root, operator_details=[p for p, r in metadata if r == root and p.name == OPERATOR_DETAILS],
                 trace_views=[p for p, r in metadata if r == root and p.name == TRACE_VIEW])
+        for path in kernel_details + op_summaries + traces:
+            _claim(reached, path, given)
         inputs.tables += kernel_details + op_summaries
         inputs.torch_traces += traces
     for path, why in inputs.ignored:

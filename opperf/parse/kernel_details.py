@@ -22,6 +22,7 @@ from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT
                              INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
                              PROFILER_BOOKKEEPING_COLUMNS)
 from opperf.errors import OpperfError
+from opperf.io import not_utf8_error
 
 TYPE = "Type"
 DURATION = "Duration(us)"
@@ -62,11 +63,12 @@ def read_header(path: Path) -> list[str]:
     """The header row, BOM stripped; an empty file or a bad encoding is an error naming the file."""
     if path.stat().st_size == 0:
         raise OpperfError("file is empty (no header row)", path=path, row=1)
+    with open(path, "rb") as handle:
+        first_line = handle.readline()
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            header = next(csv.reader(handle), [])
-    except UnicodeDecodeError as exc:
-        raise OpperfError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path, row=1) from exc
+        header = next(csv.reader([first_line.decode("utf-8-sig")]), [])
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
     except csv.Error as exc:
         raise OpperfError(f"unreadable header: {exc}", path=path, row=1) from exc
     header = [name.strip() for name in header]
@@ -128,8 +130,8 @@ def _locate_broken_row(path: Path, header_width: int, cause: Exception) -> Opper
                 if len(fields) > header_width:
                     return OpperfError(f"row has {len(fields)} fields, the header {header_width}", path=path,
                                        row=reader.line_num)
-    except UnicodeDecodeError as exc:
-        return OpperfError(f"not UTF-8 text ({exc.reason})", path=path, row=reader.line_num + 1)
+    except UnicodeDecodeError:
+        return not_utf8_error(path) or OpperfError("not UTF-8 text", path=path)
     except csv.Error as exc:
         return OpperfError(f"malformed CSV: {exc}", path=path, row=reader.line_num)
     return OpperfError(f"cannot parse CSV: {str(cause).splitlines()[0]}", path=path)

@@ -51,10 +51,10 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")
         attribution = {str(t.path): t.attribution for t in tables if t.attribution is not None}
-        write_parsed_directory(database_path, database, attribution)
         database.attribution = attribution
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
+        write_parsed_directory(database_path, database, attribution)      # last: the output, once all else is written
         fields.update(rows=database.rows_read, kernel_types=len(database.rows),
                       groups=sum(len(r) for r in database.rows.values()),
                       skipped=sum(database.skip_counts.values()))

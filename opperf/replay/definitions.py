@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from opperf.contract import check_kernel_type, is_known_dtype, canonical_dtype
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error, read_yaml
 
 SCHEMA_HOOK = "opperf.replay.schema"
 # Back ends whose Types are op names (torch traces): a Type with no definition replays from its op's schema.
@@ -181,7 +181,7 @@ class KernelDefinition:
 # --- validation helpers -------------------------------------------------------------------------
 
 def _fail(message: str, path: Path, field_name: str) -> OpperfError:
-    return OpperfError(message, path=path, field=field_name)
+    return field_error(message, path, field_name)
 
 
 def _string_list(raw: Any, path: Path, field_name: str, *, pattern: re.Pattern | None = None) -> tuple[str, ...]:
@@ -211,9 +211,10 @@ def _integer(raw: Any, path: Path, field_name: str) -> int:
 
 
 def _check_keys(entry: Mapping, allowed: set[str], path: Path, field_name: str) -> None:
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(set(entry) - allowed, key=str)
     if unknown:
-        raise _fail(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}", path, field_name)
+        where = str(unknown[0]) if field_name == "(top level)" else f"{field_name}.{unknown[0]}"
+        raise _fail(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}", path, where)
 
 
 def _index_bound(raw: Any, path: Path, field_name: str, slot_count: int) -> IndexBound:
@@ -486,16 +487,7 @@ def load_recipe(reference: str | Path, kernel_type: str) -> KernelDefinition:
 
 def load_definition(path: str | Path) -> KernelDefinition:
     """Load and validate one kernel definition file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise OpperfError(f"cannot read kernel definition: {exc.strerror}", path=path) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise OpperfError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                          row=mark.line + 1 if mark else None) from exc
-    return parse_definition(raw, path)
+    return parse_definition(read_yaml(path, "kernel definition"), path)
 
 
 def definition_files(directory: str | Path) -> list[Path]:

@@ -24,6 +24,7 @@ import torch
 
 from opperf import contract
 from opperf.errors import OpperfError
+from opperf.yaml_files import field_error
 from opperf.grid.memory import tensor_bytes
 from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition
 
@@ -361,6 +362,29 @@ def resolve_callable(dotted: str, import_modules: Sequence[str] = ()) -> Callabl
     if not callable(target):
         raise OpperfError(f"{dotted} is not callable")
     return target
+
+
+def check_definition_resolves(definition: KernelDefinition) -> None:
+    """The definition's modules import and its api exists in this environment, else an error naming its file
+    and field: a broken definition fails every row alike, so it is the job's error, not each row's."""
+    for module in definition.import_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise field_error(f"cannot import {module!r}: {exc}", definition.path, "import_modules") from exc
+    if definition.api:
+        try:
+            resolve_callable(definition.api)
+        except OpperfError as exc:
+            raise field_error(exc.reason, definition.path, "api") from exc
+    if definition.hook:
+        try:
+            module = importlib.import_module(definition.hook)
+        except ImportError as exc:
+            raise field_error(f"cannot import hook module {definition.hook!r}: {exc}", definition.path,
+                              "hook") from exc
+        if not callable(getattr(module, "build_case", None)):
+            raise field_error(f"hook module {definition.hook!r} has no build_case(row, ctx)", definition.path, "hook")
 
 
 def _index_high(bound: IndexBound, ctx: BuildContext, slot_index: int) -> int:

@@ -5,7 +5,8 @@ outcome after it ends. When the child dies (abort, segfault, OOM kill) the row i
 recorded as `failed_crash` with the exit status and the end of its stderr; when a row runs past
 `timeout_s` the child's process group is killed and the row is recorded as `failed_timeout`. A fresh
 child then carries on with the next row, up to `max_restarts` times; rows never reached after that
-are recorded as `not_run` with the reason. Nothing is silently dropped.
+are recorded as `not_run` with the reason. Nothing is silently dropped. A definition that does not resolve here (its api,
+hook or modules missing) is the job's error: the child reports it before any row and this raises it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from opperf.errors import OpperfError
 from opperf.log import Progress, get_logger
 from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
@@ -142,6 +144,7 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                     process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT, env=child_env,
                                                cwd=cwd, start_new_session=True)
                 current, started_at, offset, failure, started_any, stopped = None, None, 0, None, False, ""
+                definition_error = None
                 while True:
                     exited = process.poll() is not None
                     with open(progress_path, encoding="utf-8") as progress:
@@ -157,6 +160,9 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                         elif record["event"] == "measured":     # its samples come with its batch
                             current, started_at = None, None
                             measured.add(record["index"])
+                        elif record["event"] == "definition_error":
+                            definition_error = OpperfError(record["message"], path=settings.definition_path,
+                                                           row=record.get("line"), field=record["field"])
                         elif record["event"] == "stats":
                             log.info("%s: replay process: imports %.2f s, setup %.2f s, %d rows in %.2f s "
                                      "(of which collecting samples %.2f s)", settings.kernel_type,
@@ -183,6 +189,8 @@ def run_isolated(settings: WorkerSettings, indices: Sequence[int], *, timeout_s:
                                                           "its replay process was killed")
                         break
                     time.sleep(POLL_INTERVAL_S)
+            if definition_error is not None:
+                raise definition_error
             if stopped:
                 for index in remaining:
                     outcomes[index] = RowOutcome(STATUS_NOT_RUN, error=stopped)

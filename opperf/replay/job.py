@@ -19,7 +19,7 @@ import jinja2
 
 from opperf import contract
 from opperf.errors import OpperfError
-from opperf.io import read_database_csv, write_csv_atomic, write_text_atomic
+from opperf.io import check_writable, read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span, utc_timestamp
 from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, definition_for, load_definition,
                                        load_definitions, schema_definition)
@@ -214,6 +214,8 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
     definition = recipe_for(kernel_type, settings.backend,
                             find_definition(kernel_type, settings.backend, definitions_dir, definition_path))
+    trace = Trace(trace_dir, kernel_type, task_id) if trace_dir is not None else None
+    check_writable(output_path, *([trace.directory / "probe"] if trace else []))   # before minutes of replay
     collected_at = utc_timestamp()
     with span("replay.kernel", log, kernel=kernel_type, rows=len(frame)) as result:
         items, outcomes = replay_rows(frame, kernel_type, definition, rows_path, settings, session=session)
@@ -230,12 +232,12 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
                                  prune_invalid_rows=settings.prune_invalid_rows,
                                  prune_empty_duration_rows=settings.prune_empty_duration_rows,
                                  update_mode=settings.update_mode)
-    write_csv_atomic(output_path, written)
     job = KernelJobResult(kernel_type, items, outcomes, report)
     log.info("%s: %s; statuses %s", kernel_type, report.summary(), json.dumps(job.status_counts()))
-    if trace_dir is not None:
-        job.trace_files = write_traces(Trace(trace_dir, kernel_type, task_id), job, frame, definition, settings,
-                                       rows_path, output_path, definitions_dir)
+    if trace is not None:
+        job.trace_files = write_traces(trace, job, frame, definition, settings, rows_path, output_path,
+                                       definitions_dir)
+    write_csv_atomic(output_path, written)       # last: the output exists only if everything before it was written
     return job
 
 

@@ -45,14 +45,24 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     args = build_parser().parse_args(argv)
     # Imports after argument parsing: a bad command line fails fast, before torch loads.
+    from opperf.errors import OpperfError
     from opperf.replay.definitions import load_recipe
     from opperf.replay.engine import RowOutcome, measure_prepared, prepare_row
+    from opperf.replay.inputs import check_definition_resolves
     from opperf.replay.timing import device_for, make_timer
 
     imported = time.perf_counter()
     frame = read_database_csv(args.rows)
     rows = frame.to_dict(orient="records")
     definition = load_recipe(args.definition, args.kernel)
+    try:
+        if not definition.schema_op:     # a file someone wrote (an op's own schema is not a definition to fix)
+            check_definition_resolves(definition)
+    except OpperfError as exc:       # the job's error, not a row's: reported once, no row is run
+        with open(args.progress, "a", encoding="utf-8") as progress:
+            progress.write(json.dumps({"event": "definition_error", "message": exc.reason, "field": exc.field,
+                                       "line": exc.row}) + "\n")
+        return 0
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
     format_cast = format_cast_for(args.backend)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import yaml
 
 from opperf.errors import OpperfError
-from opperf.model_names import model_key
+from opperf.model_names import model_key, read_models
+from opperf.yaml_files import field_error
 
 _REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                     "vocab_size", "num_hidden_layers")
@@ -52,22 +52,21 @@ def load_model_dims(models_path: str | Path, name: str, num_layers: int | None =
 
     `num_layers` overrides the depth (a few layers measure the same kernels as the whole model)."""
     models_path = Path(models_path)
-    try:
-        models = yaml.safe_load(models_path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise OpperfError(f"cannot read model configs: {exc}", path=models_path) from exc
-    entry = models[model_key(models, name, path=models_path, field="--model")]
+    models = read_models(models_path)
+    key = model_key(models, name, path=models_path, field="--model")
+    entry = models[key]
     missing = [f for f in _REQUIRED_FIELDS if f not in entry]
     if missing:
-        raise OpperfError(f"model {name!r} lacks {missing}", path=models_path, field=missing[0])
+        raise field_error(f"model {key!r} lacks {missing} (the workload builds every layer from them)",
+                          models_path, f"{key}.{missing[0]}")
     head_dim = int(entry.get("head_dim") or entry["hidden_size"] // entry["num_attention_heads"])
     if entry["num_attention_heads"] % entry["num_key_value_heads"]:
-        raise OpperfError(f"model {name!r}: num_attention_heads must be a multiple of num_key_value_heads",
-                          path=models_path, field="num_key_value_heads")
+        raise field_error(f"model {key!r}: num_attention_heads must be a multiple of num_key_value_heads",
+                          models_path, f"{key}.num_key_value_heads")
     experts = int(entry.get("num_experts") or entry.get("n_routed_experts") or 0)
     if experts and not (entry.get("num_experts_per_tok") and entry.get("moe_intermediate_size")):
-        raise OpperfError(f"model {name!r} has experts but lacks num_experts_per_tok / moe_intermediate_size",
-                          path=models_path, field="num_experts_per_tok")
+        raise field_error(f"model {key!r} has experts but lacks num_experts_per_tok / moe_intermediate_size",
+                          models_path, f"{key}.num_experts_per_tok")
     if num_layers is not None and num_layers < 1:
         raise OpperfError(f"must be >= 1, got {num_layers}", field="--num-layers")
     return DecoderDims(hidden_size=int(entry["hidden_size"]), intermediate_size=int(entry["intermediate_size"]),

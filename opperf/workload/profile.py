@@ -8,7 +8,6 @@ vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 
 from __future__ import annotations
 
-import shutil
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.contract import WORKLOAD_MANIFEST
-from opperf.io import make_temp_dir
+from opperf.io import staged_directory
 from opperf.log import get_logger, span
 from opperf.workload.model import DecoderDims, ReferenceDecoder
 
@@ -122,7 +121,6 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
         raise OpperfError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
     device = torch_device_for(backend)
     output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
     if transformers_config is not None:
         from opperf.workload.transformers_model import TransformersCausalLM
 
@@ -136,8 +134,7 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for _ in range(plan.warmup_iterations):
             run_workload(model, plan, token_ids, device)
-    staging = make_temp_dir(prefix=f".{output_dir.name}.", dir=output_dir.parent)
-    try:
+    with staged_directory(output_dir, replace_whole=True) as staging:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
                 labels = _profile_npu(model, plan, token_ids, device, staging)
@@ -145,12 +142,6 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
                 labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
         write_manifest(staging, description, plan, backend, dtype)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir
 

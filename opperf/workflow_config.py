@@ -1,0 +1,170 @@
+"""What the workflow checks when it loads, before any job runs: the config, the device catalog, the models,
+the kernel definitions and the sources sheet.
+
+Every mistake is one OpperfError naming the file, the line and the field; rules/common.smk raises it as a
+one-line WorkflowError, so a typo never surfaces later as a KeyError or an InputFunctionException inside a
+job. Snakemake merges config files (the Snakefile's `configfile:`, then `--configfile`, then `--config`):
+an error names the one that set the offending key.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from opperf.devices import Device, load_catalog
+from opperf.errors import OpperfError
+from opperf.io import not_utf8_error
+from opperf.model_names import model_key
+from opperf.versions import parse_version_dir
+from opperf.yaml_files import check_schema, located_error, read_yaml_mapping
+
+CONFIG_SCHEMA = "config.schema.yaml"
+SOURCE_COLUMNS = ("device", "stack", "version_dir", "path")
+
+
+@dataclass(frozen=True)
+class WorkflowInputs:
+    """The checked catalog and sources sheet the rules are built from."""
+
+    devices: dict[str, Device]
+    sources: list[dict[str, str]]
+
+
+def check_config_file(path: str | Path) -> None:
+    """The Snakefile's own config file is YAML with a mapping at the top (Snakemake's loader says only "not
+    valid JSON or YAML", without the line). A missing file is Snakemake's to report (--configfile may stand in)."""
+    if Path(path).is_file():
+        read_yaml_mapping(path, "workflow config")
+
+
+def config_files_by_precedence(loaded: Sequence[str | Path], command_line: Sequence[str | Path]) -> list[str]:
+    """Config files lowest precedence first: the Snakefile's `configfile:` ones, then `--configfile` ones."""
+    given = [str(Path(f).absolute()) for f in command_line]
+    return ([str(f) for f in loaded if str(Path(f).absolute()) not in given]
+            + [str(_as_given(Path(f))) for f in command_line])
+
+
+def check_workflow(config: dict, *, config_files: Sequence[str | Path], overrides: Mapping | None = None,
+                   definitions_root: str | Path) -> WorkflowInputs:
+    """Validate everything the rules read (see module docstring), filling in the config schema's defaults."""
+    files = list(config_files) or ["config/config.yaml"]
+    check_schema(config, CONFIG_SCHEMA, files[-1], set_defaults=True, files=files, overrides=overrides)
+
+    def config_error(message: str, keys: Sequence[str]) -> OpperfError:
+        return located_error(message, keys, files, overrides)
+
+    devices = load_catalog(config["devices"])
+    for section in ("workload", "comm"):
+        settings = config.get(section) or {}
+        if settings.get("enabled", True) and settings.get("device", "CPU") not in devices:
+            raise config_error(f"device {settings.get('device', 'CPU')!r} is not in {config['devices']} "
+                               f"(known: {', '.join(sorted(devices))})", [section, "device"])
+    _check_models(config, config_error)
+    grid = config.get("grid") or {}
+    if grid.get("enabled", True):
+        from opperf.grid.config import load_grid_config
+
+        load_grid_config(grid["patterns"])
+    sources = read_sources(config["sources"], devices, config["devices"])
+    _check_definitions(config, sources, devices, _as_given(Path(definitions_root)))
+    return WorkflowInputs(devices=devices, sources=sources)
+
+
+def _as_given(path: Path) -> Path:
+    """`path` relative to the working directory where it lies below it, as a user names workflow files."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def _check_models(config: dict, config_error) -> None:
+    """models.yaml in full (the grid's checks too), and every model the config names is in it."""
+    from opperf.grid.models import load_models
+
+    models = load_models(config["models"])
+    named: list[tuple[str, list[str | int]]] = []
+    workload = config.get("workload") or {}
+    if workload.get("enabled", True):
+        named.append((workload.get("model", "opperf-tiny"), ["workload", "model"]))
+    grid = config.get("grid") or {}
+    if grid.get("enabled", True):
+        targets = grid.get("target_models", [])
+        if isinstance(targets, dict):
+            named += [(name, ["grid", "target_models", key, i]) for key, names in targets.items()
+                      for i, name in enumerate(names)]
+        else:
+            named += [(name, ["grid", "target_models", i]) for i, name in enumerate(targets)]
+    for name, keys in named:
+        try:
+            model_key(models, name)
+        except OpperfError as exc:
+            raise config_error(exc.reason.replace("; known:", f" in {config['models']}; known:", 1), keys) from None
+
+
+def _check_definitions(config: dict, sources: list[dict[str, str]], devices: dict[str, Device],
+                       definitions_root: Path) -> None:
+    """The kernel definitions of every back-end family the databases use load and validate."""
+    from opperf.replay.definitions import load_definitions
+
+    used = {row["device"] for row in sources}
+    workload = config.get("workload") or {}
+    if workload.get("enabled", True):
+        used.add(workload.get("device", "CPU"))
+    for family in sorted({"npu" if devices[d].backend == "npu" else "torch" for d in used if d in devices}):
+        directory = definitions_root / family
+        if directory.is_dir():
+            load_definitions(directory, "npu" if family == "npu" else None)
+
+
+def read_sources(path: str | Path, devices: Mapping[str, Device], devices_path: str | Path) -> list[dict[str, str]]:
+    """The sources sheet: one registered raw profile per row; several rows may feed one database.
+
+    The same profile registered twice for one database (the same file, another spelling of its path, or a
+    file inside a registered directory) would count its launches twice: refused, naming both lines.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise OpperfError("sources sheet not found (config key 'sources')", path=path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            table = list(_rows_with_lines(csv.DictReader(handle, delimiter="\t")))
+    except UnicodeDecodeError:
+        raise not_utf8_error(path, delimiter="\t") or OpperfError("not UTF-8 text", path=path) from None
+    rows: list[dict[str, str]] = []
+    claimed: dict[tuple[str, str, str], list[tuple[int, Path, str]]] = {}
+    for line, row in table:
+        for column in SOURCE_COLUMNS:
+            if not (row.get(column) or "").strip():
+                raise OpperfError("empty or missing", path=path, row=line, field=column)
+        if row["device"] not in devices:
+            raise OpperfError(f"{row['device']!r} is not in {devices_path} (known: {', '.join(sorted(devices))})",
+                              path=path, row=line, field="device")
+        try:
+            parse_version_dir(row["version_dir"])
+        except OpperfError as exc:
+            raise OpperfError(exc.reason, path=path, row=line, field="version_dir") from None
+        profile = Path(row["path"])
+        if not profile.exists():
+            raise OpperfError(f"{row['path']!r} does not exist", path=path, row=line, field="path")
+        database = (row["device"], row["stack"], row["version_dir"])
+        resolved = profile.resolve()
+        for other_line, other, spelled in claimed.get(database, []):
+            if resolved == other or other in resolved.parents or resolved in other.parents:
+                how = "is the same profile as" if resolved == other else "overlaps"
+                raise OpperfError(f"{row['path']!r} {how} line {other_line} ({spelled!r}) of database "
+                                  f"{'/'.join(database)}: its launches would be counted twice; keep one of the lines",
+                                  path=path, row=line, field="path")
+        claimed.setdefault(database, []).append((line, resolved, row["path"]))
+        rows.append(row)
+    return rows
+
+
+def _rows_with_lines(reader: csv.DictReader):
+    """(line as an editor shows it, row) of every non-blank row."""
+    for row in reader:
+        if any((value or "").strip() for value in row.values() if isinstance(value, str)):
+            yield reader.line_num, row
