@@ -298,7 +298,7 @@ def _cases() -> list[Case]:
                 "duration_rows, prune_invalid_rows, repeat_count, timeout_s, update_mode, warmup_count")),
         Case("config: wrong type", "config", edit(CFG, "  repeat_count: 10", "  repeat_count: ten"),
              at(CFG, "repeat_count: ten", "field 'replay.repeat_count': must be an integer, got 'ten'")),
-        Case("config: out of range", "config", edit(CFG, "  rows: 12 ", "  rows: -1 "),
+        Case("config: out of range", "config", edit(CFG, "  rows: 0 ", "  rows: -1 "),
              at(CFG, "rows: -1", "field 'grid.rows': must be >= 0, got -1")),
         Case("config: not one of the choices", "config", edit(CFG, "  backend: cpu ", "  backend: tpu "),
              at(CFG, "backend: tpu", "field 'workload.backend': must be one of cpu, cuda, npu; got 'tpu'")),
@@ -365,7 +365,7 @@ def _cases() -> list[Case]:
              unclosed(MOD, "Qwen3-32B:", "tp_sizes: [1, 2", flow="sequence")),
         # --- grid.yaml ---
         Case("grid.yaml: YAML syntax error", "grid", edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4"),
-             unclosed(GRID, "  batch: [1, 2, 4, 8", "small_batch", flow="sequence")),
+             unclosed(GRID, "  kv_cache_blocks: [256", "small_batch", flow="sequence")),
         Case("grid.yaml: typo'd pattern key", "grid", edit(GRID, '    outputs: ["m, n"]\n', '    output: ["m, n"]\n'),
              at(GRID, 'output: ["m, n"]', "field 'patterns.gemm.output': pattern 'gemm': unknown key 'output' "
                 "(allowed: columns, constants, constraints, description, generator, inputs, iterators, match, "
