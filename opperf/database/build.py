@@ -71,8 +71,8 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
         frame = frame[contract.order_columns(frame.columns)]
         out_slots, elementwise = _runtime_traits(definition_path)
         view, every_row = runtime_view(frame, backend, out_slots=out_slots, elementwise=elementwise)
-        write_csv_atomic(layouts, every_row)
         write_csv_atomic(output, view)
+        write_csv_atomic(layouts, every_row)
         result["rows"] = len(every_row)
         result["runtime_rows"] = len(view)
     if len(view) < len(every_row):
