@@ -369,14 +369,15 @@ def _cases() -> list[Case]:
         Case("grid.yaml: typo'd pattern key", "grid", edit(GRID, '    outputs: ["m, n"]\n', '    output: ["m, n"]\n'),
              at(GRID, 'output: ["m, n"]', "field 'patterns.gemm.output': pattern 'gemm': unknown key 'output' "
                 "(allowed: columns, constants, constraints, description, generator, inputs, iterators, match, "
-                "outputs, params, require_template)")),
+                "outputs, params, require_template, sweeps)")),
         # --- kernel definitions ---
         Case("definition: YAML syntax error", "definitions", edit(MM, "  - {role: tensor}\n", "  - {role: tensor\n"),
              unclosed(MM, "cache: cold", "{role: tensor")),
         Case("definition: unknown key", "definitions", edit(MM, "category: matmul", "category: matmul\nhok: x"),
              at(MM, "hok: x", "field 'hok': unknown key(s) ['hok']; allowed: ['alternate_kernel_types', "
                 "'api', 'backends', 'category', 'description', 'dtype_overrides', 'framework_ops', 'hook', "
-                "'import_modules', 'inputs', 'kwargs', 'op_mapping', 'outputs', 'requires_custom_opp', 'type']")),
+                "'import_modules', 'inputs', 'kwargs', 'op_mapping', 'outputs', 'requires_custom_opp', "
+                "'runtime_policies', 'type']")),
         Case("definition: bad role", "definitions", edit(MM, "  - {role: tensor}\n", "  - {role: tensr}\n"),
              at(MM, "role: tensr", "field 'inputs[0].role': role 'tensr' is not one of ('tensor', 'index', 'scalar', "
                 "'device', 'none')")),
@@ -452,16 +453,18 @@ def _script_cases() -> list[Case]:
         # --- kernel definitions as the replay job meets them ---
         Case("replay: api torch.ops.aten.no_such_op", "definitions",
              both(replay_rows(), definition("defs/mm.yaml", ("api: torch.ops.aten.mm", "api: torch.ops.aten.no_such_op"))),
-             "defs/mm.yaml, line 5, field 'api': torch.ops.aten.no_such_op: torch.ops has no attribute path "
-             "'aten.no_such_op' ('_OpNamespace' 'aten' object has no attribute 'no_such_op')", command=replay_mm),
+             at("{root}/defs/mm.yaml", "api: torch.ops.aten.no_such_op", "field 'api': torch.ops.aten.no_such_op: "
+                "torch.ops has no attribute path 'aten.no_such_op' ('_OpNamespace' 'aten' object has no attribute "
+                "'no_such_op')"), command=replay_mm),
         Case("replay: hook module that does not exist", "definitions",
              both(replay_rows(), definition("defs/mm.yaml", add="hook: opperf.replay.hooks.no_such_hook\n")),
-             "defs/mm.yaml, line 10, field 'hook': cannot import hook module 'opperf.replay.hooks.no_such_hook': "
-             "No module named 'opperf.replay.hooks.no_such_hook'", command=replay_mm),
+             at("{root}/defs/mm.yaml", "hook: opperf", "field 'hook': cannot import hook module "
+                "'opperf.replay.hooks.no_such_hook': No module named 'opperf.replay.hooks.no_such_hook'"),
+             command=replay_mm),
         Case("replay: import_modules that do not exist", "definitions",
              both(replay_rows(), definition("defs/mm.yaml", add="import_modules: [no_such_package]\n")),
-             "defs/mm.yaml, line 10, field 'import_modules': cannot import 'no_such_package': No module named "
-             "'no_such_package'", command=replay_mm),
+             at("{root}/defs/mm.yaml", "import_modules:", "field 'import_modules': cannot import 'no_such_package': "
+                "No module named 'no_such_package'"), command=replay_mm),
         Case("replay: definition YAML syntax error", "definitions",
              both(replay_rows(), definition("defs/mm.yaml", ("  - {role: tensor}\n", "  - {role: tensor\n"))),
              "defs/mm.yaml, line 9: not valid YAML: did not find expected ',' or '}' (while parsing a flow mapping "
@@ -484,7 +487,7 @@ def _script_cases() -> list[Case]:
              note="the script's defaults are its checkout's config files, named in full", tags=("child",)),
         Case("grid: grid.yaml YAML syntax error", "grid",
              both(parsed_a3(), edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4")),
-             unclosed(GRID, "  batch: [1, 2, 4, 8", "small_batch", flow="sequence", full_path=True), command=grid,
+             unclosed(GRID, "  kv_cache_blocks: [256", "small_batch", flow="sequence", full_path=True), command=grid,
              tags=("child",)),
         Case("grid: models num_key_value_heads: -4", "models",
              both(parsed_a3(), edit(MOD, "num_key_value_heads: 4\n", "num_key_value_heads: -4\n")),

@@ -55,7 +55,7 @@ TORCH_TRACE_BACKENDS = frozenset({"cpu", "cuda"})
 # Matmul kernel types for which the runtime also accepts a transposed weight slot (its _MATMUL_KERNELS).
 RUNTIME_MATMUL_KERNELS = frozenset({
     "MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2",
-    "TransposeBatchMatMul", "BatchMatMulNd", "GroupedMatmul",
+    "TransposeBatchMatMul", "GroupedMatmul", "GroupedMatmulSwigluQuant",
 })
 
 
@@ -132,7 +132,11 @@ def _names(value: object) -> list[str]:
 
 
 def _logical(shape: tuple[int, ...], fmt: str) -> tuple[int, ...]:
-    return contract.fractal_nz_to_nd(shape) if fmt == "FRACTAL_NZ" and len(shape) >= 4 else shape
+    """A FRACTAL_NZ storage shape (..., H, W, bh, bw) as the runtime restores it: (..., H*bw, W*bh)."""
+    if fmt != "FRACTAL_NZ" or len(shape) < 4:
+        return shape
+    *batch, h, w, bh, bw = shape
+    return (*batch, h * bw, w * bh)
 
 
 @dataclass(frozen=True)
