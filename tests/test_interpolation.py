@@ -27,9 +27,9 @@ from opperf.database.interpolation import (
     holdout_errors,
     holdout_summary,
     interpolate,
-    runtime_nz_to_nd,
     single_axis,
 )
+from opperf.database.runtime import runtime_nz_to_nd
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 

@@ -48,7 +48,7 @@ import torch
 import yaml
 
 from opperf.contract import TORCH_TO_PROFILER_DTYPE
-from opperf.database.runtime import RUNTIME_QUERY_DTYPE, strip_batch
+from opperf.database.runtime import RUNTIME_QUERY_DTYPE, _logical, is_block_padded, strip_batch
 from opperf.errors import OpperfError
 
 if TYPE_CHECKING:
@@ -74,8 +74,6 @@ PREFERRED_LATENCY_COLUMNS = ("Average Duration(us)", "Profiling Average Duration
 # Per row, after the preferred column: the first finite positive value of these is the row's latency.
 _FALLBACK_LATENCY_COLUMNS = ("Profiling Average Duration(us)", "Profiling Median Duration(us)",
                              "Average Duration(us)", "Median Duration(us)", "Duration(us)")
-_BLOCK_SIZES = (16, 32, 64)
-_BLOCK_SIZE_MIN_DIM = {8: 64}
 
 MATMUL_AXIS_GROUPS = (("M",), ("K",), ("N",), ("M", "K"), ("M", "N"), ("K", "N"), ("M", "K", "N"))
 ATTENTION_AXES = ("seq", "batch", "heads", "head_dim")
@@ -220,31 +218,8 @@ def row_latency(row: Mapping[str, Any], preferred: str) -> tuple[float, str] | N
     return None
 
 
-def runtime_nz_to_nd(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The runtime's FRACTAL_NZ restoration, (..., H, W, bh, bw) → (..., H*bw, W*bh); rank < 4 unchanged.
-
-    Not `contract.fractal_nz_to_nd`, which gives (..., W*bh, H*bw): the model follows the runtime."""
-    if len(shape) < 4:
-        return tuple(shape)
-    *batch, h, w, block_h, block_w = shape
-    return (*batch, h * block_w, w * block_h)
-
-
-def _logical(shape: tuple[int, ...], fmt: str) -> tuple[int, ...]:
-    return runtime_nz_to_nd(shape) if fmt == "FRACTAL_NZ" else tuple(shape)
-
-
 def _dtype_key(kernel_type: str, dtype: str) -> str:
     return _DTYPE_GROUP.get(dtype, dtype) if kernel_type in DTYPE_RELAXED_KERNELS else dtype
-
-
-def is_block_padded(padded: int, raw: int) -> bool:
-    """Whether `padded` is `raw` rounded up to a tile the runtime tolerates (16/32/64; 8 from 64 up)."""
-    if padded <= raw:
-        return False
-    if any(padded == -(-raw // b) * b for b in _BLOCK_SIZES):
-        return True
-    return any(raw >= low and padded == -(-raw // b) * b for b, low in _BLOCK_SIZE_MIN_DIM.items())
 
 
 def _numel(shape: Sequence[int]) -> int | None:

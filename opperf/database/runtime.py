@@ -131,12 +131,18 @@ def _names(value: object) -> list[str]:
     return [n for n in contract.parse_names(value) if n]
 
 
+def runtime_nz_to_nd(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The runtime's FRACTAL_NZ restoration, (..., H, W, bh, bw) → (..., H*bw, W*bh); rank < 4 unchanged.
+
+    Not `contract.fractal_nz_to_nd`, which gives (..., W*bh, H*bw): what the runtime matches on follows it."""
+    if len(shape) < 4:
+        return tuple(shape)
+    *batch, h, w, block_h, block_w = shape
+    return (*batch, h * block_w, w * block_h)
+
+
 def _logical(shape: tuple[int, ...], fmt: str) -> tuple[int, ...]:
-    """A FRACTAL_NZ storage shape (..., H, W, bh, bw) as the runtime restores it: (..., H*bw, W*bh)."""
-    if fmt != "FRACTAL_NZ" or len(shape) < 4:
-        return shape
-    *batch, h, w, bh, bw = shape
-    return (*batch, h * bw, w * bh)
+    return runtime_nz_to_nd(shape) if fmt == "FRACTAL_NZ" else tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -238,7 +244,8 @@ _BLOCK_SIZES = (16, 32, 64)
 _BLOCK_SIZE_MIN_DIM = {8: 64}
 
 
-def _is_block_padded(query_dim: int, row_dim: int) -> bool:
+def is_block_padded(query_dim: int, row_dim: int) -> bool:
+    """Whether `query_dim` is `row_dim` rounded up to a tile the runtime tolerates (16/32/64; 8 from 64 up)."""
     if query_dim <= row_dim:
         return False
     if any(query_dim == -(-row_dim // size) * size for size in _BLOCK_SIZES):
@@ -250,7 +257,7 @@ def _is_block_padded(query_dim: int, row_dim: int) -> bool:
 def _padded(query: tuple[int, ...], row: tuple[int, ...]) -> bool:
     if len(query) != len(row) or query == row:
         return False
-    return all(q == r or _is_block_padded(q, r) for q, r in zip(query, row))
+    return all(q == r or is_block_padded(q, r) for q, r in zip(query, row))
 
 
 def _input_rule(kernel_type: str, index: int, query: tuple[int, ...], row: tuple[int, ...]) -> str | None:
