@@ -237,7 +237,8 @@ def database_targets():
 def not_a_device_pattern():
     """Wildcard pattern of a path segment that is no device key (nor results/workload, reports/npu_check)."""
     known = "|".join(sorted([*DEVICES, "workload", "npu_check"]))
-    return rf"(?!(?:{known})$)[^/]+"
+    # The segment is always followed by "/{stack}/": the lookahead must end there, not at the path's end.
+    return rf"(?!(?:{known})/)[^/]+"
 
 
 def unknown_device_error(wildcards):

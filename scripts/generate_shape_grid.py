@@ -110,9 +110,7 @@ def main(args: argparse.Namespace) -> int:
     settings = prepare_settings(
         grid_config=grid_config, models=load_models(args.models),
         target_models=[m.strip() for m in args.target_models.split(",") if m.strip()],
-        rows=args.rows, seed=args.seed, max_hbm_gb=max_hbm_gb,
-        max_tokens=args.max_tokens if args.max_tokens is not None else grid_config.max_tokens_for(backend),
-        axis_caps=grid_config.axis_caps_for(backend), tile_boundaries=grid_config.tile_boundaries_for(backend),
+        rows=args.rows, seed=args.seed, max_hbm_gb=max_hbm_gb, max_tokens=args.max_tokens, backend=backend,
         models_path=args.models)
     settings.settings_text["device"] = device_name
     run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)

@@ -386,7 +386,7 @@ def _cases() -> list[Case]:
              unclosed(MOD, "Qwen3-32B:", "tp_sizes: [1, 2", flow="sequence")),
         # --- grid.yaml ---
         Case("grid.yaml: YAML syntax error", "grid", edit(GRID, "  small_batch: [1, 2, 4]", "  small_batch: [1, 2, 4"),
-             unclosed(GRID, "  kv_cache_blocks:", "small_batch", flow="sequence")),
+             unclosed(GRID, "  kv_cache_blocks: [256", "small_batch", flow="sequence")),
         Case("grid.yaml: typo'd pattern key", "grid", edit(GRID, '    outputs: ["m, n"]\n', '    output: ["m, n"]\n'),
              lambda root: at(GRID, 'output: ["m, n"]', "field 'patterns.gemm.output': pattern 'gemm': unknown key "
                              f"'output' (allowed: {_pattern_keys()})")(root)),

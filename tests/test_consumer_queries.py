@@ -13,14 +13,13 @@ from opperf.database.consumer_queries import (
     Scenario,
     answer,
     answer_summary,
+    modelled_exact_lookup,
     rank_dims,
     reference_queries,
     scenarios,
     write_query_manifest,
 )
-from opperf.database.interpolation import RUNTIME_DTYPES, parse_runtime_names, parse_runtime_shapes
 from opperf.errors import OpperfError
-from opperf.io import read_database_csv
 from opperf.workload.model import load_model_dims
 
 DATA = Path(__file__).parent / "data" / "runtime_db"
@@ -73,30 +72,14 @@ def test_moe_experts_get_the_balanced_token_split_on_meta(repo):
     assert experts[((2, 7168), (7168, 16160))] == 1         # lm_head: vocab 129280 / 8
 
 
-def identity_exact_lookup(database_dir, op_name, inputs, output):
-    """Exact lookup by the runtime's identity rule only (same shapes and dtype spellings); the runtime's other
-    rules (batch-1 stripping, padding, transposed weights) belong to the coordinator's exact model."""
-    import yaml
-
-    mapping = (yaml.safe_load((database_dir / "op_mapping.yaml").read_text())["operator_mappings"]).get(op_name)
-    if mapping is None:
-        return None, "unmapped"
-    rows = read_database_csv(database_dir / f"{mapping['kernel_type']}.csv")
-    wanted = ([tuple(s.shape) for s in inputs], [RUNTIME_DTYPES.get(s.dtype) for s in inputs])
-    for _, row in rows.iterrows():
-        if (parse_runtime_shapes(row["Input Shapes"]), parse_runtime_names(row["Input Data Types"])) == wanted:
-            return float(row["Average Duration(us)"]), "identity"
-    return None, "shape_mismatch"
-
-
 def test_answer_on_rows_of_the_demo_database(repo):
     recorded = reference_queries(repo / "config" / "models.yaml",
                                  [Scenario("opperf-tiny", 1, "prefill", 1, t) for t in (16, 40)], dtype=F32)
-    answered = answer(recorded, DATA / "cpu", identity_exact_lookup)
+    answered = answer(recorded, DATA / "cpu", modelled_exact_lookup)
     answers = {(a.recorded.query.op_name, tuple(tuple(s.shape) for s in a.recorded.query.inputs)): a
                for a in answered}
     exact = answers[("aten.mm.default", ((16, 256), (256, 512)))]
-    assert (exact.status, exact.latency_us) == ("EXACT", 151.2468)
+    assert (exact.status, exact.latency_us, exact.reason) == ("EXACT", 151.2468, "mm.csv line 2")
     between = answers[("aten.mm.default", ((40, 256), (256, 512)))]
     assert between.status == "INTERPOLATED"
     assert between.latency_us == pytest.approx(201.2853 + (40 - 32) / (64 - 32) * (1136.5725 - 201.2853), rel=1e-12)

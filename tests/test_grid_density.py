@@ -267,6 +267,17 @@ def test_a_grid_extended_database_meets_the_standard_and_a_thinned_one_does_not(
     assert unreplayed.absent + len(unreplayed.checks) == len(matmul.checks) and unreplayed.absent > 0
 
 
+def test_a_back_ends_settings_come_from_grid_yaml():
+    cpu = prepare_settings(grid_config=GRID, models=MODELS, target_models=["opperf-tiny"], rows=0, seed=0,
+                           max_hbm_gb=16, backend="cpu")
+    assert (cpu.grids.max_tokens, cpu.grids.axis_high("ELEM_HIDDEN_GRID"), cpu.grids.tile_boundaries) == (256, 4096,
+                                                                                                          False)
+    assert cpu.grids.values("M_GRID", field="m") == STANDARD.rule("M_GRID").points(high=256)
+    npu = prepare_settings(grid_config=GRID, models=MODELS, target_models=["Qwen3-32B"], rows=0, seed=0,
+                           max_hbm_gb=64, backend="npu", max_tokens=1024)
+    assert (npu.grids.max_tokens, npu.grids.axis_high("NK_GRID"), npu.grids.tile_boundaries) == (1024, None, True)
+
+
 def test_check_density_needs_the_grid_settings_for_a_directory(fixture_database):
     directory, _ = fixture_database
     with pytest.raises(ValueError, match="needs the grid settings"):

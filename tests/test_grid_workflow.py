@@ -10,7 +10,8 @@ pytestmark = pytest.mark.workflow
 
 A3 = "vllm0.18.0_torch2.9.0_cann8.5"
 A3_SOURCE = "resources/profiles/A3_vllm0.18.0_torch2.9.0_cann8.5/kernel_details.csv"
-GRID_AND_DOWNSTREAM = {"generate_shape_grid", "database_kernel", "database_op_mapping", "database_complete"}
+GRID_AND_DOWNSTREAM = {"generate_shape_grid", "database_kernel", "database_op_mapping", "database_complete",
+                       "database_check"}
 
 
 def a3_config(workdir, **grid) -> dict:

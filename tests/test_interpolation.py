@@ -27,6 +27,7 @@ from opperf.database.interpolation import (
     holdout_errors,
     holdout_summary,
     interpolate,
+    runtime_nz_to_nd,
     single_axis,
 )
 from opperf.errors import OpperfError
@@ -246,3 +247,8 @@ def test_holdout_flags_predictions_from_another_bucket():
     assert points[(3,)].legal and (points[(3,)].lower, points[(3,)].upper) == (1.0, 128.0)     # M=8
     assert not points[(4,)].legal and points[(4,)].upper == 256.0     # M=128's upper neighbour is a FLOAT row
     assert holdout_summary([]) == {"count": 0, "median": None, "p90": None}
+
+
+def test_fractal_nz_is_restored_the_runtimes_way():
+    # (..., H, W, bh, bw) -> (..., H*bw, W*bh): the NZ weight row of MatMulV2.csv (line 22) reads as (3072, 4096).
+    assert runtime_nz_to_nd((192, 256, 16, 16)) == (3072, 4096) and runtime_nz_to_nd((7, 5)) == (7, 5)

@@ -15,6 +15,7 @@ counts, which meta tensors do not have, are the balanced split a router aims for
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.database.interpolation import Database, Interpolation, Query, TensorSpec
+from opperf.database.interpolation import RUNTIME_DTYPES, Database, Interpolation, Query, TensorSpec
 from opperf.errors import OpperfError
 from opperf.workload.model import DecoderDims, ReferenceDecoder, load_model_dims
 
@@ -220,6 +221,36 @@ class Answer:
     status: str
     latency_us: float | None
     reason: str
+
+
+@functools.lru_cache(maxsize=8)
+def _database_tables(database_dir: str) -> tuple[dict, dict]:
+    from opperf.database.check import load_database
+
+    return load_database(database_dir)
+
+
+def modelled_exact_lookup(database_dir: str | Path, op_name: str, tensor_inputs: Sequence[TensorSpec],
+                          output: TensorSpec | None) -> tuple[float | None, str]:
+    """`answer`'s exact lookup from opperf's model of the runtime's exact path (`opperf.database.runtime.find`):
+    zero_cost/accepted_miss entries answer 0; query modes that model does not cover answer None."""
+    from opperf.database.runtime import RuntimeQuery, find, row_latency
+
+    mappings, tables = _database_tables(str(database_dir))
+    mapping = mappings.get(op_name)
+    if mapping is None:
+        return None, "unmapped"
+    if not _skips_zero_cost(mapping) and (mapping.get("zero_cost") or mapping.get("accepted_miss")):
+        return 0.0, "zero_cost" if mapping.get("zero_cost") else "accepted_miss"
+    spelled = [(tuple(s.shape), RUNTIME_DTYPES.get(s.dtype)) for s in tensor_inputs]
+    if any(dtype is None for _, dtype in spelled):
+        return None, "an input dtype has no spelling in the runtime's DTYPE_MAP"
+    out = None if output is None else (tuple(output.shape), RUNTIME_DTYPES.get(output.dtype, str(output.dtype)))
+    hit = find(tables, mapping, RuntimeQuery(tuple(spelled), out))
+    if hit is None:
+        return None, "no row matches"
+    kernel_type, row = hit
+    return row_latency(tables[kernel_type].iloc[row].to_dict()), f"{kernel_type}.csv line {row + 2}"
 
 
 def _skips_zero_cost(mapping: dict) -> bool:

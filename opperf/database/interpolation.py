@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 import yaml
 
+from opperf.contract import TORCH_TO_PROFILER_DTYPE
+from opperf.database.runtime import RUNTIME_QUERY_DTYPE, strip_batch
 from opperf.errors import OpperfError
 
 if TYPE_CHECKING:
@@ -55,11 +57,12 @@ if TYPE_CHECKING:
 # --- the runtime's facts --------------------------------------------------------------------------
 
 # torch dtype -> the runtime's dtype spelling (float16 shares BF16's spelling; float64 has none).
-RUNTIME_DTYPES = {torch.bfloat16: "DT_BF16", torch.float16: "DT_BF16", torch.int8: "INT8", torch.int32: "INT32",
-                  torch.int64: "INT64", torch.float32: "FLOAT", torch.bool: "BOOL"}
-MATMUL_KERNELS = frozenset({"MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2",
-                            "TransposeBatchMatMul", "GroupedMatmul", "GroupedMatmulSwigluQuant"})
-INTERPOLATION_MATMUL_KERNELS = MATMUL_KERNELS | {"BatchMatMulNd"}
+RUNTIME_DTYPES = {getattr(torch, name): RUNTIME_QUERY_DTYPE[profiler] for name, profiler in TORCH_TO_PROFILER_DTYPE.items()
+                  if profiler in RUNTIME_QUERY_DTYPE}
+# The kernel types the interpolation step treats as MatMul (the exact path's set plus BatchMatMulNd).
+INTERPOLATION_MATMUL_KERNELS = frozenset({
+    "MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2", "TransposeBatchMatMul",
+    "GroupedMatmul", "GroupedMatmulSwigluQuant", "BatchMatMulNd"})
 # Kernels whose shapes keep their leading dims (no batch-1 stripping) on the matmul path.
 BATCHED_MATMUL_KERNELS = frozenset({"BatchMatMulV2", "BatchMatMulNd", "TransposeBatchMatMul", "QuantBatchMatmulV3"})
 # Kernels for which FLOAT and DT_BF16 count as one dtype.
@@ -217,21 +220,18 @@ def row_latency(row: Mapping[str, Any], preferred: str) -> tuple[float, str] | N
     return None
 
 
-def strip_batch_one(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The runtime drops a leading 1 from any shape of rank > 1: (1, T, H) → (T, H), but also (1, K) → (K,)."""
-    return shape[1:] if len(shape) > 1 and shape[0] == 1 else shape
+def runtime_nz_to_nd(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The runtime's FRACTAL_NZ restoration, (..., H, W, bh, bw) → (..., H*bw, W*bh); rank < 4 unchanged.
 
-
-def fractal_nz_to_nd(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The runtime's FRACTAL_NZ restoration: (..., H, W, bh, bw) → (..., H*bw, W*bh); shorter shapes unchanged."""
+    Not `contract.fractal_nz_to_nd`, which gives (..., W*bh, H*bw): the model follows the runtime."""
     if len(shape) < 4:
-        return shape
+        return tuple(shape)
     *batch, h, w, block_h, block_w = shape
     return (*batch, h * block_w, w * block_h)
 
 
 def _logical(shape: tuple[int, ...], fmt: str) -> tuple[int, ...]:
-    return fractal_nz_to_nd(shape) if fmt == "FRACTAL_NZ" else tuple(shape)
+    return runtime_nz_to_nd(shape) if fmt == "FRACTAL_NZ" else tuple(shape)
 
 
 def _dtype_key(kernel_type: str, dtype: str) -> str:
@@ -648,7 +648,7 @@ class _GenericPath(_Path):
             shapes, dtypes, formats = _row_formats_dtypes(row, self.input_count)
             if not shapes or len(dtypes) < len(shapes) or len(formats) < len(shapes):
                 continue
-            logical = [strip_batch_one(_logical(tuple(s), formats[i])) for i, s in enumerate(shapes)]
+            logical = [strip_batch(_logical(tuple(s), formats[i])) for i, s in enumerate(shapes)]
             if not logical[0]:
                 continue
             outputs = parse_runtime_shapes(_text(row.get("Output Shapes", "")))
@@ -675,7 +675,7 @@ class _GenericPath(_Path):
         spelled = [RUNTIME_DTYPES.get(s.dtype) for s in inputs]
         if None in spelled:
             return "compute_target_unavailable"
-        logical = [strip_batch_one(tuple(s.shape)) for s in inputs]
+        logical = [strip_batch(tuple(s.shape)) for s in inputs]
         if not logical[0]:
             return "compute_target_unavailable"
         axes = self._axes(kernel_type, logical, [tuple(o.shape) for o in query.outputs])
@@ -721,14 +721,14 @@ class _ElementwisePath(_Path):
             out_dtypes = parse_runtime_names(_text(row.get("Output Data Types", "")))
             if not outputs:
                 continue
-            out = strip_batch_one(tuple(outputs[0]))
+            out = strip_batch(tuple(outputs[0]))
             latency = row_latency(row, preferred)
             if not out or latency is None:
                 continue
             row_dtype = out_dtypes[0] if out_dtypes else None
             if not row_dtype or not output_dtype or row_dtype != output_dtype:
                 continue
-            stripped = [strip_batch_one(tuple(s)) for s in inputs]
+            stripped = [strip_batch(tuple(s)) for s in inputs]
             numels = [_numel(s) for s in stripped]
             out_numel = _numel(out)
             if None in numels or out_numel is None:
@@ -746,10 +746,10 @@ class _ElementwisePath(_Path):
         out = query.outputs[0] if query.outputs else None
         if out is None or len(out.shape) == 0:
             return "elementwise_output_unavailable"
-        out_shape = strip_batch_one(tuple(out.shape))
+        out_shape = strip_batch(tuple(out.shape))
         if len(out_shape) < 1:
             return "elementwise_output_shape_unavailable"
-        stripped = [strip_batch_one(tuple(s.shape)) for s in query.inputs]
+        stripped = [strip_batch(tuple(s.shape)) for s in query.inputs]
         numels = [_numel(s) for s in stripped]
         if None in numels or _numel(out_shape) is None:
             return "elementwise_shape_invalid"
@@ -1213,7 +1213,7 @@ def _holdout_subset(path: _Path, subset: list[Point], axis: str, override: Mappi
 
 
 def holdout_summary(points: Sequence[HoldoutPoint]) -> dict[str, float | int | None]:
-    """Median and 90th percentile of the relative errors (fractions), and how many points."""
+    """Median and 90th percentile (numpy's linear method) of the relative errors (fractions), and how many."""
     import numpy as np
 
     errors = np.asarray([p.relative_error for p in points], dtype=float)

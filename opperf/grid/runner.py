@@ -97,9 +97,14 @@ class KernelGrid:
 
 
 def prepare_settings(*, grid_config: GridConfig, models: dict[str, ModelConfig], target_models: Sequence[str],
-                     rows: int, seed: int, max_hbm_gb: float, max_tokens: int, axis_caps: dict[str, int] | None = None,
-                     tile_boundaries: bool = True, models_path=None) -> GridSettings:
-    """Resolve the target models and build the value grids and memory estimator of one run."""
+                     rows: int, seed: int, max_hbm_gb: float, max_tokens: int | None = None, backend: str = "default",
+                     axis_caps: dict[str, int] | None = None, tile_boundaries: bool | None = None,
+                     models_path=None) -> GridSettings:
+    """Resolve the target models and build the value grids and memory estimator of one run. The token cap,
+    axis caps and tile boundaries not given are grid.yaml's for `backend` (cpu, cuda, npu)."""
+    max_tokens = grid_config.max_tokens_for(backend) if max_tokens is None else max_tokens
+    axis_caps = grid_config.axis_caps_for(backend) if axis_caps is None else axis_caps
+    tile_boundaries = grid_config.tile_boundaries_for(backend) if tile_boundaries is None else tile_boundaries
     if rows < 0:
         raise OpperfError(f"--rows must be >= 0 (0 = no cap), got {rows}", field="--rows")
     if max_hbm_gb <= 0:
