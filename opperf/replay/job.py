@@ -142,10 +142,17 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
         env.update(visible_devices_env(settings.backend, device_id))
         server = ({"backend": settings.backend, "device_id": device_id, "slots_dir": settings.slots_dir}
                   if settings.uses_server() and session is None else None)
-        outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
-                                max_restarts=settings.max_restarts, env=env, cwd=os.getcwd(),
-                                wrap_command=session.wrap_command if session else None,
-                                stop_on_failure=settings.fail_fast, server=server)
+        try:
+            outcomes = run_isolated(worker, [item.index for item in items], timeout_s=settings.timeout_s,
+                                    max_restarts=settings.max_restarts, env=env, cwd=os.getcwd(),
+                                    wrap_command=session.wrap_command if session else None,
+                                    stop_on_failure=settings.fail_fast, server=server)
+        except OpperfError as exc:
+            if exc.path != reference:
+                raise
+            # The definition as the user named it, not as the child was told (absolute, for a server started
+            # in another directory).
+            raise OpperfError(exc.reason, path=definition.path, row=exc.row, field=exc.field) from None
     by_key = outcomes_by_key(items, outcomes)
     if session is not None:
         from opperf.replay.npu.session import resolve_outcomes
