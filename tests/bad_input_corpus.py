@@ -547,8 +547,7 @@ def _fault_cases(parse, kernel, replay_mm, grid, workload) -> list[Case]:
               "replay": ("disk_full", "read_only"), "trace_to_csv": ("no_permission",),
               "validate_comm_alignment": ("read_only",)}
     # Where a fault is met before the first write: replay checks its output can be created before it replays.
-    first_failure = {("replay", "read_only"): "out/mm.csv", ("database kernel", "disk_full"): "out/layouts/MatMulV2.csv",
-                     ("database kernel", "read_only"): "out/layouts/MatMulV2.csv"}
+    first_failure = {("replay", "read_only"): "out/mm.csv"}
     cases = []
     for name, command, prepare, target in out:
         for fault in faults.get(name, ("disk_full",)):
