@@ -68,7 +68,7 @@ def markdown(report: dict) -> str:
     for row in report["results"]:
         said = "<br>".join(s.replace("|", "\\|") for s in row["said"]) or "(nothing: " + ", ".join(row["why"]) + ")"
         if not row["said"] and row["outcome"] == "ok":
-            said = "(rerun succeeded; nothing left behind)"
+            said = "(rerun succeeded; no temporary of a gone writer left, rows as one clean parse where checked)"
         lines.append(f"| {row['group']} | {row['case']} | {row['exit']} | {row['outcome']} | {said} |")
     return "\n".join(lines) + "\n"
 
