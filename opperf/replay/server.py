@@ -45,7 +45,10 @@ def code_fingerprint() -> str:
     or a tree replaced at the same path, gets a new server."""
     digest = hashlib.sha256()
     root = PACKAGE_ROOT.stat()
-    digest.update(f"{PACKAGE_ROOT}:{root.st_dev}:{root.st_ino}\n".encode())
+    # A file system may give a tree recreated at the same path its old inode back; the package file's
+    # change time (set when the file is created, untouched by running the code) tells the trees apart.
+    package = (PACKAGE_ROOT / "opperf" / "__init__.py").stat()
+    digest.update(f"{PACKAGE_ROOT}:{root.st_dev}:{root.st_ino}:{package.st_ino}:{package.st_ctime_ns}\n".encode())
     for path in sorted((PACKAGE_ROOT / "opperf").rglob("*.py")):
         digest.update(f"{path.relative_to(PACKAGE_ROOT)}\n".encode())
         digest.update(path.read_bytes())
