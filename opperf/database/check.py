@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,8 +49,8 @@ class KernelCheck:
 MODELLED_QUERY_MODES = (None, "elementwise")
 
 
-def load_database(database: str | Path) -> tuple[dict, dict]:
-    """(operator_mappings, {kernel type: its CSV as strings}) of a database directory."""
+def load_op_mapping(database: str | Path) -> dict:
+    """A database directory's op_mapping.yaml, parsed (errors name the file)."""
     database = Path(database)
     mapping_path = database / "op_mapping.yaml"
     if not mapping_path.is_file():
@@ -60,6 +59,13 @@ def load_database(database: str | Path) -> tuple[dict, dict]:
         document = yaml.safe_load(mapping_path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise OpperfError(f"cannot parse YAML: {exc}", path=mapping_path) from exc
+    return document
+
+
+def load_database(database: str | Path) -> tuple[dict, dict]:
+    """(operator_mappings, {kernel type: its CSV as strings}) of a database directory."""
+    database = Path(database)
+    document = load_op_mapping(database)
     tables = {path.stem: read_database_csv(path) for path in sorted(database.glob("*.csv"))}
     if not tables:
         raise OpperfError("no {KernelType}.csv in the database directory", path=database)
@@ -108,11 +114,3 @@ def add_layout_rows(database: str | Path, checks: dict[str, KernelCheck]) -> Non
         if path.is_file():
             check.layout_rows = len(read_database_csv(path))
 
-
-def summary(values: list[float]) -> dict[str, Any]:
-    """Count, median and p90 (nearest rank) of a list of errors; None where empty."""
-    if not values:
-        return {"count": 0, "median": None, "p90": None}
-    ordered = sorted(values)
-    return {"count": len(ordered), "median": statistics.median(ordered),
-            "p90": ordered[min(len(ordered) - 1, max(0, int(round(0.9 * len(ordered) + 0.5)) - 1))]}

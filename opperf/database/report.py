@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from opperf.database.check import add_layout_rows, check_findable, load_database
+from opperf.database.check import add_layout_rows, check_findable, load_database, load_op_mapping
 from opperf.database.interpolation import holdout_errors, holdout_summary
 from opperf.io import write_text_atomic
 
@@ -23,7 +21,7 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
     checks = check_findable(operator_mappings, tables)
     add_layout_rows(database, checks)
     kernels = {kernel_type: check.as_dict() for kernel_type, check in checks.items()}
-    document = yaml.safe_load((database / "op_mapping.yaml").read_text(encoding="utf-8")) or {}
+    document = load_op_mapping(database)
     all_errors = []
     for kernel_type, table in tables.items():
         points = [p for p in holdout_errors(table, kernel_type, document) if p.legal]
