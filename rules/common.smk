@@ -147,9 +147,14 @@ def stage_code(*modules):
 
 
 def kernel_types(device, stack, version_dir):
-    """The kernel types of a database, from the parse checkpoint's manifest."""
-    parsed = checkpoints.parse_profiles.get(device=device, stack=stack, version_dir=version_dir).output.parsed
-    manifest = Path(parsed) / KERNEL_TYPES_MANIFEST
+    """The kernel types of a database, from the manifest of the grid checkpoint (which can add the types of
+    the consumer's queries), else of the parse checkpoint."""
+    key = dict(device=device, stack=stack, version_dir=version_dir)
+    if grid_enabled():
+        rows = checkpoints.generate_shape_grid.get(**key).output.grid
+    else:
+        rows = checkpoints.parse_profiles.get(**key).output.parsed
+    manifest = Path(rows) / KERNEL_TYPES_MANIFEST
     return [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 
@@ -265,6 +270,16 @@ def all_targets(wildcards):
 
 
 # --- grid ---
+
+
+def grid_consumer_option(wildcards):
+    """--consumer-models (the target models) and their dtype where config grid.consumer_queries asks."""
+    if not config["grid"].get("consumer_queries") or not grid_target_models(wildcards):
+        return ""
+    return (
+        f"--consumer-models {grid_target_models(wildcards)} "
+        f"--consumer-dtype {config['grid']['consumer_dtype']}"
+    )
 
 
 def grid_target_models(wildcards):

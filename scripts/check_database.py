@@ -27,14 +27,61 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("database", help="a database directory: data/{device}/{stack}/{version_dir}")
     parser.add_argument("--density-standard", default="config/density_standard.yaml",
                         help="the axis density standard (default: %(default)s)")
+    density = parser.add_argument_group("density (the grid's axes against the standard)")
+    density.add_argument("--target-models", default=None,
+                         help="comma-separated models the database's grid was generated for: checks each axis "
+                              "point set of that grid on the replayed rows (default: density not checked)")
+    density.add_argument("--grid-config", default="config/grid.yaml", help="grid patterns (default: %(default)s)")
+    density.add_argument("--models", default="config/models.yaml", help="model configs (default: %(default)s)")
+    density.add_argument("--max-tokens", type=int, default=None,
+                         help="the grid's token cap (default: grid.yaml's for the database's back end)")
+    density.add_argument("--require-density", action="store_true",
+                         help="fail (exit 1) when an axis is below the standard, not only report it")
+    consumer = parser.add_argument_group("the consumer's queries, end to end")
+    consumer.add_argument("--consumer-models", default=None,
+                          help="comma-separated models whose reference-decoder queries (TP 1/4/8, prefill 1..8k, "
+                               "decode batch 1..64) the runtime must answer exactly or by legal interpolation; "
+                               "any that would fall back to roofline fails the check")
+    consumer.add_argument("--consumer-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                          help="activation dtype of those queries (default: %(default)s)")
     parser.add_argument("--json", help="write the full result as JSON here")
     parser.add_argument("--markdown", help="write the per-kernel-type table as markdown here")
     add_logging_args(parser)
     return parser
 
 
+def _names(text: str | None) -> list[str]:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def _backend(database: str) -> str:
+    from opperf.database.check import load_op_mapping
+
+    return (load_op_mapping(database).get("opperf") or {}).get("backend", "cpu")
+
+
+def _density_settings(args: argparse.Namespace):
+    from opperf.grid import load_grid_config, load_models, prepare_settings
+
+    return prepare_settings(grid_config=load_grid_config(args.grid_config), models=load_models(args.models),
+                            target_models=_names(args.target_models), rows=0, seed=0, max_hbm_gb=1e9,
+                            max_tokens=args.max_tokens, backend=_backend(args.database), models_path=args.models)
+
+
+def _consumer_queries(args: argparse.Namespace):
+    from opperf.grid.models import load_models, select_models
+    from opperf.grid.queries import record_consumer_queries
+
+    chosen = select_models(load_models(args.models), _names(args.consumer_models), path=args.models)
+    return record_consumer_queries(args.models, [m.name for m in chosen], _backend(args.database),
+                                   args.consumer_dtype, {m.name: m.tp_sizes for m in chosen})
+
+
 def main(args: argparse.Namespace) -> int:
-    result = check_database(args.database, density_standard=args.density_standard)
+    result = check_database(args.database, density_standard=args.density_standard,
+                            density_settings=_density_settings(args) if args.target_models is not None else None,
+                            consumer_queries=_consumer_queries(args) if args.consumer_models else None,
+                            require_density=args.require_density)
     print(result["table"])
     write_reports(result, json_path=args.json, markdown_path=args.markdown)
     return 0 if result["passed"] else 1

@@ -2,6 +2,7 @@
 """Add model-derived theory rows to every kernel type's CSV of a database (stage 3, the shape grid)."""
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -61,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="model configs (default: config/models.yaml)")
     grid.add_argument("--devices", default=str(DEFAULT_CATALOG), help="device catalog (default: config/devices.yaml)")
     grid.add_argument("--trace-dir", help="write GRID spec/result trace files per kernel type under this directory")
+    consumer = parser.add_argument_group("the performance model's own queries")
+    consumer.add_argument("--consumer-models", default="",
+                          help="comma-separated models (from --models) whose reference decoder's op queries, as a "
+                               "dispatch-mode performance model (msmodeling's TensorCast) issues them, each become "
+                               "a row: TP sizes of the model, prefill 1..8k tokens, decode batch 1..64 (cpu/cuda "
+                               "back ends; rows the HBM budget cannot hold are left out and counted)")
+    consumer.add_argument("--consumer-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                          help="activation dtype of those queries (default: %(default)s)")
     add_logging_args(parser)
     return parser
 
@@ -103,6 +112,20 @@ def _device_budget_backend(args: argparse.Namespace, input_dir: Path) -> tuple[s
             args.backend or device.backend)
 
 
+def _with_consumer_rows(settings, args: argparse.Namespace, backend: str):
+    """The settings with the rows of the consumer's queries for --consumer-models."""
+    from opperf.grid.models import select_models
+    from opperf.grid.queries import ACCELERATOR_CORE_BY_BACKEND, query_rows, record_consumer_queries
+
+    chosen = select_models(load_models(args.models), [m.strip() for m in args.consumer_models.split(",")
+                                                      if m.strip()], path=args.models)
+    recorded = record_consumer_queries(args.models, [m.name for m in chosen], backend, args.consumer_dtype,
+                                       {m.name: m.tp_sizes for m in chosen})
+    rows = query_rows(recorded, ACCELERATOR_CORE_BY_BACKEND[backend], settings.estimator)
+    settings.settings_text.update(consumer_models=[m.name for m in chosen], consumer_dtype=args.consumer_dtype)
+    return dataclasses.replace(settings, consumer_rows=rows)
+
+
 def main(args: argparse.Namespace) -> int:
     input_dir, output_dir = _directories(args)
     device_name, max_hbm_gb, backend = _device_budget_backend(args, input_dir)
@@ -113,6 +136,8 @@ def main(args: argparse.Namespace) -> int:
         rows=args.rows, seed=args.seed, max_hbm_gb=max_hbm_gb, max_tokens=args.max_tokens, backend=backend,
         models_path=args.models)
     settings.settings_text["device"] = device_name
+    if args.consumer_models.strip():
+        settings = _with_consumer_rows(settings, args, backend)
     run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)
     return 0
 

@@ -190,11 +190,26 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     if entry.backend in ("cpu", "cuda"):
         from opperf.database.runtime import schema_framework_ops
 
-        # Types replayed from their op's schema (no definition): the op's functional overloads map to them.
+        # Types replayed from their op's schema (no definition): the op's functional overloads map to them. A
+        # type named after the op holds calls of that op in its own argument layout (a profiled call, or the
+        # consumer's query, opperf.grid.queries): it answers first, another op's kernel type second.
         for kernel, fields in kernel_types.items():
-            if fields["definition"] is None:
-                for framework_op in schema_framework_ops(kernel):
-                    mappings.setdefault(framework_op, {"kernel_type": kernel, "alternate_kernel_types": []})
+            for framework_op in schema_framework_ops(kernel):
+                existing = mappings.get(framework_op)
+                if existing is None:
+                    if fields["definition"] is None:
+                        mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": []}
+                elif existing["kernel_type"] != kernel:
+                    alternates = [existing["kernel_type"], *existing.get("alternate_kernel_types", [])]
+                    # tc_input_count / query_mode described the other type's layout, not this one's.
+                    mappings[framework_op] = {
+                        "kernel_type": kernel, "alternate_kernel_types": [k for k in alternates if k != kernel],
+                        **({"category": existing["category"]} if "category" in existing else {})}
+    from opperf.database.runtime import view_framework_ops
+
+    for framework_op in view_framework_ops():
+        mappings.setdefault(framework_op, {"zero_cost": True,
+                                           "notes": "a view (its schema's return aliases an input): no kernel runs"})
     versions = {"torch": stack_versions.torch}
     if stack_versions.vllm:
         versions["vllm"] = stack_versions.vllm

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opperf.contract import PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES
 from opperf.database.interpolation import RUNTIME_DTYPES, Database, Interpolation, Query, TensorSpec
 from opperf.errors import OpperfError
 from opperf.workload.model import DecoderDims, ReferenceDecoder, load_model_dims
@@ -63,18 +64,68 @@ def query_of(func, args, out) -> Query:
     return Query(str(func).removeprefix("torch.ops."), inputs, outputs)
 
 
+# torch dtype → torch.profiler's record_shapes spelling of a tensor's type, and → c10::ScalarType code (how the
+# profiler records a `ScalarType` argument): a recorded query's arguments read as a trace's op event would.
+_PROFILER_TYPES = {torch_name: profiler for profiler, torch_name in PROFILER_TYPE_TO_TORCH.items()
+                   if profiler not in ("long",)}
+_SCALAR_TYPE_CODES = {name: code for code, name in SCALAR_TYPE_NAMES.items()}
+
+
+def _profiler_value(value) -> tuple[object, str, str, object]:
+    """One argument as torch.profiler records it: (Input Dims, Input type, Concrete Inputs, Input Strides)."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return list(value.shape), _PROFILER_TYPES.get(dtype, dtype), "", list(value.stride())
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return [list(v.shape) for v in value], "TensorList", "", [list(v.stride()) for v in value]
+    if isinstance(value, torch.dtype):
+        code = _SCALAR_TYPE_CODES.get(str(value).removeprefix("torch."))
+        return [], "Scalar", "" if code is None else str(code), []
+    if value is None or isinstance(value, (str, torch.device, torch.layout, torch.memory_format)):
+        return [], "", "", []
+    if isinstance(value, (bool, int, float)):
+        return [], "Scalar", str(value), []
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float)) for v in value):
+        return [], "GenericList", str(list(value)), []
+    return [], "", "", []
+
+
+def profiler_args(func, args, kwargs) -> dict:
+    """An op call's arguments in the form torch.profiler records them (every schema argument in order, defaults
+    filled in), so that a recorded query becomes a row exactly as a profiled call of the op would."""
+    schema = func._schema
+    values = list(args)
+    for argument in schema.arguments[len(values):]:
+        if kwargs and argument.name in kwargs:
+            values.append(kwargs[argument.name])
+        elif argument.has_default_value():
+            values.append(argument.default_value)
+        else:
+            values.append(None)
+    recorded = [_profiler_value(v) for v in values]
+    members = [v[0] for v in values if isinstance(v, (list, tuple)) and v and isinstance(v[0], torch.Tensor)]
+    return {"Input Dims": [r[0] for r in recorded], "Input type": [r[1] for r in recorded],
+            "Concrete Inputs": [r[2] for r in recorded], "Input Strides": [r[3] for r in recorded],
+            # What a trace does not record and a recorded call knows: the dtype of its TensorList's members.
+            "List dtype": str(members[0].dtype).removeprefix("torch.") if members else ""}
+
+
 class QueryRecorder(TorchDispatchMode):
-    """Counts the queries of every op reaching dispatch; remembers which ops are views (no kernel runs)."""
+    """Counts the queries of every op reaching dispatch; remembers which ops are views (no kernel runs) and,
+    per query, the arguments of its first call as a profiler records them (what a database row is made of)."""
 
     def __init__(self):
         super().__init__()
         self.calls: Counter[Query] = Counter()
         self.views: set[str] = set()
+        self.arguments: dict[Query, dict] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         query = query_of(func, args, out)
         self.calls[query] += 1
+        if query not in self.arguments:
+            self.arguments[query] = profiler_args(func, args, kwargs)
         if getattr(func, "is_view", False) or func is torch.ops.aten._unsafe_view.default:
             self.views.add(query.op_name)      # what the runtime's analytic fallback counts as free
         return out
@@ -152,15 +203,16 @@ def record_step(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, atten
 
 
 def scenario_queries(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, attention: str,
-                     num_layers: int) -> tuple[Counter[Query], set[str]]:
-    """Query counts of a `num_layers`-deep step, from a 1-layer and a 2-layer run (the layers are identical)."""
+                     num_layers: int) -> tuple[Counter[Query], set[str], dict[Query, dict]]:
+    """Query counts of a `num_layers`-deep step, from a 1-layer and a 2-layer run (the layers are identical),
+    the view ops among them and each query's recorded arguments."""
     one = record_step(replace(dims, num_hidden_layers=1), scenario, dtype, attention)
     two = record_step(replace(dims, num_hidden_layers=2), scenario, dtype, attention)
     counts: Counter[Query] = Counter()
     for query in one.calls.keys() | two.calls.keys():
         per_layer = two.calls[query] - one.calls[query]
         counts[query] = one.calls[query] - per_layer + num_layers * per_layer
-    return +counts, one.views | two.views
+    return +counts, one.views | two.views, {**two.arguments, **one.arguments}
 
 
 @dataclass
@@ -171,6 +223,7 @@ class RecordedQuery:
     calls: int
     scenarios: list[str]
     view: bool = False    # the op is a view: no kernel runs, op_mapping should mark it zero_cost
+    arguments: dict | None = None   # the first call's arguments as torch.profiler records them (profiler_args)
 
 
 def scenarios(models: Sequence[str] = REFERENCE_MODELS, tp_sizes: Sequence[int] = TP_SIZES,
@@ -190,18 +243,21 @@ def reference_queries(models_path: str | Path, scenario_list: Iterable[Scenario]
     totals: Counter[Query] = Counter()
     where: dict[Query, list[str]] = {}
     views: set[str] = set()
+    arguments: dict[Query, dict] = {}
     dims_cache: dict[str, DecoderDims] = {}
     for scenario in scenario_list if scenario_list is not None else scenarios():
         if scenario.model not in dims_cache:
             dims_cache[scenario.model] = load_model_dims(models_path, scenario.model)
         dims = rank_dims(dims_cache[scenario.model], scenario.tp)
-        counts, scenario_views = scenario_queries(dims, scenario, dtype, attention,
-                                                  num_layers or dims.num_hidden_layers)
+        counts, scenario_views, scenario_arguments = scenario_queries(dims, scenario, dtype, attention,
+                                                                      num_layers or dims.num_hidden_layers)
         views |= scenario_views
+        for query, recorded in scenario_arguments.items():
+            arguments.setdefault(query, recorded)
         for query, calls in counts.items():
             totals[query] += calls
             where.setdefault(query, []).append(scenario.label)
-    return [RecordedQuery(q, calls, where[q], q.op_name in views)
+    return [RecordedQuery(q, calls, where[q], q.op_name in views, arguments.get(q))
             for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
 
 

@@ -12,10 +12,19 @@ from opperf.io import write_text_atomic
 
 # Holdout errors above this are listed by name in the table (the worst few per kernel type).
 WORST_SHOWN = 3
+# Answers to a consumer query that fail the end-to-end gate: roofline fallback, cross-bucket interpolation,
+# an exception (a model run stops), a path opperf's model of the runtime does not follow.
+CONSUMER_FAILURES = ("MISS", "ILLEGAL", "RAISES", "UNMODELLED")
 
 
-def check_database(database: str | Path, density_standard: str | Path | None = None) -> dict[str, Any]:
-    """Every gate on one database directory; `passed` is the contract gates (findable, unique)."""
+def check_database(database: str | Path, density_standard: str | Path | None = None, *,
+                   density_settings=None, consumer_queries=None, require_density: bool = False) -> dict[str, Any]:
+    """Every gate on one database directory; `passed` is the contract gates (findable, unique), the density
+    standard when `require_density`, and with `consumer_queries` (RecordedQuery list) no query that would
+    fall back to the runtime's roofline model (MISS), interpolate across buckets (ILLEGAL) or raise.
+
+    `density_settings` (grid.GridSettings of the grid that built the database) turns on the density gate:
+    each axis point set of that grid checked against the standard on the rows that have a duration."""
     database = Path(database)
     operator_mappings, tables = load_database(database)
     checks = check_findable(operator_mappings, tables)
@@ -46,16 +55,52 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
               and totals["duplicate_runtime_keys"] == 0)
     totals["holdout"] = holdout_summary(all_errors)
     result = {"database": str(database), "passed": passed, "totals": totals, "kernel_types": kernels}
+    if density_settings is not None:
+        result["density"] = _density(database, density_settings, density_standard, kernels)
+        result["passed"] = result["passed"] and (result["density"]["ok"] or not require_density)
+    if consumer_queries is not None:
+        result["consumer"] = _consumer(database, consumer_queries)
+        result["passed"] = result["passed"] and result["consumer"]["ok"]
     result["table"] = format_table(result)
     return result
+
+
+def _density(database: Path, settings, standard_path, kernels: dict) -> dict:
+    """The density gate: per kernel type, each axis's buckets meeting the standard (rows with a duration)."""
+    from opperf.density import load_standard
+    from opperf.grid.density import check_density
+
+    standard = load_standard(standard_path) if standard_path else None
+    report = check_density(database, settings=settings, standard=standard, require_duration=True)
+    for summary in report.axes:
+        if summary.kernel_type in kernels:
+            kernels[summary.kernel_type].setdefault("density", {})[summary.axis] = {
+                "buckets": len(summary.checks), "meeting_standard": len(summary.checks) - len(summary.failures),
+                "absent": summary.absent}
+    return report.to_dict()
+
+
+def _consumer(database: Path, recorded) -> dict:
+    """The end-to-end gate: each recorded query answered as the runtime would (consumer_queries.answer)."""
+    from opperf.database.consumer_queries import answer, answer_summary, modelled_exact_lookup
+
+    answers = answer(recorded, database, modelled_exact_lookup)
+    summary = answer_summary(answers)
+    failing = [a for a in answers if a.status in CONSUMER_FAILURES]
+    failing.sort(key=lambda a: -a.recorded.calls)
+    return {"ok": not failing, "queries": len(answers), **summary,
+            "failing": [{"op": a.recorded.query.op_name, "status": a.status, "calls": a.recorded.calls,
+                         "inputs": [[list(t.shape), str(t.dtype).removeprefix("torch.")]
+                                    for t in a.recorded.query.inputs],
+                         "scenarios": a.recorded.scenarios[:3], "reason": a.reason} for a in failing]}
 
 
 def format_table(result: dict[str, Any]) -> str:
     """The per-kernel-type table, plain text (markdown-compatible)."""
     lines = [f"# Database check: {result['database']}", "",
              "| kernel type | rows | layout rows | with duration | findable | duplicate keys | holdout points "
-             "| holdout median | holdout p90 | mapped ops |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| holdout median | holdout p90 | density (buckets meeting the standard) | mapped ops |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for kernel_type, k in result["kernel_types"].items():
         findable = f"{k['findable']}" + (f" (+{k['not_modelled']} not modelled)" if k["not_modelled"] else "")
         findable += " (unmapped)" if k["unmapped"] else ""
@@ -63,6 +108,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"| {kernel_type} | {k['rows']} | {k['layout_rows'] if k['layout_rows'] is not None else '-'} "
                      f"| {k['rows_with_duration']} | {findable} | {k['duplicate_runtime_keys']} "
                      f"| {holdout['count']} | {_percent(holdout['median'])} | {_percent(holdout['p90'])} "
+                     f"| {_density_cell(k.get('density'), 'density' in result)} "
                      f"| {', '.join(k['mapped_ops']) or '(none)'} |")
     t = result["totals"]
     lines += ["", f"Rows with a duration the runtime finds: {t['findable']} of {t['rows_with_duration']}"
@@ -73,6 +119,15 @@ def format_table(result: dict[str, Any]) -> str:
               "", f"Holdout interpolation error (each interior replayed row predicted from its neighbours by the "
               f"runtime's rule, legal interpolations only): {t['holdout']['count']} points, median "
               f"{_percent(t['holdout']['median'])}, p90 {_percent(t['holdout']['p90'])}"]
+    if "density" in result:
+        density = result["density"]
+        failing = [a for a in density["axes"] if a["failures"]]
+        lines += ["", f"Density against the standard ({density['standard'].get('version', 'V1')}), replayed rows: "
+                  + ("every axis meets it" if density["ok"] else
+                     f"{len(failing)} kernel type/axis pairs below it: "
+                     + "; ".join(f"{a['kernel_type']} {a['axis']}: {a['failures'][0]}" for a in failing[:10]))]
+    if "consumer" in result:
+        lines += ["", *_consumer_lines(result["consumer"])]
     misses = [(kt, m) for kt, k in result["kernel_types"].items() for m in k["misses"]]
     if misses:
         lines += ["", "Rows the runtime does not find:"]
@@ -80,6 +135,30 @@ def format_table(result: dict[str, Any]) -> str:
         if len(misses) > 50:
             lines.append(f"- … and {len(misses) - 50} more (see the JSON)")
     return "\n".join(lines)
+
+
+def _density_cell(density: dict | None, checked: bool) -> str:
+    if not checked:
+        return "not checked"
+    if not density:
+        return "no axis"
+    return ", ".join(f"{axis} {d['meeting_standard']}/{d['buckets']}" + (f" (+{d['absent']} absent)"
+                                                                          if d["absent"] else "")
+                     for axis, d in sorted(density.items()))
+
+
+def _consumer_lines(consumer: dict) -> list[str]:
+    counts = ", ".join(f"{status} {v['queries']} ({v['calls']} calls)"
+                       for status, v in consumer["by_status"].items() if v["queries"])
+    lines = [f"The consumer's queries ({consumer['queries']} distinct), as the runtime answers them: {counts}; "
+             + ("none falls back to roofline" if consumer["ok"] else
+                f"{len(consumer['failing'])} would fall back to roofline, interpolate across buckets or raise")]
+    for item in consumer["failing"][:20]:
+        lines.append(f"- {item['op']} {item['inputs']}: {item['status']} ({item['calls']} calls; "
+                     f"{item['scenarios'][0]}): {item['reason']}")
+    if len(consumer["failing"]) > 20:
+        lines.append(f"- … and {len(consumer['failing']) - 20} more (see the JSON)")
+    return lines
 
 
 def _percent(fraction: float | None) -> str:

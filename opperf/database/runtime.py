@@ -27,6 +27,8 @@ key (the layout that carried most of the workload's calls) and the database keep
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -444,6 +446,36 @@ def runtime_receives(framework_op: str) -> tuple[bool, str]:
     if composite:
         return False, "decomposes (CompositeImplicitAutograd) before dispatch: its parts reach the runtime"
     return True, ""
+
+
+# Not aliasing by schema, but a view in effect: torch issues it for a contiguous input (F.linear on 3-D).
+VIEW_IN_EFFECT = ("aten._unsafe_view.default",)
+# Views no model forward issues (autograd internals, tests, sparse and nested accessors): left out of op_mapping.
+_NOT_A_MODEL_VIEW = ("_test_", "nested", "sparse", "indices", "values", "_fw_primal", "_make_dual")
+
+
+@functools.lru_cache(maxsize=1)
+def view_framework_ops() -> tuple[str, ...]:
+    """The aten ops that reach dispatch and only make a view (the schema's first return aliases an input and
+    nothing is written): no kernel runs, so op_mapping answers them `zero_cost`, as the peer's does for
+    view/t/transpose/expand/split/slice."""
+    import torch
+
+    found = set(VIEW_IN_EFFECT)
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::") or not schema.returns:
+            continue
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            continue
+        alias = schema.returns[0].alias_info
+        if alias is None or alias.is_write:
+            continue
+        framework_op = f"aten.{schema.name[len('aten::'):]}.{schema.overload_name or 'default'}"
+        if any(part in framework_op for part in _NOT_A_MODEL_VIEW):
+            continue
+        if runtime_receives(framework_op)[0]:
+            found.add(framework_op)
+    return tuple(sorted(found))
 
 
 def schema_framework_ops(kernel_type: str) -> list[str]:

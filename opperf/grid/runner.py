@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opperf.contract import (KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
+from opperf.contract import (KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_STRIDES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
                              OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
                              order_columns, parse_names, row_signature)
 from opperf.errors import OpperfError
@@ -27,6 +27,7 @@ from opperf.grid.config import GridConfig
 from opperf.grid.memory import MemoryEstimator
 from opperf.grid.models import ModelConfig, select_models
 from opperf.grid.patterns import CandidateStats, pattern_candidates
+from opperf.grid.queries import CONSUMER_BUCKET, QueryRows
 from opperf.grid.templates import Template, templates_from_rows
 from opperf.grid.values import ValueGrids
 from opperf.io import read_database_csv, staged_directory, write_csv_atomic, write_text_atomic
@@ -65,6 +66,7 @@ class KernelGridResult:
     dropped_buckets: int = 0
     dropped_by_row_cap: int = 0
     generated: int = 0
+    consumer_queries: int = 0              # of `generated`: rows of the performance model's own queries
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class GridSettings:
     seed: int                   # orders buckets of equal use under the cap
     settings_text: dict = field(default_factory=dict)
     target_models: tuple[str, ...] = ()
+    consumer_rows: QueryRows | None = None   # rows of the performance model's own queries (grid/queries.py)
 
     @property
     def configurations(self) -> int:
@@ -219,6 +222,9 @@ def _generated_row(template: Template, fitted: tuple[tuple, tuple], columns) -> 
     row = dict(template.metadata)
     row[INPUT_SHAPES] = format_shapes(inputs)
     row[OUTPUT_SHAPES] = format_shapes(outputs)
+    strides = template.input_strides(inputs)
+    if strides:
+        row[INPUT_STRIDES] = strides
     row[SOURCE] = SOURCE_GENERATED
     row.update(columns)
     return row
@@ -292,15 +298,54 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
                      result.generated, result.duplicates, result.over_hbm_budget, result.dropped_by_row_cap,
                      result.rejected_by_constraints)
         progress.finish(len(kernel_types))
+        added = _add_consumer_rows(frames, results, settings.consumer_rows) if settings.consumer_rows else []
         totals["generated"] = sum(r.generated for r in results)
     _log_coverage(results)
     manifest = input_dir / MANIFEST
     manifest_text = manifest.read_text(encoding="utf-8") if manifest.is_file() else "".join(
         f"{t}\n" for t in kernel_types)
+    manifest_text += "".join(f"{t}\n" for t in added)
     _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results))
     if trace_dir:
         _write_traces(Path(trace_dir), results, settings, dropped)
     return results
+
+
+def _add_consumer_rows(frames: dict[str, pd.DataFrame], results: list[KernelGridResult], consumer: QueryRows
+                       ) -> list[str]:
+    """Append each recorded query's row to its kernel type (a new type where the profile has none), unless a
+    row of that signature is already there; returns the new kernel types, in name order."""
+    by_type = {r.kernel_type: r for r in results}
+    template_columns = next(iter(frames.values())).columns if frames else pd.Index([])
+    added_types, added_rows = [], 0
+    for kernel_type in sorted(consumer.rows):
+        check_kernel_type(kernel_type)
+        frame = frames.get(kernel_type)
+        if frame is None:
+            frame = pd.DataFrame(columns=template_columns)
+            added_types.append(kernel_type)
+            by_type[kernel_type] = KernelGridResult(kernel_type, existing_rows=0, patterns=CONSUMER_BUCKET)
+            results.append(by_type[kernel_type])
+        seen = {row_signature(r, kernel_type) for r in frame.to_dict("records")}
+        new = []
+        for row in consumer.rows[kernel_type]:
+            signature = row_signature(row, kernel_type)
+            if signature not in seen:
+                seen.add(signature)
+                new.append(row)
+        frames[kernel_type] = _merged_frame(frame, new)
+        result = by_type[kernel_type]
+        result.generated += len(new)
+        result.consumer_queries = len(new)
+        if new:
+            result.status = STATUS_GENERATED
+        added_rows += len(new)
+    log.info("consumer queries: %d distinct (%d views, no kernel), %d rows added (%d over the HBM budget) in %d "
+             "kernel types, %d of them new: %s", consumer.queries + consumer.views, consumer.views, added_rows,
+             consumer.over_hbm_budget, len(consumer.rows), len(added_types), ", ".join(added_types) or "none")
+    for op, count in sorted(consumer.not_laid_out.items()):
+        log.warning("consumer queries: %d queries of %s have no recorded arguments and became no row", count, op)
+    return added_types
 
 
 def _log_coverage(results: Sequence[KernelGridResult]) -> None:

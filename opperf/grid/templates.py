@@ -9,6 +9,12 @@ of its kernel type (its template) and takes only shapes from the pattern. A cand
 - `slots` mode (generators with a full slot layout, e.g. FIA): the candidate's layout is kept as is;
   only the slot counts must agree (trailing empty slots are trimmed or padded to the template's count).
 
+Layout: a generated row also keeps the memory layout of its template's most-called profiled row (`Layout`): the
+order of its dims in memory and how much wider than the tensor each dim's parent buffer is (a RoPE slice of a
+fused QKV buffer, a transposed weight, an expanded KV head), carried over to the new shape. Without it a
+grid row of a strided op would be timed on a dense tensor the workload never passes, and its bucket would
+mix the two layouts.
+
 Outputs: a template with no output slots (torch.profiler traces record none) gives generated rows none.
 A template slot stored as FRACTAL_NZ turns the candidate's ND shape into its NZ storage shape; an ND shape
 not aligned to the NZ blocks (16 rows, 32 bytes of columns) does not fit such a slot, since its padded
@@ -18,11 +24,12 @@ storage shape would read back as a different matrix.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opperf.contract import (ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
-                             OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, dtype_bytes, is_known_dtype,
-                             parse_names, parse_shapes)
+                             INPUT_STRIDES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+                             PROFILING_SAMPLE_COUNT, dtype_bytes, is_known_dtype, parse_names, parse_shapes,
+                             parse_strides, split_slots, strides_text)
 from opperf.errors import OpperfError
 from opperf.grid.candidate import Candidate
 from opperf.grid.config import MATCH_SLOTS
@@ -66,12 +73,67 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """A strided tensor's layout, independent of its sizes: dims outermost first, and per dim how many
+    elements its parent buffer has beyond the tensor (0: dense along it); stride-0 (expanded) dims stay 0."""
+
+    order: tuple[int, ...]
+    excess: tuple[int, ...]
+    broadcast: tuple[bool, ...]
+    innermost_stride: int = 1
+
+    @classmethod
+    def of(cls, shape: Shape, strides: Sequence[int]) -> Layout | None:
+        """The layout of a recorded (shape, strides), None when it has none to carry (dense, or unreadable)."""
+        if len(shape) != len(strides) or not shape:
+            return None
+        broadcast = tuple(stride == 0 and size > 1 for size, stride in zip(shape, strides))
+        chain = [d for d in range(len(shape)) if not broadcast[d]]
+        # Outermost first: larger stride first; among equal strides (size-1 dims) the later dim is outer,
+        # as a size-1 dim sits where its sweep would put it in a permuted parent.
+        chain.sort(key=lambda d: (-strides[d], -d))
+        excess = [0] * len(shape)
+        for outer, inner in zip(chain, chain[1:]):
+            if strides[inner] <= 0 or strides[outer] % strides[inner]:
+                return None
+            excess[inner] = max(strides[outer] // strides[inner] - shape[inner], 0)
+        layout = cls(tuple(chain), tuple(excess), broadcast, strides[chain[-1]] if chain else 1)
+        return None if layout.strides(shape) == tuple(contiguous(shape)) else layout
+
+    def strides(self, shape: Shape) -> tuple[int, ...]:
+        """Strides of a tensor of `shape` laid out the same way."""
+        strides = [0] * len(shape)
+        step = self.innermost_stride
+        for dim in reversed(self.order):
+            strides[dim] = step
+            step *= max(shape[dim] + self.excess[dim], 1)
+        return tuple(strides)
+
+
+def contiguous(shape: Shape) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return list(reversed(strides))
+
+
+@dataclass(frozen=True)
 class Template:
-    """The stable metadata of a group of profiled rows with one slot structure."""
+    """The stable metadata of a group of profiled rows with one slot structure, and the layout of the input
+    slots of the group's most-called row (not part of what makes two templates the same)."""
 
     metadata: tuple[tuple[str, str], ...]
     inputs: tuple[Slot, ...]
     outputs: tuple[Slot, ...]
+    layouts: tuple[Layout | None, ...] = field(default=(), compare=False)
+
+    def input_strides(self, inputs: Sequence[Shape | None]) -> str:
+        """The Input Strides field of a generated row with these input slot shapes ('' when all dense)."""
+        strides = [layout.strides(shape) if layout is not None and shape is not None
+                   and len(shape) == len(layout.order) else None
+                   for shape, layout in zip(inputs, self.layouts)]
+        return strides_text(inputs, strides)
 
     def fit(self, candidate: Candidate, match: str) -> tuple[tuple, tuple] | None:
         """The candidate's (input slots, output slots) laid out on this template, or None if it does not fit."""
@@ -134,7 +196,7 @@ def templates_from_rows(rows: Sequence[Mapping[str, str]], *, path=None, first_l
     A row whose shapes cannot be parsed (N/A, malformed) cannot be a template; it is counted, not fatal:
     the row itself is carried through unchanged.
     """
-    templates: dict[Template, None] = {}
+    templates: dict[Template, tuple[float, tuple]] = {}
     unusable = 0
     for offset, row in enumerate(rows):
         try:
@@ -150,5 +212,27 @@ def templates_from_rows(rows: Sequence[Mapping[str, str]], *, path=None, first_l
                                    parse_names(row.get(INPUT_DTYPES, ""))),
                             _slots(outputs, parse_names(row.get(OUTPUT_FORMATS, "")),
                                    parse_names(row.get(OUTPUT_DTYPES, ""))))
-        templates.setdefault(template, None)
-    return list(templates), unusable
+        calls = _calls(row)
+        if template not in templates or calls > templates[template][0]:
+            templates[template] = (calls, _layouts(inputs, row.get(INPUT_STRIDES, "")))
+    return [Template(t.metadata, t.inputs, t.outputs, layouts) for t, (_, layouts) in templates.items()], unusable
+
+
+def _calls(row: Mapping[str, str]) -> float:
+    try:
+        return float(row.get(PROFILING_SAMPLE_COUNT, "") or 0)
+    except ValueError:
+        return 0.0
+
+
+def _layouts(inputs: Sequence[Shape | None], strides_field: str) -> tuple[Layout | None, ...]:
+    """Each input slot's layout from the row's Input Strides (None where dense or not recorded)."""
+    slots = split_slots(strides_field) if strides_field else []
+    found = []
+    for index, shape in enumerate(inputs):
+        try:
+            strides = parse_strides(slots[index]) if index < len(slots) else None
+        except OpperfError:
+            strides = None
+        found.append(Layout.of(tuple(shape), strides) if shape and strides else None)
+    return tuple(found)

@@ -498,19 +498,12 @@ def convert_trace(path: str | Path) -> TraceConversion:
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
         list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
-        slots = _input_slots(args, list_dtype)
-        inferred = meta.outputs(op.name, args, list_dtype)
-        if inferred is None:
+        row = op_call_row(op.name, args, conversion.accelerator_core, list_dtype, meta)
+        if not row[OUTPUT_SHAPES] and not row[OUTPUT_DTYPES]:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
-            inferred = ("", "", "")
-        conversion.rows.append({
-            "Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
-            ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts), DURATION: repr(duration_us),
-            INPUT_SHAPES: ";".join(slots.shapes), INPUT_DTYPES: ";".join(slots.dtypes),
-            INPUT_FORMATS: ";".join(slots.formats), OUTPUT_SHAPES: inferred[0], OUTPUT_DTYPES: inferred[1],
-            OUTPUT_FORMATS: inferred[2], INPUT_SCALARS: ";".join(slots.scalars),
-            INPUT_STRIDES: slots.strides_field(),
-        })
+        conversion.rows.append({"Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
+                                ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts),
+                                DURATION: repr(duration_us), **row})
         conversion.events.append(op.index)
     for kernel_type, state, duration_us, event_index, ts in kernel_rows:
         # A kernel no op launched (graph replay, Triton from Python): a row of its own by name, no shapes known.
@@ -521,6 +514,19 @@ def convert_trace(path: str | Path) -> TraceConversion:
             INPUT_STRIDES: ""})
         conversion.events.append(event_index)
     return conversion
+
+
+def op_call_row(op_name: str, args: dict, accelerator_core: str, list_dtype: str = "",
+                meta: _MetaShapes | None = None) -> dict[str, str]:
+    """The row fields of one op call from its arguments as torch.profiler records them (`Input Dims`, `Input
+    type`, `Concrete Inputs`, `Input Strides`): input slots, and output slots inferred on meta tensors (empty
+    when no overload runs on meta). A profiled call and a call recorded any other way (a performance model's
+    query, opperf.database.consumer_queries) become rows of the same layout through this one function."""
+    slots = _input_slots(args, list_dtype)
+    inferred = (meta or _MetaShapes()).outputs(op_name, args, list_dtype) or ("", "", "")
+    return {INPUT_SHAPES: ";".join(slots.shapes), INPUT_DTYPES: ";".join(slots.dtypes),
+            INPUT_FORMATS: ";".join(slots.formats), OUTPUT_SHAPES: inferred[0], OUTPUT_DTYPES: inferred[1],
+            OUTPUT_FORMATS: inferred[2], INPUT_SCALARS: ";".join(slots.scalars), INPUT_STRIDES: slots.strides_field()}
 
 
 def _unattributed_kind(runtime_name: str | None, kernel_name: str, category: str) -> str:

@@ -85,7 +85,7 @@ _ROLE_KEYS = {
     "device": _COMMON_KEYS,
     "none": _COMMON_KEYS | {"omit"},
 }
-_OUTPUT_KEYS = {"verify", "extra"}
+_OUTPUT_KEYS = {"verify", "extra", "slots"}
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -128,6 +128,7 @@ class InputSpec:
 class OutputSpec:
     verify: bool = True
     extra: str = "error"                       # error | ignore: outputs produced beyond the row's slots
+    slots: int | None = None                   # verify only the first N output slots (the rest: auxiliary state)
 
 
 @dataclass(frozen=True)
@@ -397,8 +398,12 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
     extra = outputs_raw.get("extra", "error")
     if extra not in ("error", "ignore"):
         raise _fail(f"must be `error` or `ignore`, got {extra!r}", path, "outputs.extra")
+    slots = outputs_raw.get("slots")
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        raise _fail(f"must be a positive integer (the leading output slots to verify), got {slots!r}", path,
+                    "outputs.slots")
     outputs = OutputSpec(verify=_boolean(outputs_raw.get("verify"), path, "outputs.verify", default=True),
-                         extra=extra)
+                         extra=extra, slots=slots)
 
     description = raw.get("description", "")
     if not isinstance(description, str):

@@ -32,7 +32,7 @@ STATUS_FAILED_RUN = "failed_run"
 STATUS_FAILED_VERIFY = "failed_verify"
 STATUS_FAILED_CRASH = "failed_crash"          # the replay process died on this row (abort, segfault, OOM kill)
 STATUS_FAILED_TIMEOUT = "failed_timeout"      # the row ran past the timeout; its process was killed
-STATUS_FAILED_NO_SAMPLES = "failed_no_samples"  # the profiler session reported no kernel with this signature
+STATUS_FAILED_NO_SAMPLES = "failed_no_samples"  # the timer saw no kernel of the call (npu: with this signature)
 STATUS_NOT_RUN = "not_run"                    # never reached: the replay process kept dying (see error)
 STATUS_SKIPPED_MEMORY = "skipped_memory"
 STATUS_NO_DEFINITION = "no_definition"
@@ -148,6 +148,12 @@ class PreparedRow:
         if not timing.samples_us:
             return RowOutcome(STATUS_EXECUTED, columns={contract.REPLAY_TIMING_METHOD: timing.method,
                                                         contract.REPLAY_L2_POLICY: timing.l2_policy}, **traced)
+        if not any(sample > 0 for sample in timing.samples_us):
+            # A call whose every sample is 0 launched no device work that the timer saw: a duration of 0
+            # would read as "free" to the performance model. The row fails, naming why.
+            return RowOutcome(STATUS_FAILED_NO_SAMPLES, error=f"{timing.method}: every one of the "
+                              f"{len(timing.samples_us)} timed calls measured 0 us (no device activity "
+                              "attributed to the call)", **traced)
         return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy),
                           other_samples=timing.other_samples_us, **traced)
 

@@ -207,6 +207,16 @@ def _top_level_ops(ranges, ops):
             yield op, position
 
 
+def _ops_in_ranges(ranges, ops):
+    """(op, range position) for every op inside a call range, on its thread, nested or not."""
+    starts = [r[0] for r in ranges]
+    for op in ops:
+        start, end, thread, _ = op
+        position = bisect.bisect_right(starts, start) - 1
+        if position >= 0 and end <= ranges[position][1] and thread == ranges[position][2]:
+            yield op, position
+
+
 def _clone_case(case: ReplayCase) -> ReplayCase:
     """A copy of the case with fresh tensor inputs (for cache input rotation)."""
     def clone(value: Any) -> Any:
@@ -388,19 +398,28 @@ def range_device_times(events, prefix: str) -> dict[int, list[float]]:
     directly launched (the ops at the top of its range), not what ops nested inside them launched:
     the parse stage gives those nested ops rows of their own (bincount's min/max, a cat that copies
     through copy_), so counting them here would compare two different sums.
+
+    An op that launches nothing itself and does its work through the ops it calls (`clone` → `copy_`,
+    `embedding` → `index_select`, `zeros_like` → `fill_`: a framework-level op as a performance model
+    queries it, not a kernel a profile files) gets the time of every op inside its range instead.
     """
     ranges, ops = _ranges_and_ops(events, prefix)
     top_level = {op[3]: position for op, position in _top_level_ops(ranges, ops)}
+    inside = {op[3]: position for op, position in _ops_in_ranges(ranges, ops)}
     cpu_type = torch.autograd.DeviceType.CPU
-    totals = [0] * len(ranges)
+    direct, inclusive = [0] * len(ranges), [0] * len(ranges)
     for event in events:
         if event.device_type() != cpu_type:
-            position = top_level.get(event.linked_correlation_id())
+            correlation = event.linked_correlation_id()
+            position = top_level.get(correlation)
             if position is not None:
-                totals[position] += event.duration_ns()
+                direct[position] += event.duration_ns()
+            position = inside.get(correlation)
+            if position is not None:
+                inclusive[position] += event.duration_ns()
     per_token: dict[int, list[float]] = {}
-    for (_, _, _, token), total in zip(ranges, totals):
-        per_token.setdefault(token, []).append(total / 1000.0)
+    for (_, _, _, token), own, total in zip(ranges, direct, inclusive):
+        per_token.setdefault(token, []).append((own or total) / 1000.0)
     return per_token
 
 

@@ -67,7 +67,7 @@ def verify_outputs(row: Mapping[str, str], slots: RowSlots, result: Any, spec: O
     if not spec.verify:
         return VerifyResult(True, expected, produced, "verification disabled by the kernel definition")
     problems = []
-    for index, shape in enumerate(slots.output_shapes):
+    for index, shape in enumerate(slots.output_shapes[:spec.slots]):
         if shape is None:
             continue
         fmt = slots.output_formats[index] if index < len(slots.output_formats) else ""

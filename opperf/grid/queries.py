@@ -1,0 +1,109 @@
+"""Grid rows for the lookups the performance model will make: one row per distinct query of the reference decoder.
+
+The declarative patterns (grid.yaml) widen the profiled kernels along the density standard's axes. What they
+cannot know is the exact argument layout a consumer's query arrives in: a decode step's `(batch, 1, hidden)`
+activations, a RoPE slice of a fused QKV buffer, the ops TensorCast records at the framework level (`clone`,
+`embedding`, `_softmax`, `topk`, …) whose kernels a profile files under other names. So the target models'
+reference decoder is run on meta tensors under a TorchDispatchMode, as TensorCast runs a model
+(`opperf.database.consumer_queries`), and every distinct non-view query becomes a row of the kernel type named
+after its op, laid out exactly as a profiled call of that op would be (`opperf.parse.torch_trace.op_call_row`):
+every schema argument in order, concrete scalars, the call's strides. Kernel types without a definition replay
+from the op's schema (`opperf.replay.schema`); their op maps to them in op_mapping.yaml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from opperf.contract import (ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE, OUTPUT_DTYPES,
+                             OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, TORCH_TO_PROFILER_DTYPE,
+                             parse_names, parse_shapes, row_signature)
+from opperf.errors import OpperfError
+from opperf.grid.memory import MemoryEstimator
+from opperf.log import get_logger
+
+log = get_logger("grid")
+
+CONSUMER_BUCKET = "consumer_queries"
+# The attention kernel `scaled_dot_product_attention` dispatches to on each back end (what TensorCast records).
+ATTENTION_BY_BACKEND = {"cpu": "cpu", "cuda": "cuda"}
+ACCELERATOR_CORE_BY_BACKEND = {"cpu": "CPU", "cuda": "CUDA"}      # a torch trace's Accelerator Core
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class QueryRows:
+    """The rows of the recorded queries, per kernel type, and what was left out and why."""
+
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+    queries: int = 0
+    views: int = 0
+    over_hbm_budget: int = 0
+    not_laid_out: dict[str, int] = field(default_factory=dict)   # op → queries whose arguments were not recorded
+
+
+def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str,
+                            tp_sizes: dict[str, Sequence[int]] | None = None):
+    """The reference decoder's queries for `models` (prefill 1..8k, decode batch 1..64 at each TP size)."""
+    from opperf.database.consumer_queries import TP_SIZES, reference_queries, scenarios
+
+    if backend not in ATTENTION_BY_BACKEND:
+        raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"
+                          f"; {backend!r} databases are queried through TensorCast's own ops", field="backend")
+    if dtype not in DTYPES:
+        raise OpperfError(f"unknown consumer dtype {dtype!r}; one of {', '.join(DTYPES)}", field="--consumer-dtype")
+    chosen = []
+    for model in models:
+        sizes = (tp_sizes or {}).get(model) or TP_SIZES
+        chosen += scenarios(models=[model], tp_sizes=sizes)
+    log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
+             ", ".join(models), dtype, ATTENTION_BY_BACKEND[backend])
+    return reference_queries(models_path, chosen, dtype=DTYPES[dtype], attention=ATTENTION_BY_BACKEND[backend])
+
+
+def _list_dtype(arguments: dict) -> str:
+    """The profiler dtype of an op's TensorList members (one per call), '' when it has none."""
+    member = arguments.get("List dtype", "")
+    return TORCH_TO_PROFILER_DTYPE.get(member, "")
+
+
+def query_rows(recorded: Iterable, accelerator_core: str, estimator: MemoryEstimator | None = None) -> QueryRows:
+    """One generated row per recorded non-view query, under the kernel type named after its op."""
+    from opperf.parse.torch_trace import _MetaShapes, kernel_type_of, op_call_row
+
+    meta = _MetaShapes()
+    result = QueryRows()
+    seen: set[tuple] = set()
+    for item in recorded:
+        if item.view:
+            result.views += 1
+            continue
+        result.queries += 1
+        namespace, name, _overload = item.query.op_name.split(".", 2)
+        if item.arguments is None:
+            result.not_laid_out[item.query.op_name] = result.not_laid_out.get(item.query.op_name, 0) + 1
+            continue
+        op = f"{namespace}::{name}"
+        kernel_type = kernel_type_of(op)
+        row = {OP_STATE: "eager", ACCELERATOR_CORE: accelerator_core,
+               **op_call_row(op, item.arguments, accelerator_core, _list_dtype(item.arguments), meta),
+               SOURCE: SOURCE_GENERATED}
+        if estimator is not None and not _fits(row, estimator):
+            result.over_hbm_budget += 1
+            continue
+        signature = (kernel_type, row_signature(row, kernel_type))
+        if signature in seen:
+            continue
+        seen.add(signature)
+        result.rows.setdefault(kernel_type, []).append(row)
+    return result
+
+
+def _fits(row: dict, estimator: MemoryEstimator) -> bool:
+    return estimator.fits(parse_shapes(row[INPUT_SHAPES]), parse_names(row[INPUT_DTYPES]),
+                          parse_names(row[INPUT_FORMATS]), parse_shapes(row[OUTPUT_SHAPES]),
+                          parse_names(row[OUTPUT_DTYPES]), parse_names(row[OUTPUT_FORMATS]))
