@@ -5,10 +5,12 @@ The workflow's stages run as their scripts (the GPU host has no Snakemake), in t
 
   1. profile   scripts/profile_workload.py: the reference decoder at a model's dims (bf16, 2 layers)
   2. parse     scripts/parse_kernel_details.py → the parsed database
-  3. grid      scripts/generate_shape_grid.py --target-models MODEL: rows that meet the density standard
+  3. grid      scripts/generate_shape_grid.py --target-models MODEL: rows that meet the density standard, and
+               --consumer-models: a row per op query the performance model issues for those models
   4. replay    scripts/replay.py --database-path: every row, profiled and generated, on the device
   5. database  scripts/build_database.py directory: the runtime's CSVs, layouts/, op_mapping.yaml
-  6. check     scripts/check_database.py: findable rows, unique runtime keys, holdout interpolation error
+  6. check     scripts/check_database.py: findable rows, unique runtime keys, density, holdout interpolation
+               error, and the consumer's queries end to end (none may fall back to roofline)
 
     python benchmarks/cuda_database.py --output-dir /tmp/out            # on an H100: ~8 min
     python benchmarks/cuda_database.py --backend cpu --model opperf-tiny --rows 40 --output-dir /tmp/smoke
@@ -77,6 +79,9 @@ def main() -> int:
     parser.add_argument("--prefill-lengths", nargs="+", type=int, default=[128, 512, 2048, 4096])
     parser.add_argument("--decode-batch-sizes", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--rows", type=int, default=0, help="grid row cap per kernel type (0: none)")
+    parser.add_argument("--consumer-models", default="Qwen3-32B,DeepSeek-V3",
+                        help="models whose performance-model queries become grid rows and are checked end to end "
+                             "('' for none; default: %(default)s)")
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_cuda_database"))
     parser.add_argument("--output-dir", type=Path, required=True)
@@ -113,8 +118,10 @@ def main() -> int:
                               "--output", str(work / "profile")])
     stage("parse", [python, "scripts/parse_kernel_details.py", "--profiling-path",
                             str(work / "profile" / "trace.json"), "--database-path", str(rows_dir)])
+    consumer = ["--consumer-models", args.consumer_models, "--consumer-dtype", dtype] if args.consumer_models else []
     stage("grid", [python, "scripts/generate_shape_grid.py", "--data-dir", str(rows_dir), "--device", device,
-                           "--backend", args.backend, "--target-models", args.model, "--rows", str(args.rows)])
+                           "--backend", args.backend, "--target-models", args.model, "--rows", str(args.rows),
+                           *consumer])
     stage("replay", [python, "scripts/replay.py", "--database-path", str(rows_dir), "--backend",
                              args.backend, "--device", device, "--repeat-count", str(args.repeat_count),
                              "--reports-dir", str(work / "reports")])
@@ -125,7 +132,8 @@ def main() -> int:
     check_json, check_md = args.output_dir / "check.json", args.output_dir / "check.md"
     started = time.monotonic()
     check = subprocess.run([python, "scripts/check_database.py", str(database), "--json", str(check_json),
-                            "--markdown", str(check_md)], cwd=ROOT, capture_output=True, text=True)
+                            "--markdown", str(check_md), "--target-models", args.model, *consumer],
+                           cwd=ROOT, capture_output=True, text=True)
     timings["check"] = time.monotonic() - started
     print(check.stdout[-4000:], check.stderr[-2000:], sep="\n")
     with tarfile.open(args.output_dir / "database.tar.gz", "w:gz") as archive:
