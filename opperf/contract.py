@@ -392,7 +392,11 @@ def canonical_strides(strides_field: str, shapes_field: str) -> str:
     except OpperfError:
         return strides_field
     strides += [None] * (len(shapes) - len(strides))
-    return strides_text(shapes, strides[:len(shapes)])
+    # A size-1 dim's stride says nothing about the layout (torch ignores it too): one spelling for all.
+    strides = [None if shape is None or slot is None or len(slot) != len(shape)
+               else tuple(0 if size == 1 else stride for size, stride in zip(shape, slot))
+               for shape, slot in zip(shapes, strides[:len(shapes)])]
+    return strides_text(shapes, strides)
 
 
 # --- row signatures ------------------------------------------------------------------------------

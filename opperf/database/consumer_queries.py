@@ -83,6 +83,8 @@ def _profiler_value(value) -> tuple[object, str, str, object]:
         return [], "Scalar", "" if code is None else str(code), []
     if value is None or isinstance(value, (str, torch.device, torch.layout, torch.memory_format)):
         return [], "", "", []
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return [], "Scalar", f"{value:.0f}.", []       # the profiler prints an integral double as `0.`
     if isinstance(value, (bool, int, float)):
         return [], "Scalar", str(value), []
     if isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float)) for v in value):

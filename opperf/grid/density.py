@@ -155,7 +155,10 @@ def database_point_sets(directory: str | Path, settings: GridSettings, *, requir
     found: list[AxisPointSet] = []
     for kernel_type in read_manifest(directory):
         path = directory / f"{kernel_type}.csv"
-        rows = read_database_csv(path, required=(INPUT_SHAPES, OUTPUT_SHAPES)).to_dict("records")
+        # A built database keeps every measured layout in layouts/ (its kernel CSV: one row per runtime key).
+        every_layout = directory / "layouts" / f"{kernel_type}.csv"
+        rows = read_database_csv(every_layout if every_layout.is_file() else path,
+                                 required=(INPUT_SHAPES, OUTPUT_SHAPES)).to_dict("records")
         held = {row_signature(r, kernel_type) for r in rows if not require_duration or _has_duration(r)}
         profiled = [r for r in rows if r.get(SOURCE, "") != SOURCE_GENERATED]
         for point_set in generate_kernel_grid(kernel_type, profiled, settings, path=path).point_sets:

@@ -212,10 +212,21 @@ def templates_from_rows(rows: Sequence[Mapping[str, str]], *, path=None, first_l
                                    parse_names(row.get(INPUT_DTYPES, ""))),
                             _slots(outputs, parse_names(row.get(OUTPUT_FORMATS, "")),
                                    parse_names(row.get(OUTPUT_DTYPES, ""))))
-        calls = _calls(row)
-        if template not in templates or calls > templates[template][0]:
-            templates[template] = (calls, _layouts(inputs, row.get(INPUT_STRIDES, "")))
+        strides = row.get(INPUT_STRIDES, "")
+        rank = (_shows_layout(inputs, strides), _calls(row))
+        if template not in templates or rank > templates[template][0]:
+            templates[template] = (rank, _layouts(inputs, strides))
     return [Template(t.metadata, t.inputs, t.outputs, layouts) for t, (_, layouts) in templates.items()], unusable
+
+
+def _shows_layout(inputs: Sequence[Shape | None], strides_field: str) -> bool:
+    """Whether a row's recorded strides say how its tensors lie in memory: they do when a slot is recorded
+    strided, or when every tensor has two dims longer than 1. A decode row (1, 1, 25600) of a slice of a
+    (1, 1, 51200) buffer reads as dense (torch ignores the strides of size-1 dims), so the template's layout
+    comes from its most-called row that shows one, else from its most-called row."""
+    if strides_field.strip(" ;"):
+        return True
+    return all(shape is None or sum(1 for d in shape if d > 1) >= 2 for shape in inputs if shape)
 
 
 def _calls(row: Mapping[str, str]) -> float:
