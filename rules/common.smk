@@ -276,10 +276,7 @@ def grid_consumer_option(wildcards):
     """--consumer-models (the target models) and their dtype where config grid.consumer_queries asks."""
     if not config["grid"].get("consumer_queries") or not grid_target_models(wildcards):
         return ""
-    return (
-        f"--consumer-models {grid_target_models(wildcards)} "
-        f"--consumer-dtype {config['grid']['consumer_dtype']}"
-    )
+    return f"--consumer-models {grid_target_models(wildcards)} " f"--consumer-dtype {config['grid']['consumer_dtype']}"
 
 
 def grid_target_models(wildcards):
