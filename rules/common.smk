@@ -279,6 +279,20 @@ def grid_consumer_option(wildcards):
     return f"--consumer-models {grid_target_models(wildcards)} " f"--consumer-dtype {config['grid']['consumer_dtype']}"
 
 
+def database_check_options(wildcards):
+    """The check's density gate (the grid's target models) and, with grid.consumer_queries, its end-to-end
+    gate; the grid's own models file and patterns. Nothing of the kind without the grid stage."""
+    if not grid_enabled():
+        return ""
+    models = grid_target_models(wildcards)
+    options = f"--models {config['models']} --grid-config {config['grid']['patterns']} " f"--target-models '{models}'"
+    if config["grid"].get("max_tokens"):
+        options += f" --max-tokens {config['grid']['max_tokens']}"
+    if config["grid"].get("consumer_queries") and models:
+        options += f" --consumer-models {models} --consumer-dtype {config['grid']['consumer_dtype']}"
+    return options
+
+
 def grid_target_models(wildcards):
     """The grid's --target-models for one database, comma-separated ('' = the generic grids).
 

@@ -69,7 +69,8 @@ rule database_complete:
 
 
 rule database_check:
-    """The database as its consumer will use it: findable rows, unique runtime keys (scripts/check_database.py)."""
+    """The database as its consumer will use it (scripts/check_database.py): findable rows, unique runtime keys,
+    density of the grid's axes, holdout error, and with grid.consumer_queries the consumer's queries end to end."""
     input:
         files=database_files,
         code=stage_code("database"),
@@ -84,7 +85,8 @@ rule database_check:
         "../envs/cpu.yaml"
     params:
         database=lambda wildcards: f"data/{wildcards.device}/{wildcards.stack}/{wildcards.version_dir}",
+        gates=database_check_options,
         log_level=config["log_level"],
     shell:
         "python scripts/check_database.py {params.database} --json {output.json} "
-        "--markdown {output.markdown} --log-level {params.log_level} > {log} 2>&1"
+        "--markdown {output.markdown} {params.gates} --log-level {params.log_level} > {log} 2>&1"

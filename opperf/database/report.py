@@ -122,8 +122,12 @@ def format_table(result: dict[str, Any]) -> str:
     if "density" in result:
         density = result["density"]
         failing = [a for a in density["axes"] if a["failures"]]
+        checked = sum(a["buckets"] for a in density["axes"])
+        absent = sum(a["absent"] for a in density["axes"])
         lines += ["", f"Density against the standard ({density['standard'].get('version', 'V1')}), replayed rows: "
-                  + ("every axis meets it" if density["ok"] else
+                  + (f"nothing to check: none of the grid's {absent} axis point sets has a measured row"
+                     if not checked else
+                     f"every axis meets it ({checked} point sets; {absent} absent)" if density["ok"] else
                      f"{len(failing)} kernel type/axis pairs below it: "
                      + "; ".join(f"{a['kernel_type']} {a['axis']}: {a['failures'][0]}" for a in failing[:10]))]
     if "consumer" in result:
