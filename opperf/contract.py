@@ -48,6 +48,8 @@ REPLAY_MEDIAN = "Replay Median Duration(us)"
 REPLAY_P10 = "Replay P10 Duration(us)"
 REPLAY_P90 = "Replay P90 Duration(us)"
 REPLAY_CV = "Replay CV"
+REPLAY_SM_CLOCK = "Replay SM Clock(MHz)"     # NVML, median over the timed calls (cuda)
+REPLAY_POWER = "Replay Power(W)"
 REPLAY_SAMPLE_COUNT = "Replay Sample Count"
 REPLAY_TIMING_METHOD = "Replay Timing Method"
 REPLAY_L2_POLICY = "Replay L2 Policy"
@@ -71,7 +73,7 @@ INPUT_STRIDES = "Input Strides"
 EXTRA_COLUMNS: tuple[str, ...] = (
     SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
     REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE, REPLAY_STATUS, REPLAY_ERROR,
-    COLLECTED_AT,
+    REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
 )
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.

@@ -147,10 +147,11 @@ def stage_code(*modules):
 
 
 def kernel_types(device, stack, version_dir):
-    """The kernel types of a database, from the manifest of the grid checkpoint (which can add the types of
-    the consumer's queries), else of the parse checkpoint."""
+    """The kernel types of a database: the parse checkpoint's manifest, or, when the grid adds the types of the
+    consumer's queries (grid.consumer_queries), the grid checkpoint's. Only then does planning wait for the grid,
+    so a dry run of the default configuration shows every job."""
     key = dict(device=device, stack=stack, version_dir=version_dir)
-    if grid_enabled():
+    if grid_enabled() and config["grid"].get("consumer_queries"):
         rows = checkpoints.generate_shape_grid.get(**key).output.grid
     else:
         rows = checkpoints.parse_profiles.get(**key).output.parsed

@@ -118,8 +118,14 @@ def test_only_ops_the_runtime_can_receive_are_mapped(framework_op, received, why
 
 def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
     document = yaml.safe_load((cpu_database / "op_mapping.yaml").read_text())
-    assert sorted(document["operator_mappings"]) == ["aten.add.Tensor", "aten.cat.default", "aten.copy_.default",
-                                                      "aten.mm.default", "aten.sum.dim_IntList"]
+    mappings = document["operator_mappings"]
+    assert sorted(op for op, m in mappings.items() if not m.get("zero_cost")) == [
+        "aten.add.Tensor", "aten.cat.default", "aten.copy_.default", "aten.mm.default", "aten.sum.dim_IntList"]
+    # Views run no kernel: the runtime answers them 0, as the peer's op_mapping does; a copying op never.
+    views = {op for op, m in mappings.items() if m.get("zero_cost")}
+    assert {"aten.view.default", "aten.t.default", "aten.transpose.int", "aten.expand.default",
+            "aten.slice.Tensor", "aten.split.Tensor", "aten.unsqueeze.default", "aten._unsafe_view.default"} <= views
+    assert not views & {"aten.clone.default", "aten.contiguous.default", "aten.reshape.default", "aten.cat.default"}
     assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1}}}
     # A3: attention is what TensorCast issues (tensor_cast.attention.default), never npu_fusion_attention;
     # collectives sit in the runtime's hccl/v{cann}/ directory.
@@ -135,6 +141,8 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
     assert ops["tensor_cast.attention.default"]["query_mode"] == "attention_special"
     assert "aten.linear.default" not in ops and "aten.addmm.default" not in ops
     assert not any(op.startswith("npu.") for op in ops)
+    assert ops["aten.view.default"] == {"zero_cost": True, "notes": "a view (its schema's return aliases an input): "
+                                                                     "no kernel runs"}
     assert mapping["interpolation_policy"]["kernel_overrides"]["FusedInferAttentionScore"] == {
         "axis_transform": "sqrt_seq"}
 

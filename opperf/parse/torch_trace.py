@@ -48,6 +48,9 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
+from opperf.workload.power import FIELDS as POWER_FIELDS
+from opperf.workload.power import SYNC_RANGE as POWER_SYNC_RANGE
+from opperf.workload.power import samples_at
 
 log = get_logger("parse.torch_trace")
 
@@ -104,6 +107,7 @@ class _Op:
     parent: int | None = None
     device_us: float = 0.0
     device_activities: int = 0
+    device_span: tuple[float, float] | None = None     # first kernel start, last kernel end (trace µs)
     kernel_names: list[str] = field(default_factory=list)
     children: list[int] = field(default_factory=list)     # positions of the ops directly inside it
 
@@ -149,6 +153,7 @@ class TraceConversion:
     outcomes: Counter = field(default_factory=Counter)
     accelerator_core: str = "CPU"
     attribution: Attribution = field(default_factory=Attribution)
+    power_fields: tuple[str, ...] = ()        # per-call power-state values the rows carry (power_samples.json)
 
 
 def kernel_type_of(op_name: str) -> str:
@@ -432,6 +437,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
     runtime_names: dict[object, str] = {}
     device_activities: dict[object, list[tuple[float, str, str, int]]] = {}   # correlation -> (dur, name, cat, ev)
     unlaunched: list[tuple[float, str, str, int]] = []
+    sync_ts: float | None = None             # where the power sampler's sync range starts (opperf.workload.power)
     for index, event in enumerate(events):
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
@@ -443,6 +449,8 @@ def convert_trace(path: str | Path) -> TraceConversion:
             raise OpperfError(f"event {index} ({event.get('name')!r}) has no numeric ts/dur", path=path,
                               field="ts") from exc
         thread = (event.get("pid"), event.get("tid"))
+        if event.get("name") == POWER_SYNC_RANGE and sync_ts is None:
+            sync_ts = ts
         if category == "cpu_op":
             ops.append(_Op(index=index, name=str(event.get("name", "")), ts=ts, dur=dur, thread=thread, args=args))
         elif category in RUNTIME_CATEGORIES and "correlation" in args:
@@ -467,9 +475,13 @@ def convert_trace(path: str | Path) -> TraceConversion:
             for duration, name, category, event_index in activities:
                 attribution.device_us += duration
                 if op_position is not None:
-                    ops[op_position].device_us += duration
-                    ops[op_position].device_activities += 1
-                    ops[op_position].kernel_names.append(name)
+                    op = ops[op_position]
+                    op.device_us += duration
+                    op.device_activities += 1
+                    op.kernel_names.append(name)
+                    start = float(events[event_index]["ts"])
+                    op.device_span = ((start, start + duration) if op.device_span is None else
+                                      (min(op.device_span[0], start), max(op.device_span[1], start + duration)))
                     continue
                 conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += 1
                 kind = _unattributed_kind(runtime_names.get(correlation), name, category)
@@ -492,6 +504,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
         attribution.rows_us = sum(d for _, d in chosen) + sum(row[2] for row in kernel_rows)
     else:
         chosen = _innermost_compute_ops(ops, conversion.outcomes)
+    power = samples_at(path, sync_ts) if conversion.accelerator_core == "CUDA" else None
     workload_dtype = workload_list_dtype(path)
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
@@ -501,6 +514,10 @@ def convert_trace(path: str | Path) -> TraceConversion:
         row = op_call_row(op.name, args, conversion.accelerator_core, list_dtype, meta)
         if not row[OUTPUT_SHAPES] and not row[OUTPUT_DTYPES]:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
+        if power is not None:
+            state = power.at(*op.device_span) if op.device_span else None
+            row.update(zip(POWER_FIELDS, state) if state else ())
+            conversion.power_fields = POWER_FIELDS
         conversion.rows.append({"Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
                                 ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts),
                                 DURATION: repr(duration_us), **row})
@@ -666,11 +683,18 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
         log.info("%s: attribution: %s", path, line)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]
     data = {c: [row[c] for row in conversion.rows] for c in columns}
+    # The GPU's power state per call (power_samples.json): counters, so each row gets their means over its calls.
+    counters = list(conversion.power_fields)
     frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},
                           DURATION: pl.Series(DURATION, [float(r[DURATION]) for r in conversion.rows],
-                                              dtype=pl.Float64)})
+                                              dtype=pl.Float64),
+                          **{c: pl.Series(c, [r.get(c) for r in conversion.rows], dtype=pl.Float64)
+                             for c in counters}})
     frame = frame.with_columns(pl.col(c).cast(pl.Categorical) for c in [TYPE, *BASE_COLUMNS])
-    return ProfileTable(path=path, frame=frame, counters=[], ignored_columns=[], row_numbers=conversion.events,
+    if counters:
+        log.info("%s: power state joined from %s to %d of %d rows", path, "power_samples.json",
+                 sum(1 for r in conversion.rows if r.get(counters[0]) is not None), len(conversion.rows))
+    return ProfileTable(path=path, frame=frame, counters=counters, ignored_columns=[], row_numbers=conversion.events,
                         row_unit="trace event",
                         attribution=conversion.attribution.to_json() if conversion.attribution.device_us else None)
 

@@ -107,10 +107,14 @@ def plan_work(rows: Sequence[Mapping[str, str]], kernel_type: str, update_mode: 
     return list(items.values())
 
 
-def sample_columns(samples_us: Sequence[float], method: str, l2_policy: str) -> dict[str, str]:
-    """`Average Duration(us)` (the mean, as the name says) and our statistics beside it."""
+def sample_columns(samples_us: Sequence[float], method: str, l2_policy: str,
+                   power_state: tuple[float, float] | None = None) -> dict[str, str]:
+    """`Average Duration(us)` (the mean, as the name says) and our statistics beside it; the SM clock and
+    power the calls ran at where the timer sampled them."""
     stats = duration_stats(samples_us)
-    return {
+    power = {} if power_state is None else {contract.REPLAY_SM_CLOCK: format_number(power_state[0]),
+                                            contract.REPLAY_POWER: format_number(power_state[1])}
+    return {**power,
         contract.REPLAY_AVERAGE: format_number(stats.mean_us),
         contract.REPLAY_MEDIAN: format_number(stats.median_us),
         contract.REPLAY_P10: format_number(stats.p10_us),
@@ -154,7 +158,8 @@ class PreparedRow:
             return RowOutcome(STATUS_FAILED_NO_SAMPLES, error=f"{timing.method}: every one of the "
                               f"{len(timing.samples_us)} timed calls measured 0 us (no device activity "
                               "attributed to the call)", **traced)
-        return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy),
+        return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy,
+                                                            timing.power_state),
                           other_samples=timing.other_samples_us, **traced)
 
 

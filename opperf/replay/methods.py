@@ -44,6 +44,7 @@ class TimingResult:
     method: str
     l2_policy: str
     other_samples_us: dict[str, list[float]] = field(default_factory=dict)   # e.g. CUDA-event samples
+    power_state: tuple[float, float] | None = None     # (SM clock MHz, power W) while the calls ran (cuda, NVML)
 
 
 class Timer(Protocol):

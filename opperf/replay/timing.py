@@ -340,6 +340,11 @@ class CudaTimer:
 
         self.session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         self._results: dict[Hashable, TimingResult] = {}
+        # The SM clock and power the timed calls ran at (NVML, when readable): per row, beside the profiled ones.
+        from opperf.workload.power import NvmlSampler
+
+        self.power = NvmlSampler.start_if_available(self.device.index)
+        self._windows: dict[Hashable, tuple[float, float]] = {}
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -358,6 +363,7 @@ class CudaTimer:
         from torch.profiler import record_function
 
         name = self.session.range_name(key, repeat_count, policy)
+        started = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
             self.cache.prepare(views)
             with record_function(name):
@@ -365,6 +371,9 @@ class CudaTimer:
             if idle_s:
                 self.synchronize()
                 time.sleep(idle_s)
+        if self.power is not None:
+            self.synchronize()
+            self._windows[key] = (started, time.monotonic_ns() / 1000.0)
 
     def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
                        idle_s: float = 0.0) -> list[float]:
@@ -387,6 +396,11 @@ class CudaTimer:
         results, self._results = self._results, {}
         self.synchronize()
         results.update(self.session.collect(range_device_times, METHOD_CUDA_KERNEL))
+        windows, self._windows = self._windows, {}
+        if self.power is not None:
+            for key, window in windows.items():
+                if key in results:
+                    results[key].power_state = self.power.state_during(*window)
         return results
 
 

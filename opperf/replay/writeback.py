@@ -20,7 +20,8 @@ from opperf.replay.engine import (FAILED_STATUSES, STATUS_NO_DEFINITION, STATUS_
 # Columns a replay owns: cleared before an outcome is written, so no stale number survives a failure.
 REPLAY_RESULT_COLUMNS = (contract.REPLAY_AVERAGE, contract.REPLAY_MEDIAN, contract.REPLAY_P10, contract.REPLAY_P90,
                          contract.REPLAY_CV, contract.REPLAY_SAMPLE_COUNT, contract.REPLAY_TIMING_METHOD,
-                         contract.REPLAY_L2_POLICY, contract.REPLAY_RECIPE, contract.REPLAY_STATUS, contract.REPLAY_ERROR)
+                         contract.REPLAY_L2_POLICY, contract.REPLAY_RECIPE, contract.REPLAY_STATUS, contract.REPLAY_ERROR,
+                         contract.REPLAY_SM_CLOCK, contract.REPLAY_POWER)
 INVALID_STATUSES = FAILED_STATUSES | {STATUS_NO_DEFINITION, STATUS_UNSUPPORTED_BACKEND}
 
 

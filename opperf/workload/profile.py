@@ -156,12 +156,26 @@ def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: st
 
 
 def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:
+    """torch.profiler over the workload; on cuda the GPU's power state sampled beside it (opperf.workload.power)."""
+    from opperf.workload.power import POWER_SAMPLES, SYNC_RANGE, NvmlSampler
+
     activities = [torch.profiler.ProfilerActivity.CPU]
+    sampler = None
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
-        labels = run_workload(model, plan, token_ids, device)
+        sampler = NvmlSampler.start_if_available(torch.cuda.current_device())
+    try:
+        with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
+            if sampler is not None:
+                with torch.profiler.record_function(SYNC_RANGE):
+                    sampler.mark_sync()
+            labels = run_workload(model, plan, token_ids, device)
+    finally:
+        if sampler is not None:
+            sampler.stop()
     profiler.export_chrome_trace(str(trace_path))
+    if sampler is not None:
+        sampler.write(trace_path.parent / POWER_SAMPLES)
     return labels
 
 

@@ -1,0 +1,148 @@
+"""The GPU's power state while a workload runs: SM clock, power and temperature sampled through NVML.
+
+A kernel's time depends on the clock it ran at, and the clock on what ran before it: a long GEMM holds an H100
+at its power limit and the clock drops (docs/replay.md, "Power state"). To compare a replayed row with the
+call it re-measures, the clock that call saw has to be known. `NvmlSampler` polls NVML (nvidia-ml-py's
+`pynvml`) from a thread while the profiler runs and writes `power_samples.json` beside the trace; the parse
+stage joins each kernel to the sample nearest its midpoint (`samples_at`) and keeps the per-call values as
+columns of the row (`Profiling Average SM Clock(MHz)`, `… Power(W)`, `… Temperature(C)`: means over
+the row's calls).
+
+The trace's clock is not NVML's: a `record_function` range named `opperf::power_sync` is entered at a time
+the sampler notes (`time.monotonic_ns`), so the parse stage can map trace time onto sample time whatever
+clock the profiler used.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opperf.io import write_text_atomic
+from opperf.log import get_logger
+
+log = get_logger("workload")
+
+POWER_SAMPLES = "power_samples.json"
+SYNC_RANGE = "opperf::power_sync"
+DEFAULT_INTERVAL_S = 0.002
+# A kernel further than this from every sample gets no value (the sampler stalled or had not started).
+MAX_GAP_US = 50_000.0
+# Per-call fields a row gets, and the column names the parse stage gives their means.
+FIELDS = ("SM Clock(MHz)", "Power(W)", "Temperature(C)")
+
+
+@dataclass
+class NvmlSampler:
+    """Polls one GPU's SM clock (MHz), power draw (W) and temperature (C) every `interval_s` on a thread."""
+
+    device_index: int = 0
+    interval_s: float = DEFAULT_INTERVAL_S
+    samples: list[tuple[float, float, float, float]] = field(default_factory=list)   # (monotonic µs, clock, W, C)
+    sync_us: float | None = None
+    device_name: str = ""
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def start_if_available(cls, device_index: int = 0, interval_s: float = DEFAULT_INTERVAL_S) -> NvmlSampler | None:
+        """A running sampler, or None (logged) where NVML cannot be read: no nvidia-ml-py, no driver."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            name = pynvml.nvmlDeviceGetName(handle)
+        except Exception as exc:  # noqa: BLE001 — ImportError, NVMLError_*: the profile is still useful
+            log.warning("no power-state samples: NVML is not readable (%s: %s); install nvidia-ml-py to record the "
+                        "SM clock, power and temperature of the profiled kernels", type(exc).__name__, exc)
+            return None
+        sampler = cls(device_index, interval_s, device_name=name if isinstance(name, str) else name.decode())
+        sampler._thread = threading.Thread(target=sampler._run, args=(handle,), name="opperf-nvml", daemon=True)
+        sampler._thread.start()
+        return sampler
+
+    def _run(self, handle) -> None:
+        import pynvml
+
+        while not self._stop.is_set():
+            now = time.monotonic_ns() / 1000.0
+            try:
+                clock = float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+                power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+                temperature = float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+            except pynvml.NVMLError as exc:
+                log.warning("NVML sampling stopped: %s", exc)
+                return
+            self.samples.append((now, clock, power, temperature))
+            self._stop.wait(self.interval_s)
+
+    def state_during(self, start_us: float, end_us: float) -> tuple[float, float] | None:
+        """(median SM clock, median power) of the samples taken in [start_us, end_us] (monotonic µs), else of
+        the one nearest the window's middle, if it lies within MAX_GAP_US."""
+        samples = list(self.samples)
+        inside = [s for s in samples if start_us <= s[0] <= end_us]
+        if not inside:
+            middle = (start_us + end_us) / 2
+            nearest = min(samples, key=lambda s: abs(s[0] - middle), default=None)
+            if nearest is None or abs(nearest[0] - middle) > MAX_GAP_US:
+                return None
+            inside = [nearest]
+        clocks, powers = sorted(s[1] for s in inside), sorted(s[2] for s in inside)
+        return clocks[len(clocks) // 2], powers[len(powers) // 2]
+
+    def mark_sync(self) -> None:
+        """Note the monotonic time at which the caller entered the `SYNC_RANGE` profiler range."""
+        self.sync_us = time.monotonic_ns() / 1000.0
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def write(self, path: str | Path) -> None:
+        document = {"device_index": self.device_index, "device_name": self.device_name,
+                    "interval_s": self.interval_s, "clock": "time.monotonic_ns / 1000 (µs)",
+                    "sync_range": SYNC_RANGE, "sync_us": self.sync_us,
+                    "fields": ["t_us", *FIELDS], "samples": [list(s) for s in self.samples]}
+        write_text_atomic(path, json.dumps(document) + "\n")
+        if self.samples:
+            clocks = sorted(s[1] for s in self.samples)
+            log.info("power state: %d NVML samples over %.1f s; SM clock %.0f..%.0f MHz (median %.0f), power up to "
+                     "%.0f W", len(self.samples), (self.samples[-1][0] - self.samples[0][0]) / 1e6, clocks[0],
+                     clocks[-1], clocks[len(clocks) // 2], max(s[2] for s in self.samples))
+
+
+@dataclass(frozen=True)
+class PowerSamples:
+    """`power_samples.json` read back, with the offset that maps trace time (µs) onto sample time."""
+
+    times_us: list[float]
+    values: list[tuple[float, ...]]
+    offset_us: float               # sample time = trace time + offset_us
+
+    def at(self, trace_start_us: float, trace_end_us: float) -> tuple[float, ...] | None:
+        """The sample nearest the midpoint of a trace interval, or None when none lies within MAX_GAP_US."""
+        if not self.times_us:
+            return None
+        t = (trace_start_us + trace_end_us) / 2.0 + self.offset_us
+        position = bisect.bisect_left(self.times_us, t)
+        nearest = min((i for i in (position - 1, position) if 0 <= i < len(self.times_us)),
+                      key=lambda i: abs(self.times_us[i] - t))
+        return self.values[nearest] if abs(self.times_us[nearest] - t) <= MAX_GAP_US else None
+
+
+def samples_at(trace_path: Path, sync_trace_us: float | None) -> PowerSamples | None:
+    """The samples beside a trace, aligned to it by the sync range's start in the trace; None without them."""
+    path = Path(trace_path).parent / POWER_SAMPLES
+    if not path.is_file() or sync_trace_us is None:
+        return None
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if document.get("sync_us") is None or not document.get("samples"):
+        return None
+    rows = sorted(document["samples"])
+    return PowerSamples([r[0] for r in rows], [tuple(r[1:]) for r in rows], document["sync_us"] - sync_trace_us)

@@ -1,0 +1,91 @@
+"""The GPU's power state joined to profiled rows: NVML samples beside a real CUDA trace, aligned by its sync range."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from opperf.io import read_database_csv
+from opperf.workload.power import POWER_SAMPLES, SYNC_RANGE, PowerSamples
+
+TRACE = "tests/data/parse/cuda_decoder_trace.json"
+CLOCK = "Profiling Average SM Clock(MHz)"
+
+
+def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.0)):
+    """A copy of the real trace with the sampler's sync range, and samples every 100 µs over its kernels: the
+    first half of the trace at one clock, the second at another."""
+    document = json.loads(open(TRACE, encoding="utf-8").read())
+    events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
+    start, end = min(e["ts"] for e in events), max(e["ts"] + e.get("dur", 0) for e in events)
+    document["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": SYNC_RANGE, "pid": 1, "tid": 1,
+                                    "ts": start, "dur": 1.0, "args": {}})
+    kernel_starts = sorted(e["ts"] for e in events if e.get("cat") == "kernel")
+    middle = kernel_starts[len(kernel_starts) // 2]      # half the kernels before, half after
+    offset = sync_us - start
+    samples, t = [], start
+    while t <= end:
+        clock = split_clock[0] if t < middle else split_clock[1]
+        samples.append([t + offset, clock, 650.0 if t < middle else 700.0, 60.0])
+        t += 100.0
+    directory = tmp_path / "profile"
+    directory.mkdir()
+    (directory / "trace.json").write_text(json.dumps(document))
+    (directory / POWER_SAMPLES).write_text(json.dumps({"sync_us": sync_us, "samples": samples}))
+    return directory / "trace.json", middle
+
+
+def _kernel_spans(trace_path):
+    """(start, end) of each op's kernels, from the trace itself (correlation → launching op is the parse's)."""
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"]
+
+
+def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path):
+    trace, middle = _trace_with_samples(tmp_path)
+    out = tmp_path / "parsed"
+    done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(trace),
+                           "--database-path", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "power state joined from power_samples.json" in done.stderr
+    kernels = _kernel_spans(trace)
+    assert any(s < middle for s, _ in kernels) and any(s > middle for s, _ in kernels)
+    clocks = set()
+    for path in out.glob("*.csv"):
+        frame = read_database_csv(path)
+        assert CLOCK in frame.columns and "Profiling Average Power(W)" in frame.columns, path.name
+        values = [float(v) for v in frame[CLOCK] if v != ""]
+        assert values and all(1755.0 <= v <= 1980.0 for v in values), path.name
+        clocks |= set(values)
+    # Rows whose calls all ran in one half carry that half's clock exactly; a row with calls in both, a mean.
+    assert {1980.0, 1755.0} <= clocks
+
+
+def test_no_samples_no_columns(tmp_path):
+    out = tmp_path / "parsed"
+    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", TRACE,
+                    "--database-path", str(out)], check=True, capture_output=True)
+    assert all(CLOCK not in read_database_csv(p).columns for p in out.glob("*.csv"))
+
+
+def test_a_kernel_far_from_every_sample_gets_no_value():
+    samples = PowerSamples([0.0, 100.0], [(1980.0, 600.0, 50.0), (1755.0, 700.0, 60.0)], offset_us=0.0)
+    assert samples.at(40.0, 50.0) == (1980.0, 600.0, 50.0)
+    assert samples.at(90.0, 100.0) == (1755.0, 700.0, 60.0)
+    assert samples.at(10_000_000.0, 10_000_001.0) is None
+
+
+@pytest.mark.parametrize("missing", ["sync", "samples"])
+def test_samples_without_sync_are_not_joined(tmp_path, missing):
+    trace, _ = _trace_with_samples(tmp_path)
+    path = trace.parent / POWER_SAMPLES
+    document = json.loads(path.read_text())
+    document["sync_us" if missing == "sync" else "samples"] = None if missing == "sync" else []
+    path.write_text(json.dumps(document))
+    out = tmp_path / "parsed"
+    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(trace),
+                    "--database-path", str(out)], check=True, capture_output=True)
+    assert all(CLOCK not in read_database_csv(p).columns for p in out.glob("*.csv"))
