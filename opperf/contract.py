@@ -49,6 +49,7 @@ REPLAY_P10 = "Replay P10 Duration(us)"
 REPLAY_P90 = "Replay P90 Duration(us)"
 REPLAY_CV = "Replay CV"
 REPLAY_SM_CLOCK = "Replay SM Clock(MHz)"     # NVML, median over the timed calls (cuda)
+PROFILED_SM_CLOCK = "Profiling Average SM Clock(MHz)"   # NVML beside the profile (opperf.workload.power)
 REPLAY_POWER = "Replay Power(W)"
 REPLAY_SAMPLE_COUNT = "Replay Sample Count"
 REPLAY_TIMING_METHOD = "Replay Timing Method"

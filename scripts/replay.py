@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
-                                   DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS)
+                                   DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS,
+                                   POWER_POLICIES)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
@@ -75,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "cold; rotate: all cold by input copies; none: all warm")
     how.add_argument("--cuda-timing", choices=CUDA_TIMINGS, default="kernel",
                      help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
+    how.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
+                     help="cuda: the GPU's power state around each timed call. cooldown (default): idle after a "
+                          "long call as long as it took; match-clock: where the row records the SM clock its "
+                          "kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile taken "
+                          "with NVML) and that is below the replay's, a heater GEMM runs before each call until the "
+                          "clock is down to it (recorded per row in Replay L2 Policy)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

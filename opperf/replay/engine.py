@@ -163,6 +163,15 @@ class PreparedRow:
                           other_samples=timing.other_samples_us, **traced)
 
 
+def _profiled_clock(row: Mapping[str, str]) -> float | None:
+    """The SM clock the row's kernels ran at inside the workload (a profile taken with the NVML sampler)."""
+    try:
+        value = float(row.get(contract.PROFILED_SM_CLOCK, "") or "nan")
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and value > 0 else None
+
+
 def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str,
                 timer: Timer, memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
                 path=None, line: int | None = None, seed: int = 0) -> PreparedRow | RowOutcome:
@@ -201,6 +210,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
         definition = fallback
     recipe = case.recipe or recipe
+    case.target_clock_mhz = _profiled_clock(row)
     try:
         result = case.run()
         timer.synchronize()

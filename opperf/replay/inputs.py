@@ -62,6 +62,7 @@ class ReplayCase:
     description: str = ""                 # what was built, for traces and error messages
     warm: tuple | None = None
     recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
+    target_clock_mhz: float | None = None  # the SM clock the row's kernels ran at in the workload (power policy)
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

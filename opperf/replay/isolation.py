@@ -24,7 +24,8 @@ from pathlib import Path
 
 from opperf.errors import OpperfError
 from opperf.log import Progress, get_logger
-from opperf.replay.methods import DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
+from opperf.replay.methods import (DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY,
+                                   DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
 log = get_logger("replay.isolation")
@@ -45,6 +46,7 @@ class WorkerSettings:
     memory_budget_bytes: int | None = None
     l2_policy: str = DEFAULT_CACHE_POLICY
     cuda_timing: str = "kernel"
+    power_policy: str = DEFAULT_POWER_POLICY
     seed: int = 0
     cpu_threads: int | None = None
     cpu_timing: str = DEFAULT_CPU_TIMING
@@ -56,6 +58,7 @@ class WorkerSettings:
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
                    "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing,
+                   "--power-policy", self.power_policy,
                    "--cpu-timing", self.cpu_timing, "--seed", str(self.seed),
                    "--timing-batch-rows", str(self.timing_batch_rows)]
         if self.memory_budget_bytes is not None:

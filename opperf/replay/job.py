@@ -26,7 +26,8 @@ from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, defini
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
-from opperf.replay.methods import CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_TIMING_BATCH_ROWS
+from opperf.replay.methods import (CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY,
+                                   DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -60,6 +61,7 @@ class ReplaySettings:
     def uses_server(self) -> bool:
         return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
     cuda_timing: str = "kernel"
+    power_policy: str = DEFAULT_POWER_POLICY
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
@@ -135,7 +137,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
-                            timing_batch_rows=settings.timing_batch_rows,
+                            power_policy=settings.power_policy, timing_batch_rows=settings.timing_batch_rows,
                             cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)

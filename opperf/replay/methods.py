@@ -30,6 +30,12 @@ METHOD_CUDA_KERNEL = "cuda profiler (CUPTI) device-kernel time per call"
 METHOD_CUDA_EVENT = "cuda events per call"
 METHOD_SESSION = "device profiler session (msprof)"
 CUDA_TIMINGS = ("kernel", "event")
+# The GPU's power state around each timed call (cuda): `cooldown` idles after a long call as long as it took
+# (the clock recovers, as between a workload's lighter kernels); `match-clock` holds the SM clock down to the
+# one the row's kernels ran at in the workload (Profiling Average SM Clock(MHz)) with a heater GEMM before each
+# call. benchmarks/results/cuda_power_state/ measures the state workloads run in.
+POWER_POLICIES = ("cooldown", "match-clock")
+DEFAULT_POWER_POLICY = "cooldown"
 
 # Rows whose timed calls share one profiler session (cuda kernel timing, cpu profiler timing): the session's start, stop and
 # parse are paid once per batch, not per row; a crash loses at most one batch's measurements (re-run).

@@ -26,6 +26,7 @@ import torch
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
+                                   DEFAULT_POWER_POLICY, POWER_POLICIES,
                                    DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
 
@@ -325,7 +326,7 @@ class CudaTimer:
     COOLDOWN_MIN_US = 200.0
 
     def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
-                 primary: str = "kernel"):
+                 primary: str = "kernel", power_policy: str = DEFAULT_POWER_POLICY):
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
@@ -345,6 +346,13 @@ class CudaTimer:
 
         self.power = NvmlSampler.start_if_available(self.device.index)
         self._windows: dict[Hashable, tuple[float, float]] = {}
+        if power_policy not in POWER_POLICIES:
+            raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
+        if power_policy == "match-clock" and self.power is None:
+            raise OpperfError("--power-policy match-clock reads the SM clock through NVML, which is not readable "
+                              "here (install nvidia-ml-py)", field="--power-policy")
+        self.power_policy = power_policy
+        self._heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -352,6 +360,10 @@ class CudaTimer:
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case)
         warmup = self._event_samples(cases, views, max(warmup_count, 1))
+        target = case.target_clock_mhz
+        if self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - 15:
+            self._measure_at_clock(cases, views, policy, repeat_count, key, target)
+            return
         idle_s = 0.0
         if min(warmup) >= self.COOLDOWN_MIN_US:
             idle_s = min(warmup) / 1e6
@@ -374,6 +386,48 @@ class CudaTimer:
         if self.power is not None:
             self.synchronize()
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
+
+    HEATER_N = 8192                 # a bf16 GEMM of 8192^3 (~1.7 ms on an H100 at full clock)
+    CLOCK_TOLERANCE_MHZ = 15.0
+    PREHEAT_LIMIT_S = 3.0
+
+    def _heat(self, times: int) -> None:
+        """Run the heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a throttled row)."""
+        if self._heater is None:
+            a = torch.randn(self.HEATER_N, self.HEATER_N, device=self.device, dtype=torch.bfloat16)
+            self._heater = (a, a.clone(), torch.empty_like(a))
+        a, b, out = self._heater
+        for _ in range(times):
+            torch.mm(a, b, out=out)
+
+    def _measure_at_clock(self, cases, views, policy: str, repeat_count: int, key: Hashable, target: float) -> None:
+        """Time the calls with the SM clock held near `target`: heater GEMMs before each call, their number
+        adjusted from the clock NVML reads after each call; no idle time."""
+        from torch.profiler import record_function
+
+        started = time.monotonic()
+        while self.power.current_clock() > target + self.CLOCK_TOLERANCE_MHZ:
+            if time.monotonic() - started > self.PREHEAT_LIMIT_S:
+                break
+            self._heat(4)
+            self.synchronize()
+        heaters, clocks = 1, []
+        policy += f"; power: match-clock, heater GEMMs before each call to hold the SM clock at {target:.0f} MHz"
+        name = self.session.range_name(key, repeat_count, policy)
+        window_start = time.monotonic_ns() / 1000.0
+        for index in range(repeat_count):
+            self._heat(heaters)
+            self.cache.prepare(views)
+            with record_function(name):
+                cases[index % len(cases)].run()
+            self.synchronize()
+            clock = self.power.current_clock()
+            clocks.append(clock)
+            if clock > target + self.CLOCK_TOLERANCE_MHZ:
+                heaters = min(heaters + 1, 16)
+            elif clock < target - 2 * self.CLOCK_TOLERANCE_MHZ and heaters > 0:
+                heaters -= 1
+        self._windows[key] = (window_start, time.monotonic_ns() / 1000.0)
 
     def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
                        idle_s: float = 0.0) -> list[float]:
@@ -473,14 +527,14 @@ class SessionExecutionTimer:
 
 def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
                cuda_primary: str = "kernel", cpu_threads: int | None = None,
-               cpu_timing: str = DEFAULT_CPU_TIMING):
+               cpu_timing: str = DEFAULT_CPU_TIMING, power_policy: str = DEFAULT_POWER_POLICY):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
         if cpu_timing not in CPU_TIMINGS:
             raise OpperfError(f"timing {cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
         return CpuProfilerTimer(cpu_threads) if cpu_timing == "profiler" else CpuWallClockTimer(cpu_threads)
     if backend == "cuda":
-        return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary)
+        return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary, power_policy=power_policy)
     if backend == "npu":
         def synchronize():
             torch.npu.synchronize()     # torch_npu registers torch.npu on import

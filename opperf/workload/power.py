@@ -45,6 +45,8 @@ class NvmlSampler:
     samples: list[tuple[float, float, float, float]] = field(default_factory=list)   # (monotonic µs, clock, W, C)
     sync_us: float | None = None
     device_name: str = ""
+    max_clock: float = 0.0
+    _handle: object = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -62,6 +64,8 @@ class NvmlSampler:
                         "SM clock, power and temperature of the profiled kernels", type(exc).__name__, exc)
             return None
         sampler = cls(device_index, interval_s, device_name=name if isinstance(name, str) else name.decode())
+        sampler._handle = handle
+        sampler.max_clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
         sampler._thread = threading.Thread(target=sampler._run, args=(handle,), name="opperf-nvml", daemon=True)
         sampler._thread.start()
         return sampler
@@ -94,6 +98,12 @@ class NvmlSampler:
             inside = [nearest]
         clocks, powers = sorted(s[1] for s in inside), sorted(s[2] for s in inside)
         return clocks[len(clocks) // 2], powers[len(powers) // 2]
+
+    def current_clock(self) -> float:
+        """The SM clock now (MHz), read directly (not the sampler's last sample)."""
+        import pynvml
+
+        return float(pynvml.nvmlDeviceGetClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
 
     def mark_sync(self) -> None:
         """Note the monotonic time at which the caller entered the `SYNC_RANGE` profiler range."""
