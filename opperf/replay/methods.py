@@ -32,8 +32,9 @@ METHOD_SESSION = "device profiler session (msprof)"
 CUDA_TIMINGS = ("kernel", "event")
 # The GPU's power state around each timed call (cuda): `cooldown` idles after a long call as long as it took
 # (the clock recovers, as between a workload's lighter kernels); `match-clock` holds the SM clock down to the
-# one the row's kernels ran at in the workload (Profiling Average SM Clock(MHz)) with a heater GEMM before each
-# call. benchmarks/results/cuda_power_state/ measures the state workloads run in.
+# one the row's kernels ran at in the workload (Profiling Average SM Clock(MHz)) with heater GEMMs before each
+# call, for calls shorter than the cooldown threshold (a longer call sets its own clock; it gets `cooldown`).
+# benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does.
 POWER_POLICIES = ("cooldown", "match-clock")
 DEFAULT_POWER_POLICY = "cooldown"
 

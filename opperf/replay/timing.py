@@ -361,7 +361,10 @@ class CudaTimer:
         cases, views, policy = self.cache.plan(case)
         warmup = self._event_samples(cases, views, max(warmup_count, 1))
         target = case.target_clock_mhz
-        if self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - 15:
+        # A call of COOLDOWN_MIN_US or more sets its own clock (it draws the power that throttles it); a shorter
+        # one inherits the clock the kernels before it left: only those are held at the workload's clock.
+        if (self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - 15
+                and min(warmup) < self.COOLDOWN_MIN_US):
             self._measure_at_clock(cases, views, policy, repeat_count, key, target)
             return
         idle_s = 0.0
@@ -387,7 +390,7 @@ class CudaTimer:
             self.synchronize()
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
 
-    HEATER_N = 8192                 # a bf16 GEMM of 8192^3 (~1.7 ms on an H100 at full clock)
+    HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
     CLOCK_TOLERANCE_MHZ = 15.0
     PREHEAT_LIMIT_S = 3.0
 
@@ -424,7 +427,7 @@ class CudaTimer:
             clock = self.power.current_clock()
             clocks.append(clock)
             if clock > target + self.CLOCK_TOLERANCE_MHZ:
-                heaters = min(heaters + 1, 16)
+                heaters = min(heaters + 1, 64)
             elif clock < target - 2 * self.CLOCK_TOLERANCE_MHZ and heaters > 0:
                 heaters -= 1
         self._windows[key] = (window_start, time.monotonic_ns() / 1000.0)
