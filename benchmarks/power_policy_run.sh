@@ -1,5 +1,6 @@
 #!/bin/bash
-# Issue 18: replay one NVML-sampled profile twice, --power-policy cooldown and match-clock; tar both.
+# Issue 18: replay one NVML-sampled profile twice, --power-policy cooldown and match-clock, on the GPU host
+# (run through the device tool, which carries .whl/ with polars and jsonschema): DEV=H100 bash $0 Llama-3-70B
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site
 DEV=${DEV:-H100}; model=$1
