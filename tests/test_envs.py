@@ -26,10 +26,11 @@ PER_BACKEND_ENV = {"device_conda_env", "workload_conda_env()", "comm_conda_env()
 NOT_FROM_THE_ENV = {
     # torch_npu / vllm_ascend code runs on the npu back end only; check_npu_definitions.py (cpu env) imports
     # the torch_npu wheel it downloads itself.
-    "cpu": {"torch_npu", "vllm_ascend"},
+    # pynvml (nvidia-ml-py) is read on the cuda back end only (the GPU's power state), by an optional import.
+    "cpu": {"torch_npu", "vllm_ascend", "pynvml"},
     "cuda": {"torch_npu", "vllm_ascend"},
     # vLLM-Ascend is the serving stack the profile came from; envs/npu.yaml says to install it by its guide.
-    "npu": {"vllm_ascend"},
+    "npu": {"vllm_ascend", "pynvml"},
 }
 ENV_TOOLS = {"python", "pip"}      # what every env needs to run `python scripts/…` and pip itself
 
@@ -138,10 +139,16 @@ def installed_providers() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+# Modules whose package is installed only where they run (GPU hosts), so the metadata here cannot name it.
+NOT_INSTALLED_HERE = {"pynvml": "nvidia-ml-py"}
+
+
 def distribution(module: str) -> str:
     """The package that provides a top-level module (yaml → pyyaml), from the installed metadata."""
     providers = installed_providers().get(module)
-    return normalise(providers[0]) if providers else normalise(module)
+    if providers:
+        return normalise(providers[0])
+    return normalise(NOT_INSTALLED_HERE.get(module, module))
 
 
 @cache

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from opperf.io import read_database_csv
-from opperf.workload.power import POWER_SAMPLES, SYNC_RANGE, PowerSamples
+from opperf.power_samples import POWER_SAMPLES, SYNC_RANGE, PowerSamples
 
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 CLOCK = "Profiling Average SM Clock(MHz)"

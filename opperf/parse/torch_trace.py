@@ -48,9 +48,9 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
-from opperf.workload.power import FIELDS as POWER_FIELDS
-from opperf.workload.power import SYNC_RANGE as POWER_SYNC_RANGE
-from opperf.workload.power import samples_at
+from opperf.power_samples import FIELDS as POWER_FIELDS
+from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
+from opperf.power_samples import samples_at
 
 log = get_logger("parse.torch_trace")
 
