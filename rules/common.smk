@@ -151,7 +151,7 @@ def kernel_types(device, stack, version_dir):
     consumer's queries (grid.consumer_queries), the grid checkpoint's. Only then does planning wait for the grid,
     so a dry run of the default configuration shows every job."""
     key = dict(device=device, stack=stack, version_dir=version_dir)
-    if grid_enabled() and config["grid"].get("consumer_queries"):
+    if consumer_queries_apply(device):
         rows = checkpoints.generate_shape_grid.get(**key).output.grid
     else:
         rows = checkpoints.parse_profiles.get(**key).output.parsed
@@ -273,9 +273,17 @@ def all_targets(wildcards):
 # --- grid ---
 
 
+def consumer_queries_apply(device):
+    """Whether the grid adds the consumer's query rows to a database of {device}: grid.consumer_queries is on
+    and its back end is a torch one (an NPU performance model queries TensorCast's own ops, not these)."""
+    return (
+        grid_enabled() and bool(config["grid"].get("consumer_queries")) and database_backend(device) in ("cpu", "cuda")
+    )
+
+
 def grid_consumer_option(wildcards):
     """--consumer-models (the target models) and their dtype where config grid.consumer_queries asks."""
-    if not config["grid"].get("consumer_queries") or not grid_target_models(wildcards):
+    if not consumer_queries_apply(wildcards.device) or not grid_target_models(wildcards):
         return ""
     return f"--consumer-models {grid_target_models(wildcards)} " f"--consumer-dtype {config['grid']['consumer_dtype']}"
 
@@ -289,7 +297,7 @@ def database_check_options(wildcards):
     options = f"--models {config['models']} --grid-config {config['grid']['patterns']} " f"--target-models '{models}'"
     if config["grid"].get("max_tokens"):
         options += f" --max-tokens {config['grid']['max_tokens']}"
-    if config["grid"].get("consumer_queries") and models:
+    if consumer_queries_apply(wildcards.device) and models:
         options += f" --consumer-models {models} --consumer-dtype {config['grid']['consumer_dtype']}"
     return options
 
