@@ -42,3 +42,18 @@ def test_outputs_slots_verifies_the_leading_outputs_only(repo):
     produced = (torch.empty(1, 8, 4, 64, dtype=torch.bfloat16), torch.empty(0))
     assert verify_outputs(row, slots, produced, definition.outputs).ok
     assert not verify_outputs(row, slots, produced, OutputSpec(verify=True, extra="ignore")).ok
+
+
+def test_the_power_policy_reaches_the_worker_and_is_checked(tmp_path):
+    import subprocess
+    import sys
+
+    from opperf.replay.isolation import WorkerSettings
+
+    settings = WorkerSettings(rows_path="rows.csv", kernel_type="mm", definition_path="mm.yaml", backend="cuda",
+                              repeat_count=3, warmup_count=1, power_policy="match-clock")
+    command = settings.command(tmp_path / "indices", tmp_path / "progress")
+    assert command[command.index("--power-policy") + 1] == "match-clock"
+    done = subprocess.run([sys.executable, "scripts/replay.py", "--power-policy", "hot"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "--power-policy: invalid choice: 'hot'" in done.stderr
