@@ -14,5 +14,5 @@ for policy in cooldown match-clock; do
   timeout 250 python scripts/replay.py --database-path $P --backend cuda --device $DEV --repeat-count 30 --power-policy $policy > $W/replay_$policy.log 2>&1; echo "$policy exit $?"
   python benchmarks/power_state.py $P --device $DEV --json $W/$policy.json | head -6
 done
-mkdir -p /tmp/o && cp -r $W/*_cooldown $W/*_matchclock $W/*.json $W/replay_*.log $W/profile/power_samples.json /tmp/o/
-tar czf $OUT/power2_$DEV.tar.gz -C /tmp o
+mkdir -p /tmp/o_$model && cp -r $W/*_cooldown $W/*_matchclock $W/*.json $W/replay_*.log $W/profile/power_samples.json /tmp/o_$model/
+tar czf $OUT/power_policy_${DEV}_$model.tar.gz -C /tmp o_$model
