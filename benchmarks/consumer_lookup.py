@@ -74,15 +74,12 @@ def main() -> int:
 
     from opperf.database.check import load_op_mapping
     from opperf.database.consumer_queries import answer, modelled_exact_lookup
-    from opperf.grid.models import load_models, select_models
     from opperf.grid.queries import record_consumer_queries
 
     backend = (load_op_mapping(args.database).get("opperf") or {}).get("backend", "cpu")
-    chosen = select_models(load_models(args.models), [m for m in args.consumer_models.split(",") if m],
-                           path=args.models)
+    names = [m for m in args.consumer_models.split(",") if m]
     started = time.monotonic()
-    recorded = record_consumer_queries(args.models, [m.name for m in chosen], backend, args.consumer_dtype,
-                                       {m.name: m.tp_sizes for m in chosen})
+    recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype)
     recorded_s = time.monotonic() - started
     started = time.monotonic()
     theirs = ask_runtime(args.database, [r.query for r in recorded], args.msmodeling, args.python)
@@ -102,7 +99,7 @@ def main() -> int:
     print(f"{'status':14} {'queries':>8} {'calls':>12}")
     for status in ("EXACT", "INTERPOLATED", "MISS", "RAISED"):
         print(f"{status:14} {statuses[status]:>8} {calls[status]:>12}")
-    print(f"{len(recorded)} distinct queries of {', '.join(m.name for m in chosen)} ({args.consumer_dtype}); "
+    print(f"{len(recorded)} distinct queries of {', '.join(n for n in names)} ({args.consumer_dtype}); "
           f"opperf's model disagrees on {len(disagree)}")
     for item in disagree[:20]:
         print("  ", item)
@@ -111,7 +108,7 @@ def main() -> int:
                                   capture_output=True, text=True).stdout.strip()
         document = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "database": str(args.database), "msmodeling": revision or str(args.msmodeling),
-                    "consumer_models": [m.name for m in chosen], "dtype": args.consumer_dtype,
+                    "consumer_models": [n for n in names], "dtype": args.consumer_dtype,
                     "queries": len(recorded), "by_status": dict(statuses), "calls_by_status": dict(calls),
                     "by_op": {op: dict(c) for op, c in sorted(by_op.items())}, "opperf_disagrees": disagree,
                     "seconds": {"record": round(recorded_s, 1), "msmodeling_lookup": round(asked_s, 1)}}

@@ -69,12 +69,10 @@ def _density_settings(args: argparse.Namespace):
 
 
 def _consumer_queries(args: argparse.Namespace):
-    from opperf.grid.models import load_models, select_models
     from opperf.grid.queries import record_consumer_queries
 
-    chosen = select_models(load_models(args.models), _names(args.consumer_models), path=args.models)
-    return record_consumer_queries(args.models, [m.name for m in chosen], _backend(args.database),
-                                   args.consumer_dtype, {m.name: m.tp_sizes for m in chosen})
+    return record_consumer_queries(args.models, _names(args.consumer_models), _backend(args.database),
+                                   args.consumer_dtype)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -114,15 +114,12 @@ def _device_budget_backend(args: argparse.Namespace, input_dir: Path) -> tuple[s
 
 def _with_consumer_rows(settings, args: argparse.Namespace, backend: str):
     """The settings with the rows of the consumer's queries for --consumer-models."""
-    from opperf.grid.models import select_models
     from opperf.grid.queries import ACCELERATOR_CORE_BY_BACKEND, query_rows, record_consumer_queries
 
-    chosen = select_models(load_models(args.models), [m.strip() for m in args.consumer_models.split(",")
-                                                      if m.strip()], path=args.models)
-    recorded = record_consumer_queries(args.models, [m.name for m in chosen], backend, args.consumer_dtype,
-                                       {m.name: m.tp_sizes for m in chosen})
+    names = [m.strip() for m in args.consumer_models.split(",") if m.strip()]
+    recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype)
     rows = query_rows(recorded, ACCELERATOR_CORE_BY_BACKEND[backend], settings.estimator)
-    settings.settings_text.update(consumer_models=[m.name for m in chosen], consumer_dtype=args.consumer_dtype)
+    settings.settings_text.update(consumer_models=names, consumer_dtype=args.consumer_dtype)
     return dataclasses.replace(settings, consumer_rows=rows)
 
 

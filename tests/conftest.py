@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,3 +25,13 @@ def ascend_fixture() -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="module")
+def cpu_parsed(tmp_path_factory):
+    """The reference decoder's CPU trace (a one-layer opperf-tiny) through the parse stage."""
+    out = tmp_path_factory.mktemp("cpu") / "parsed"
+    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
+                    "tests/data/parse/cpu_decoder_trace.json", "--database-path", str(out)],
+                   check=True, capture_output=True)
+    return out

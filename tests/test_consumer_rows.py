@@ -32,15 +32,6 @@ TINY = "opperf-tiny-1layer"
 TRACE_SCENARIOS = [Scenario(TINY, 1, "prefill", 1, 4), Scenario(TINY, 1, "decode", 1, 1, 4)]
 
 
-@pytest.fixture(scope="module")
-def cpu_parsed(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cpu") / "parsed"
-    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
-                    "tests/data/parse/cpu_decoder_trace.json", "--database-path", str(out)],
-                   check=True, capture_output=True)
-    return out
-
-
 def _by_shapes(frame: pd.DataFrame) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {}
     for row in frame.to_dict("records"):

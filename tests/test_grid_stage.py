@@ -152,16 +152,6 @@ def test_cli_malformed_pattern_names_pattern_and_field(parsed, tmp_path):
     assert "field 'patterns.gemm.inputs[0]': pattern 'gemm': operator '/' is not allowed" in done.stderr
 
 
-@pytest.fixture(scope="module")
-def cpu_parsed(tmp_path_factory):
-    """The reference decoder's CPU trace (a one-layer opperf-tiny) through the parse stage."""
-    out = tmp_path_factory.mktemp("cpu") / "parsed"
-    subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
-                    "tests/data/parse/cpu_decoder_trace.json", "--database-path", str(out)],
-                   check=True, capture_output=True)
-    return out
-
-
 def test_cpu_patterns_regenerate_every_shape_the_decoder_ran(cpu_parsed, tmp_path):
     cpu_settings = prepare_settings(grid_config=load_grid_config("config/grid.yaml"),
                                     models=load_models("tests/data/parse/models.yaml"),

@@ -46,22 +46,23 @@ class QueryRows:
     not_laid_out: dict[str, int] = field(default_factory=dict)   # op → queries whose arguments were not recorded
 
 
-def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str,
-                            tp_sizes: dict[str, Sequence[int]] | None = None):
-    """The reference decoder's queries for `models` (prefill 1..8k, decode batch 1..64 at each TP size)."""
+def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str):
+    """The reference decoder's queries for `models` (names or aliases in `models_path`; prefill 1..8k, decode
+    batch 1..64 at each of the model's TP sizes)."""
     from opperf.database.consumer_queries import TP_SIZES, reference_queries, scenarios
+    from opperf.grid.models import load_models, select_models
 
     if backend not in ATTENTION_BY_BACKEND:
         raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"
                           f"; {backend!r} databases are queried through TensorCast's own ops", field="backend")
     if dtype not in DTYPES:
         raise OpperfError(f"unknown consumer dtype {dtype!r}; one of {', '.join(DTYPES)}", field="--consumer-dtype")
+    resolved = select_models(load_models(models_path), list(models), path=models_path)
     chosen = []
-    for model in models:
-        sizes = (tp_sizes or {}).get(model) or TP_SIZES
-        chosen += scenarios(models=[model], tp_sizes=sizes)
+    for model in resolved:
+        chosen += scenarios(models=[model.name], tp_sizes=model.tp_sizes or TP_SIZES)
     log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
-             ", ".join(models), dtype, ATTENTION_BY_BACKEND[backend])
+             ", ".join(m.name for m in resolved), dtype, ATTENTION_BY_BACKEND[backend])
     return reference_queries(models_path, chosen, dtype=DTYPES[dtype], attention=ATTENTION_BY_BACKEND[backend])
 
 
