@@ -12,11 +12,11 @@ if [ -z "${SKIP_PROBE:-}" ]; then
 fi
 run_part() {  # name workloads...
   local part=$1; shift
-  timeout 190 python benchmarks/cuda_replay.py --workloads "$@" --policies insitu --no-repeat \
+  timeout ${PART_TIMEOUT:-190} python benchmarks/cuda_replay.py --workloads "$@" --policies insitu --no-repeat \
       --stages profile parse replay report --work-dir /tmp/$part --output $OUT/$part > /tmp/$part.log 2>&1
   echo "$part exit $?"; tail -3 /tmp/$part.log; cp /tmp/$part.log $OUT/$part/ 2>/dev/null
 }
-run_part part1 hf_mistral hf_mixtral_8x2
-run_part part2 hf_qwen2_moe_60x4 hf_olmoe_64x8
-cd /tmp && tar czf $OUT/databases.tar.gz $(find part1 part2 -type d -path '*/data/*/torch/*' -prune) \
-    $(find part1 part2 -name 'trace_attribution.json' -o -name '*.log') 2>/dev/null; ls -la $OUT
+[ -z "${SKIP_PART1:-}" ] && run_part part1 hf_mistral hf_mixtral_8x2
+[ -z "${SKIP_PART2:-}" ] && run_part part2 hf_qwen2_moe_60x4 hf_olmoe_64x8
+cd /tmp && tar czf $OUT/databases.tar.gz $(find part1 part2 2>/dev/null -type d -path '*/data/*/torch/*' -prune) \
+    $(find part1 part2 2>/dev/null -name 'trace_attribution.json' -o -name '*.log') 2>/dev/null; ls -la $OUT

@@ -203,3 +203,26 @@ def test_bad_traces(tmp_path):
     with pytest.raises(OpperfError, match="traceEvents"):
         parse_profiles([not_a_trace], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# A transformers model's trace (tiny Mistral config, bf16, one layer, 16-token prefill, CPU, torch 2.13): made by
+# TransformersCausalLM(read_config("tests/data/workload/tiny_mistral.json", num_layers=1), "cpu", torch.bfloat16)
+# run under torch.profiler(record_shapes=True), re-dumped without whitespace.
+TINY_MISTRAL_BF16_TRACE = PARSE_DATA / "cpu_tiny_mistral_bf16_trace.json"
+
+
+def test_same_shapes_in_other_dtypes_are_other_rows(tmp_path):
+    """RMSNorm's upcast (fp32 <- bf16) and downcast (bf16 <- fp32) copy_ have one shape and two kernels."""
+    events = [e for e in json.loads(TINY_MISTRAL_BF16_TRACE.read_text())["traceEvents"]
+              if e.get("cat") == "cpu_op" and e.get("name") == "aten::copy_"
+              and e["args"]["Input Dims"][:2] == [[1, 16, 64], [1, 16, 64]]]
+    parse_profiles([TINY_MISTRAL_BF16_TRACE], tmp_path / "out")
+    rows = [r for r in read_csv(tmp_path / "out" / "copy_.csv") if r["Input Shapes"] == "1,16,64;1,16,64;"]
+    assert {(r["Input Data Types"], r["Output Data Types"]) for r in rows} == {("DT_FLOAT;DT_BF16;", "DT_FLOAT"),
+                                                                                ("DT_BF16;DT_FLOAT;", "DT_BF16")}
+    for row in rows:
+        durations = [e["dur"] for e in events
+                     if e["args"]["Input type"][0] == ("float" if row["Output Data Types"] == "DT_FLOAT"
+                                                       else "c10::BFloat16")]
+        assert row["Profiling Sample Count"] == str(len(durations)) == "3"
+        assert row["Profiling Average Duration(us)"] == expected_number(statistics.mean(durations))

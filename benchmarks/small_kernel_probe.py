@@ -1,0 +1,173 @@
+"""Where the small kernels' replay error comes from: the same rows timed after different neighbourhoods.
+
+Kernels of 1.5-30 µs replay 5-9 % faster than inside the workload (median over four transformers workloads on an
+H100, benchmarks/results/cuda_replay_transformers/). Replay times each call right behind its cache preparation
+(insitu: read 2x L2, rewrite the warm inputs), on a busy GPU. Inside a model the call follows other kernels: in a
+CPU-bound decode step the GPU waits for each launch, in a prefill the call queues behind a long GEMM whose output
+fills L2 with dirty lines. This probe replays the rows of parsed databases (profiled < --max-us) through the
+replay stage's own code (opperf.replay.engine, CUPTI kernel time, 30 calls) under preconditions:
+
+  insitu   replay's default (flush by reading, warm inputs rewritten)
+  idle     insitu, then the host waits until the GPU is idle and --idle-us more before launching the call
+  dirty    flush, then an L2-sized buffer written (dirty lines a kernel's output leaves), then the warm inputs
+  gemm     flush, a 4096^3 bf16 GEMM (a long kernel's power draw and dirty output), then the warm inputs
+
+and prints, per precondition, the median replay/profiled ratio and median gap per duration band and kernel type,
+and writes benchmarks/results/small_kernels/<device>.json.
+
+    python benchmarks/small_kernel_probe.py DB_DIR [DB_DIR ...] [--max-us 30] [--variants insitu idle dirty gemm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from opperf import contract  # noqa: E402
+from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
+from opperf.replay.engine import STATUS_OK, RowOutcome, measure_prepared, prepare_row  # noqa: E402
+from opperf.replay.job import find_definition, recipe_for  # noqa: E402
+from opperf.replay.timing import CacheState, CudaTimer  # noqa: E402
+
+BANDS = ((0, 1.5), (1.5, 2), (2, 3), (3, 5), (5, 10), (10, 30), (30, 1e9))
+
+
+class Neighbourhood(CacheState):
+    """The insitu cache state plus what the workload ran before the call (see the module docstring)."""
+
+    def __init__(self, device, l2_bytes: int, variant: str, idle_us: float):
+        super().__init__(device, "insitu", l2_bytes)
+        self.variant, self.idle_s = variant, idle_us / 1e6
+        self._dirty = torch.empty(l2_bytes // 4, dtype=torch.int32, device=device) if variant == "dirty" else None
+        self._gemm = None
+        if variant == "gemm":
+            a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+            self._gemm = (a, a.clone(), torch.empty_like(a))
+
+    def prepare(self, views):
+        self.flush()
+        if self._dirty is not None:
+            self._dirty.fill_(1)
+        if self._gemm is not None:
+            torch.mm(self._gemm[0], self._gemm[1], out=self._gemm[2])
+        for view in views:
+            view.mul_(1)
+        if self.variant == "idle":
+            torch.cuda.synchronize(self.device)
+            deadline = time.perf_counter() + self.idle_s
+            while time.perf_counter() < deadline:
+                pass
+
+
+def rows_of(db_dirs, max_us):
+    for db in db_dirs:
+        for path in sorted(Path(db).glob("*.csv")):
+            with path.open(newline="") as handle:
+                for line, row in enumerate(csv.DictReader(handle), start=2):
+                    try:
+                        profiled = float(row.get("Profiling Average Duration(us)") or "nan")
+                    except ValueError:
+                        continue
+                    if profiled == profiled and profiled < max_us:
+                        yield Path(db).resolve().parents[4].name, path.stem, line, row, profiled
+
+
+def band_of(us):
+    return next(f"{lo}-{hi if hi < 1e9 else 'inf'}" for lo, hi in BANDS if lo <= us < hi)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("databases", nargs="+")
+    parser.add_argument("--max-us", type=float, default=30.0)
+    parser.add_argument("--variants", nargs="+", default=["insitu", "idle", "dirty", "gemm"],
+                        choices=["insitu", "idle", "dirty", "gemm"])
+    parser.add_argument("--idle-us", type=float, default=20.0)
+    parser.add_argument("--repeat-count", type=int, default=30)
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "small_kernels"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    rows = list(rows_of(args.databases, args.max_us))
+    recipes = {}
+    results = []
+    for variant in args.variants:
+        timer = CudaTimer("cuda")
+        timer.cache = Neighbourhood(timer.device, timer.cache.l2_bytes, variant, args.idle_us)
+        started = time.monotonic()
+        pending = []
+
+        def collect():
+            timings = timer.collect()
+            for prepared, key, meta in pending:
+                outcome = prepared.outcome(timings.get(key))
+                if outcome.status == STATUS_OK:
+                    replay = float(outcome.columns[contract.REPLAY_AVERAGE])
+                    results.append({**meta, "replay_us": replay, "ratio": replay / meta["profiled_us"]})
+            pending.clear()
+
+        for key, (workload, kernel_type, line, row, profiled) in enumerate(rows):
+            if kernel_type not in recipes:
+                recipes[kernel_type] = recipe_for(kernel_type, "cuda", find_definition(
+                    kernel_type, "cuda", DEFAULT_DEFINITIONS_DIR))
+            if recipes[kernel_type] is None:
+                continue
+            prepared = prepare_row(recipes[kernel_type], row, backend="cuda", device="cuda", timer=timer, line=line)
+            if isinstance(prepared, RowOutcome) or measure_prepared(prepared, timer, key, repeat_count=args.repeat_count,
+                                                                    warmup_count=3) is not None:
+                continue
+            pending.append((prepared, key, {"variant": variant, "workload": workload, "type": kernel_type,
+                                            "line": line, "profiled_us": profiled}))
+            if len(pending) >= 128:
+                collect()
+        collect()
+        print(f"{variant}: {sum(r['variant'] == variant for r in results)} rows in {time.monotonic() - started:.0f} s",
+              flush=True)
+
+    def summary(selected):
+        ratios = [r["ratio"] for r in selected]
+        return {"rows": len(ratios), "median_ratio": statistics.median(ratios) if ratios else None,
+                "median_gap": statistics.median(abs(1 - x) for x in ratios) if ratios else None}
+
+    table = {}
+    for variant in args.variants:
+        mine = [r for r in results if r["variant"] == variant]
+        table[variant] = {"all": summary(mine),
+                          "bands": {band_of(lo): summary([r for r in mine if lo <= r["profiled_us"] < hi])
+                                    for lo, hi in BANDS if any(lo <= r["profiled_us"] < hi for r in mine)},
+                          "types": {t: summary([r for r in mine if r["type"] == t])
+                                    for t in sorted({r["type"] for r in mine})}}
+    bands = [band_of(lo) for lo, _ in BANDS]
+    print(f"{'band (µs)':<10} " + " ".join(f"{v + ' ratio/gap':>20}" for v in args.variants))
+    for band in [*bands, "all"]:
+        cells = []
+        for variant in args.variants:
+            s = table[variant]["all"] if band == "all" else table[variant]["bands"].get(band)
+            cells.append(f"{s['median_ratio']:>9.3f} /{s['median_gap']:>7.1%} ({s['rows']:>3})" if s and s["rows"]
+                         else f"{'-':>20}")
+        print(f"{band:<10} " + " ".join(cells))
+    device = torch.cuda.get_device_name()
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / f"{device.replace(' ', '_')}.json"
+    path.write_text(json.dumps({"device": device, "torch": torch.__version__,
+                                "date": datetime.date.today().isoformat(),
+                                "command": "python benchmarks/small_kernel_probe.py " + " ".join(sys.argv[1:]),
+                                "summary": table, "rows": results}, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
