@@ -58,7 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
-from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY  # noqa: E402
+from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_POWER_POLICY,  # noqa: E402
+                                   POWER_POLICIES)
 
 @dataclass(frozen=True)
 class Workload:
@@ -199,7 +200,7 @@ def stage_replay(work: Path, args) -> dict:
             shutil.copytree(parsed, target)
             command = [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", args.backend,
                        "--device", args.device, "--repeat-count", str(args.repeat_count), "--l2-policy", policy,
-                       "--seed", str(1 if run_name == REPEAT_RUN else 0),
+                       "--seed", str(1 if run_name == REPEAT_RUN else 0), "--power-policy", args.power_policy,
                        "--reports-dir", str(work / name / run_name / "reports")]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"replay_{run_name}.log")
     return timings
@@ -372,6 +373,7 @@ def repeatability(first: list[dict], second: list[dict]) -> dict:
 
 def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) -> dict:
     report = {"environment": env, "repeat_count": args.repeat_count, "default_policy": DEFAULT_CACHE_POLICY,
+              "power_policy": args.power_policy,
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
               "policies": {}, "per_workload": {}, "fixed_cost": fixed, "stage_wall_s": wall}
@@ -427,7 +429,7 @@ def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# CUDA replay accuracy ({env['device']}, {env['date'][:10]})", "",
              f"{env['nvidia_smi']}; torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}; "
-             f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}. "
+             f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}, power policy {report.get('power_policy', 'cooldown')}. "
              f"Produced by `python benchmarks/cuda_replay.py` (see its docstring for the definitions).", "",
              "| workload | source | model | layers | prefill | decode batches (context, steps) |",
              "|---|---|---|---|---|---|"]
@@ -492,6 +494,8 @@ def main() -> int:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), help="default: all (of the back end's)")
     parser.add_argument("--policies", nargs="+", choices=CACHE_POLICIES, default=["insitu", "flush", "none"])
     parser.add_argument("--repeat-count", type=int, default=30)
+    parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
+                        help="scripts/replay.py --power-policy of every replay run (recorded in the JSON)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
                         help="a second replay under the default policy (another seed) for repeatability "

@@ -11,6 +11,7 @@ replay stage's own code (opperf.replay.engine, CUPTI kernel time, 30 calls) unde
   idle     insitu, then the host waits until the GPU is idle and --idle-us more before launching the call
   dirty    flush, then an L2-sized buffer written (dirty lines a kernel's output leaves), then the warm inputs
   gemm     flush, a 4096^3 bf16 GEMM (a long kernel's power draw and dirty output), then the warm inputs
+  gemm-small  the same with a 1024^3 GEMM (~5 µs: the GEMM's code and dirty output, little power)
 
 and prints, per precondition, the median replay/profiled ratio and median gap per duration band and kernel type,
 and writes benchmarks/results/small_kernels/<device>.json.
@@ -51,8 +52,9 @@ class Neighbourhood(CacheState):
         self.variant, self.idle_s = variant, idle_us / 1e6
         self._dirty = torch.empty(l2_bytes // 4, dtype=torch.int32, device=device) if variant == "dirty" else None
         self._gemm = None
-        if variant == "gemm":
-            a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+        if variant in ("gemm", "gemm-small"):
+            n = 4096 if variant == "gemm" else 1024
+            a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
             self._gemm = (a, a.clone(), torch.empty_like(a))
 
     def prepare(self, views):
@@ -92,7 +94,7 @@ def main() -> int:
     parser.add_argument("databases", nargs="+")
     parser.add_argument("--max-us", type=float, default=30.0)
     parser.add_argument("--variants", nargs="+", default=["insitu", "idle", "dirty", "gemm"],
-                        choices=["insitu", "idle", "dirty", "gemm"])
+                        choices=["insitu", "idle", "dirty", "gemm", "gemm-small"])
     parser.add_argument("--idle-us", type=float, default=20.0)
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "small_kernels"))

@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "long call as long as it took; match-clock: where the row records the SM clock its "
                           "kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile taken "
                           "with NVML) and that is below the replay's, a heater GEMM runs before each call until the "
-                          "clock is down to it (recorded per row in Replay L2 Policy)")
+                          "clock is down to it; after-gemm: a heater GEMM before each call shorter than 200 µs, as inside "
+                          "a model, where short kernels run between GEMMs (all recorded per row in Replay L2 Policy)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

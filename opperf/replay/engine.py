@@ -163,13 +163,17 @@ class PreparedRow:
                           other_samples=timing.other_samples_us, **traced)
 
 
-def _profiled_clock(row: Mapping[str, str]) -> float | None:
-    """The SM clock the row's kernels ran at inside the workload (a profile taken with the NVML sampler)."""
+def _positive(row: Mapping[str, str], column: str) -> float | None:
     try:
-        value = float(row.get(contract.PROFILED_SM_CLOCK, "") or "nan")
+        value = float(row.get(column, "") or "nan")
     except (TypeError, ValueError):
         return None
     return value if value == value and value > 0 else None
+
+
+def _profiled_clock(row: Mapping[str, str]) -> float | None:
+    """The SM clock the row's kernels ran at inside the workload (a profile taken with the NVML sampler)."""
+    return _positive(row, contract.PROFILED_SM_CLOCK)
 
 
 def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str,
@@ -211,6 +215,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         definition = fallback
     recipe = case.recipe or recipe
     case.target_clock_mhz = _profiled_clock(row)
+    case.profiled_us = _positive(row, contract.PROFILING_AVERAGE)
     try:
         result = case.run()
         timer.synchronize()

@@ -63,6 +63,7 @@ class ReplayCase:
     warm: tuple | None = None
     recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
     target_clock_mhz: float | None = None  # the SM clock the row's kernels ran at in the workload (power policy)
+    profiled_us: float | None = None       # the call's device time in the workload (Profiling Average Duration)
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

@@ -289,9 +289,13 @@ class CacheState:
                                f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold} cold input(s) "
                                f"before each call ({cache})")
 
-    def prepare(self, views: list[torch.Tensor]) -> None:
+    def prepare(self, views: list[torch.Tensor], neighbour=None) -> None:
+        """Flush (by policy), run `neighbour` (the kernel the workload ran before the call, if the power policy
+        reproduces one), then make the warm inputs resident: the neighbour cannot evict them."""
         if self.policy in ("flush", "insitu"):
             self.flush()
+        if neighbour is not None:
+            neighbour()
         for view in views:
             view.mul_(1)
 
@@ -318,7 +322,8 @@ class CudaTimer:
     model a long GEMM alternates with lighter kernels; back to back it holds the GPU at its power limit
     and the clock drops (measured on an H100: 8192x5120x51200 bf16 went from 5.40 to 6.42 ms over 30
     calls back to back, 5.52 ms with equal idle gaps, 5.43 ms inside the workload;
-    benchmarks/results/cuda_replay/cuda_power_probe.json). The call's length comes from the warm-up calls.
+    benchmarks/results/cuda_replay/cuda_power_probe.json). The call's length is the row's profiled time where it
+    has one, else the warm-up calls' event time.
     Validated against each other on an H200 with benchmarks/cuda_replay_check.py.
     """
 
@@ -360,19 +365,25 @@ class CudaTimer:
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case)
         warmup = self._event_samples(cases, views, max(warmup_count, 1))
+        # How long one call keeps the GPU busy: the workload's own kernel time where the row has one (event time
+        # includes the host's launch gaps, 1 ms and more for some 2 µs ops under the profiler), else the warm-up.
+        call_us = case.profiled_us or min(warmup)
         target = case.target_clock_mhz
         # A call of COOLDOWN_MIN_US or more sets its own clock (it draws the power that throttles it); a shorter
         # one inherits the clock the kernels before it left: only those are held at the workload's clock.
         if (self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - 15
-                and min(warmup) < self.COOLDOWN_MIN_US):
+                and call_us < self.COOLDOWN_MIN_US):
             self._measure_at_clock(cases, views, policy, repeat_count, key, target)
             return
-        idle_s = 0.0
-        if min(warmup) >= self.COOLDOWN_MIN_US:
-            idle_s = min(warmup) / 1e6
-            policy += f"; idle {min(warmup) / 1000:.2f} ms after each call (power state)"
+        idle_s, neighbour = 0.0, None
+        if call_us >= self.COOLDOWN_MIN_US:
+            idle_s = call_us / 1e6
+            policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
+        elif self.power_policy == "after-gemm":
+            neighbour = self._heat
+            policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
         if self.primary == "event":
-            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s),
+            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s, neighbour),
                                                METHOD_CUDA_EVENT, policy)
             return
         from torch.profiler import record_function
@@ -380,7 +391,7 @@ class CudaTimer:
         name = self.session.range_name(key, repeat_count, policy)
         started = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
-            self.cache.prepare(views)
+            self.cache.prepare(views, neighbour)
             with record_function(name):
                 cases[index % len(cases)].run()
             if idle_s:
@@ -394,7 +405,7 @@ class CudaTimer:
     CLOCK_TOLERANCE_MHZ = 15.0
     PREHEAT_LIMIT_S = 3.0
 
-    def _heat(self, times: int) -> None:
+    def _heat(self, times: int = 1) -> None:
         """Run the heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a throttled row)."""
         if self._heater is None:
             a = torch.randn(self.HEATER_N, self.HEATER_N, device=self.device, dtype=torch.bfloat16)
@@ -433,12 +444,12 @@ class CudaTimer:
         self._windows[key] = (window_start, time.monotonic_ns() / 1000.0)
 
     def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
-                       idle_s: float = 0.0) -> list[float]:
+                       idle_s: float = 0.0, neighbour=None) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
         for index in range(repeat_count):
-            self.cache.prepare(views)
+            self.cache.prepare(views, neighbour)
             starts[index].record()
             cases[index % len(cases)].run()
             ends[index].record()
