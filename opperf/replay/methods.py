@@ -34,12 +34,12 @@ CUDA_TIMINGS = ("kernel", "event")
 # (the clock recovers, as between a workload's lighter kernels); `match-clock` holds the SM clock down to the
 # one the row's kernels ran at in the workload (Profiling Average SM Clock(MHz)) with heater GEMMs before each
 # call, for calls shorter than the cooldown threshold (a longer call sets its own clock; it gets `cooldown`);
-# `after-gemm` runs one heater GEMM before each such call, as inside a model, where short kernels run between
-# GEMMs (benchmarks/results/small_kernels/: kernels of 1.5-30 µs ran 6 % faster in replay than in the workload
-# right behind the cache preparation, 2 % after a GEMM).
+# `after-gemm` (default) is `cooldown` plus one heater GEMM before each shorter call, as inside a model, where
+# short kernels run between GEMMs (benchmarks/results/small_kernels/: kernels under 30 µs ran 6 % faster in
+# replay than in the workload right behind the cache preparation, 2 % after a GEMM; docs/replay.md, "Power state").
 # benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does.
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm")
-DEFAULT_POWER_POLICY = "cooldown"
+DEFAULT_POWER_POLICY = "after-gemm"
 
 # Rows whose timed calls share one profiler session (cuda kernel timing, cpu profiler timing): the session's start, stop and
 # parse are paid once per batch, not per row; a crash loses at most one batch's measurements (re-run).
