@@ -56,3 +56,26 @@ def test_a_row_over_the_memory_budget_is_skipped_before_allocation():
     outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
                          memory_budget_bytes=2**30)
     assert outcome.status == STATUS_SKIPPED_MEMORY and "over the device memory budget of 1.00 GiB" in outcome.error
+
+
+def _cat_case(shapes: str, scalars: str):
+    from opperf.replay.inputs import build_case
+
+    row = {**ROWS["cat"], contract.INPUT_SHAPES: shapes, contract.INPUT_DTYPES: "DT_BF16;DT_BF16;",
+           contract.INPUT_FORMATS: "ND;ND;", contract.INPUT_SCALARS: scalars, contract.INPUT_STRIDES: "",
+           contract.OUTPUT_DTYPES: "DT_BF16"}
+    row[contract.OUTPUT_SHAPES] = ""
+    return build_case(DEFINITIONS["cat"], row, "cpu")
+
+
+def test_the_cache_a_cat_appends_to_is_cold_and_everything_else_warm():
+    # Decode's KV-cache append: 512 past positions (written a forward step ago) plus the new one (just written).
+    append = _cat_case("16,8,512,128;16,8,1,128;", ";;-2")
+    past, new = append.args[0]
+    assert [id(t) for t in append.warm_tensors()] == [id(new)] and "member 0 cold" in append.description
+    # Two halves of a rotary embedding, both just computed: both warm.
+    halves = _cat_case("1,32,128,64;1,32,128,64;", ";;-1")
+    assert len(halves.warm_tensors()) == 2 and "cold" not in halves.description
+    # Four times the other member, not eight: two activations, no cache.
+    joined = _cat_case("16,8,64,128;16,8,16,128;", ";;-2")
+    assert len(joined.warm_tensors()) == 2
