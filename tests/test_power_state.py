@@ -89,3 +89,12 @@ def test_samples_without_sync_are_not_joined(tmp_path, missing):
     subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(trace),
                     "--database-path", str(out)], check=True, capture_output=True)
     assert all(CLOCK not in read_database_csv(p).columns for p in out.glob("*.csv"))
+
+
+def test_nvml_samples_the_gpu_torch_means_under_cuda_visible_devices(monkeypatch):
+    from opperf.workload.power import nvml_index
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")       # a job confined to its device slot
+    assert [nvml_index(0), nvml_index(1)] == [3, 1]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert nvml_index(2) == 2

@@ -32,6 +32,22 @@ log = get_logger("workload")
 DEFAULT_INTERVAL_S = 0.002
 
 
+def nvml_index(torch_index: int) -> int:
+    """NVML's index of torch's cuda device `torch_index`. They differ under CUDA_VISIBLE_DEVICES (`2,3`: torch's
+    0 is NVML's 2; UUIDs too), which every job confined to its device slot runs with; torch maps it itself."""
+    import torch
+
+    try:
+        return int(torch.cuda._get_nvml_device_index(torch_index))
+    except (AttributeError, RuntimeError, ValueError) as exc:
+        import os
+
+        if os.environ.get("CUDA_VISIBLE_DEVICES"):
+            log.warning("cannot map cuda device %d to its NVML index under CUDA_VISIBLE_DEVICES=%s (%s); sampling "
+                        "NVML device %d", torch_index, os.environ["CUDA_VISIBLE_DEVICES"], exc, torch_index)
+        return torch_index
+
+
 @dataclass
 class NvmlSampler:
     """Polls one GPU's SM clock (MHz), power draw (W) and temperature (C) every `interval_s` on a thread."""
@@ -48,12 +64,13 @@ class NvmlSampler:
 
     @classmethod
     def start_if_available(cls, device_index: int = 0, interval_s: float = DEFAULT_INTERVAL_S) -> NvmlSampler | None:
-        """A running sampler, or None (logged) where NVML cannot be read: no nvidia-ml-py, no driver."""
+        """A running sampler of torch's cuda device `device_index`, or None (logged) where NVML cannot be read: no
+        nvidia-ml-py, no driver."""
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index))
             name = pynvml.nvmlDeviceGetName(handle)
         except Exception as exc:  # noqa: BLE001 — ImportError, NVMLError_*: the profile is still useful
             log.warning("no power-state samples: NVML is not readable (%s: %s); install nvidia-ml-py to record the "
