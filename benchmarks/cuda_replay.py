@@ -88,6 +88,12 @@ WORKLOADS = {
                                   (1, 16, 64), 512, 2, True),
     "hf_olmoe_64x8": Workload("transformers", "benchmarks/workloads/olmoe_1b_7b.json", 2, (128, 512, 2048),
                               (1, 16, 64), 512, 2, True),
+    # Architectures no replay code was looked at with (issue 18): fused qkv/gate_up projections, and multi-head
+    # latent attention with a dense first layer, shared experts and top-6 routing.
+    "hf_phi3_mini": Workload("transformers", "benchmarks/workloads/phi3_mini.json", 2, (128, 512, 2048),
+                             (1, 16, 64), 512, 2, True),
+    "hf_deepseek_v2_lite": Workload("transformers", "benchmarks/workloads/deepseek_v2_lite.json", 2,
+                                    (128, 512, 2048), (1, 16, 64), 512, 2, True),
 }
 # --backend cpu: the same code paths at toy sizes (a smoke test of this script on a host without a GPU).
 SMOKE_WORKLOADS = {
