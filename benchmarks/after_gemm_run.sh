@@ -2,9 +2,7 @@
 # Issue 15/18: the small-kernel probe on held-out databases (qwen2-moe, olmoe: chosen on mistral/mixtral), then the
 # mistral/mixtral transformers workloads profiled and parsed once and replayed under --power-policy cooldown and
 # after-gemm (device tool, carrying .whl/ and probe_dbs/): bash benchmarks/after_gemm_run.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+. benchmarks/device_setup.sh
 if [ -z "${SKIP_PROBE:-}" ]; then
   timeout 150 python benchmarks/small_kernel_probe.py probe_dbs/hf_qwen2_moe_60x4/parsed/data/H100/torch/* \
       probe_dbs/hf_olmoe_64x8/parsed/data/H100/torch/* --variants insitu gemm gemm-small --output $OUT/small_heldout 2>&1 | tail -12

@@ -2,8 +2,7 @@
 # Issue 15: the cat rows of the hf_mistral / hf_mixtral_8x2 databases (parsed by benchmarks/after_gemm_run.sh),
 # copied to probe_cat/<workload>/torch2.11.0_cuda13.0/, replayed alone with the append rule of
 # opperf/replay/hooks/torch_tensor_list.py (device tool, carrying the jsonschema wheels).
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site
+. benchmarks/device_setup.sh
 for w in hf_mistral hf_mixtral_8x2; do
   timeout 200 python scripts/replay.py --database-path probe_cat/$w/torch2.11.0_cuda13.0 --backend cuda --device H100 --repeat-count 30 > /tmp/cat_$w.log 2>&1; echo "$w exit $?"; tail -2 /tmp/cat_$w.log
   python - <<PY

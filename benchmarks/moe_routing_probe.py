@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cuda_replay import WORKLOADS  # noqa: E402
 
-from opperf.replay.schema import routed_offsets  # noqa: E402
+from opperf.replay.schema import even_offsets, routed_offsets  # noqa: E402
 from opperf.workload.profile import WorkloadPlan, make_token_ids, run_workload  # noqa: E402
 from opperf.workload.transformers_model import TransformersCausalLM, read_config  # noqa: E402
 
@@ -56,10 +56,6 @@ class GroupedCalls(TorchDispatchMode):
                 self.calls.append((tuple(a.shape), tuple(b.shape), tuple(b.stride()), a.dtype,
                                    tuple(offs.tolist()), offs.dtype))
         return func(*args, **kwargs)
-
-
-def even_offsets(total: int, groups: int) -> list[int]:
-    return [round(total * (i + 1) / groups) for i in range(groups)]
 
 
 def time_call(a, b, offs, repeats: int = 25, warmup: int = 5) -> float:

@@ -1,11 +1,9 @@
 #!/bin/bash
 # Issue 18: replay one NVML-sampled profile twice, --power-policy cooldown and match-clock, on the GPU host
 # (run through the device tool, which carries .whl/ with polars and jsonschema): DEV=H100 bash $0 Llama-3-70B
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site
+. benchmarks/device_setup.sh
 DEV=${DEV:-H100}; model=$1
 W=/tmp/pw_$model
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
 python benchmarks/cuda_database.py --output-dir /tmp/x --work-dir $W --model $model --device $DEV --stages profile parse 2>&1 | tail -2
 D=$(ls -d $W/data/*/torch/*)
 for policy in cooldown match-clock; do

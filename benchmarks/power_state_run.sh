@@ -1,10 +1,8 @@
 #!/bin/bash
 # Issue 18, first measurement: the power state of a profiled workload and of its replay, per row (GPU host, via the
 # device tool, which carries .whl/): DEV=H100 bash $0 Llama-3-70B
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site
+. benchmarks/device_setup.sh
 python -c "import pynvml; print('pynvml', pynvml.__file__)"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
 model=$1; shift; DEV=${DEV:-H100}
 W=/tmp/pw_$model
 python benchmarks/cuda_database.py --output-dir /tmp/x --work-dir $W --model $model --device $DEV --stages profile parse "$@" 2>&1 | tail -3

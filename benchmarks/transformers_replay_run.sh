@@ -3,9 +3,7 @@
 # replayed from schemas and definitions) and the MoE routing probe, in one call of the device tool (which
 # carries .whl/ with polars and jsonschema; the GPU image has torch and transformers):
 #   bash benchmarks/transformers_replay_run.sh            -> $OUT/{moe_routing,part1,part2}, $OUT/databases.tar.gz
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,temperature.gpu --format=csv,noheader
+. benchmarks/device_setup.sh
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 if [ -z "${SKIP_PROBE:-}" ]; then
   timeout 170 python benchmarks/moe_routing_probe.py --output $OUT/moe_routing 2>&1 | tail -80; echo "probe exit ${PIPESTATUS[0]}"

@@ -285,7 +285,7 @@ def grid_consumer_option(wildcards):
     """--consumer-models (the target models) and their dtype where config grid.consumer_queries asks."""
     if not consumer_queries_apply(wildcards.device) or not grid_target_models(wildcards):
         return ""
-    return f"--consumer-models {grid_target_models(wildcards)} " f"--consumer-dtype {config['grid']['consumer_dtype']}"
+    return f"--consumer-models {grid_target_models(wildcards)} --consumer-dtype {config['grid']['consumer_dtype']}"
 
 
 def database_check_options(wildcards):
@@ -294,12 +294,10 @@ def database_check_options(wildcards):
     if not grid_enabled():
         return ""
     models = grid_target_models(wildcards)
-    options = f"--models {config['models']} --grid-config {config['grid']['patterns']} " f"--target-models '{models}'"
+    options = f"--models {config['models']} --grid-config {config['grid']['patterns']} --target-models '{models}'"
     if config["grid"].get("max_tokens"):
         options += f" --max-tokens {config['grid']['max_tokens']}"
-    if consumer_queries_apply(wildcards.device) and models:
-        options += f" --consumer-models {models} --consumer-dtype {config['grid']['consumer_dtype']}"
-    return options
+    return f"{options} {grid_consumer_option(wildcards)}".rstrip()
 
 
 def grid_target_models(wildcards):

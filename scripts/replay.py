@@ -77,11 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--cuda-timing", choices=CUDA_TIMINGS, default="kernel",
                      help="cuda: Average Duration(us) from profiler kernel time (default) or CUDA events")
     how.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
-                     help="cuda: the GPU's power state around each timed call. cooldown: idle after a "
-                          "long call (0.2 ms or more) as long as it took; after-gemm (default): cooldown, and a heater "
-                          "GEMM before each shorter call, as inside a model; match-clock: where the row records the SM clock its "
-                          "kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile taken "
-                          "with NVML) and that is below the replay's, a heater GEMM runs before each call until the "
+                     help="cuda: the GPU's power state around each timed call. cooldown: idle after a long call "
+                          "(0.2 ms or more) as long as it took; after-gemm (default): cooldown, and a heater GEMM "
+                          "before each shorter call, as inside a model; match-clock: where the row records the SM "
+                          "clock its kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile "
+                          "taken with NVML) and that is below the replay's, heater GEMMs before each call until the "
                           "clock is down to it (all recorded per row in Replay L2 Policy)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "

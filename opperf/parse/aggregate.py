@@ -3,10 +3,10 @@
 Groups are (normalised Type, Input Shapes, Output Shapes, Input Data Types, Output Data Types) — plus Input
 Scalars for rows from torch.profiler traces, where the same shapes with a different `dim` or `alpha` are a
 different computation — in the order they are first seen. The dtypes are part of the key because the same
-shapes in other dtypes are another kernel (an H100 trace's bf16→fp32 upcast copy_ takes 414 µs where the fp32→bf16
-downcast of the same shapes takes 262 µs: merged, the row's mean described neither). Every other base field is taken from the group's first row. Durations give the
-mean, median and population standard deviation; each counter gives its mean over the rows where it is a
-number (all N/A → empty).
+shapes in other dtypes are another kernel (an H100 trace's bf16→fp32 upcast copy_ takes 414 µs where the
+fp32→bf16 downcast of the same shapes takes 262 µs: merged, the row's mean described neither). Every other base
+field is taken from the group's first row. Durations give the mean, median and population standard
+deviation; each counter gives its mean over the rows where it is a number (all N/A → empty).
 
 Numbers are written as the value rounded to 6 decimals with trailing zeros removed (`187.64875`,
 `5295467`, `0`): `format_number`. Tests assert these exact strings.

@@ -80,8 +80,8 @@ def replay_key(row: Mapping[str, str], kernel_type: str) -> tuple[str, ...]:
     return contract.row_signature(row, kernel_type) + (contract.strip_profiler_quotes(row.get(contract.INPUT_SCALARS, "")),)
 
 
-def duration_value(value: str) -> float | None:
-    """A duration cell's usable measurement (a finite number > 0), else None."""
+def duration_value(value: object) -> float | None:
+    """A duration (or clock) cell's usable measurement (a finite number > 0), else None."""
     try:
         number = float(contract.strip_profiler_quotes(value))
     except ValueError:
@@ -163,19 +163,6 @@ class PreparedRow:
                           other_samples=timing.other_samples_us, **traced)
 
 
-def _positive(row: Mapping[str, str], column: str) -> float | None:
-    try:
-        value = float(row.get(column, "") or "nan")
-    except (TypeError, ValueError):
-        return None
-    return value if value == value and value > 0 else None
-
-
-def _profiled_clock(row: Mapping[str, str]) -> float | None:
-    """The SM clock the row's kernels ran at inside the workload (a profile taken with the NVML sampler)."""
-    return _positive(row, contract.PROFILED_SM_CLOCK)
-
-
 def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str,
                 timer: Timer, memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
                 path=None, line: int | None = None, seed: int = 0) -> PreparedRow | RowOutcome:
@@ -214,8 +201,9 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
         definition = fallback
     recipe = case.recipe or recipe
-    case.target_clock_mhz = _profiled_clock(row)
-    case.profiled_us = _positive(row, contract.PROFILING_AVERAGE)
+    # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
+    case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
+    case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
     try:
         result = case.run()
         timer.synchronize()

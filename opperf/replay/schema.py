@@ -348,8 +348,7 @@ class _Values:
         total = self.partitioned_size(name)
         leading_zero = name.lower().startswith("cu_") or "start_loc" in name.lower()
         if leading_zero or groups < 2:
-            steps = groups - 1 if leading_zero else groups
-            values = [round(total * (i + (0 if leading_zero else 1)) / max(steps, 1)) for i in range(groups)]
+            values = even_offsets(total, groups, leading_zero=leading_zero)
         else:
             values = routed_offsets(total, groups)
         return torch.tensor(values, dtype=dtype, device=self.ctx.device).reshape(shape)
@@ -400,6 +399,13 @@ class _Values:
 
 
 _OMIT = object()
+
+
+def even_offsets(total: int, groups: int, *, leading_zero: bool = False) -> list[int]:
+    """`groups` non-decreasing offsets splitting `total` as evenly as integers allow: group ends, or with
+    `leading_zero` group starts plus the end (`cu_seqlens`: 0, ..., total)."""
+    steps = groups - 1 if leading_zero else groups
+    return [round(total * (i + (0 if leading_zero else 1)) / max(steps, 1)) for i in range(groups)]
 
 
 def routed_offsets(total: int, groups: int) -> list[int]:

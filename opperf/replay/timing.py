@@ -371,7 +371,7 @@ class CudaTimer:
         target = case.target_clock_mhz
         # A call of COOLDOWN_MIN_US or more sets its own clock (it draws the power that throttles it); a shorter
         # one inherits the clock the kernels before it left: only those are held at the workload's clock.
-        if (self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - 15
+        if (self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - self.CLOCK_TOLERANCE_MHZ
                 and call_us < self.COOLDOWN_MIN_US):
             self._measure_at_clock(cases, views, policy, repeat_count, key, target)
             return
