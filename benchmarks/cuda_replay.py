@@ -171,7 +171,7 @@ def stage_profile(work: Path, args) -> dict:
                    "--prefill-lengths", *map(str, workload.prefill_lengths),
                    "--decode-batch-sizes", *map(str, workload.decode_batch_sizes),
                    "--decode-context", str(workload.decode_context), "--decode-steps", str(workload.decode_steps),
-                   "--output", str(out)]
+                   "--profile-iterations", str(args.profile_iterations), "--output", str(out)]
         timings[name] = run(command, work / name / "profile.log")
         if workload.source == "transformers":
             # A user's trace comes without our workload.json: the parse must infer what it would have said.
@@ -345,7 +345,7 @@ def workload_entry(work: Path, name: str, args) -> dict:
             entry["status"].add(row.get(contract.REPLAY_STATUS, ""))
     workload = args.catalog[name]
     return {"name": name, "source": workload.source, "model": workload.model, "unseen": workload.unseen,
-            "rows": len(rows), "profiled_time_replayed": replayed / total if total else None,
+            "profile_iterations": profile_iterations(work / name / "profile"), "rows": len(rows), "profiled_time_replayed": replayed / total if total else None,
             "trace_time_attributed": min(shares) if shares else None,
             "unattributed": {t: e["unattributed"] for t, e in attribution.items() if e.get("unattributed")},
             "median_gap": summary["median_gap"], "p90_gap": summary["p90_gap"],
@@ -355,6 +355,15 @@ def workload_entry(work: Path, name: str, args) -> dict:
             "cat_rows": cat["rows"], "cat_median_gap": cat["median_gap"],
             "cat_max_gap": max(cat_gaps) if cat_gaps else None,
             "not_replayed": {t: {**e, "status": sorted(e["status"])} for t, e in sorted(not_ok.items())}}
+
+
+def profile_iterations(profile: Path) -> int | None:
+    """Passes of the workload under the profiler, from the manifest the profile stage left (renamed for
+    transformers traces, which the parse must read without it)."""
+    for manifest in (profile / contract.WORKLOAD_MANIFEST, profile / "workload_info.json"):
+        if manifest.exists():
+            return json.loads(manifest.read_text(encoding="utf-8"))["plan"].get("profile_iterations", 1)
+    return None
 
 
 def in_power_limited_phase(row: dict) -> bool:
@@ -437,12 +446,13 @@ def markdown(report: dict) -> str:
              f"{env['nvidia_smi']}; torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}; "
              f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}, power policy {report.get('power_policy', 'cooldown')}. "
              f"Produced by `python benchmarks/cuda_replay.py` (see its docstring for the definitions).", "",
-             "| workload | source | model | layers | prefill | decode batches (context, steps) |",
-             "|---|---|---|---|---|---|"]
+             "| workload | source | model | layers | prefill | decode batches (context, steps) | passes profiled |",
+             "|---|---|---|---|---|---|---|"]
+    passes = {w["name"]: w.get("profile_iterations") for w in report["workloads"]}
     for name, w in report["workload_plans"].items():
         lines.append(f"| {name} | {w['source']} | {w['model']} | {w['layers']} | "
                      f"{', '.join(map(str, w['prefill_lengths']))} | {', '.join(map(str, w['decode_batch_sizes']))} "
-                     f"({w['decode_context']}, {w['decode_steps']}) |")
+                     f"({w['decode_context']}, {w['decode_steps']}) | {passes.get(name) or '-'} |")
     lines += ["", "## Per workload (default policy)", "",
               "| workload | unseen | rows | profiled time replayed | trace time attributed | median gap | p90 gap | "
               "time-weighted gap | schema rows (median gap) | cat rows (median / max gap) |",
@@ -502,6 +512,9 @@ def main() -> int:
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
                         help="scripts/replay.py --power-policy of every replay run (recorded in the JSON)")
+    parser.add_argument("--profile-iterations", type=int, default=1,
+                        help="passes of each workload under the profiler (scripts/profile_workload.py; recorded in "
+                             "the JSON): more passes average each row's profiled time over more calls")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
                         help="a second replay under the default policy (another seed) for repeatability "

@@ -13,6 +13,14 @@ from opperf.log import get_logger, setup_logging
 EXIT_BAD_INPUT = 2
 
 
+def positive_int(text: str) -> int:
+    """argparse type of counts that must be at least 1 (argparse turns the ValueError into a usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
 def add_logging_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
                         help="log detail (default: info, or $OPPERF_LOG_LEVEL)")

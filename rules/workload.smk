@@ -22,10 +22,12 @@ rule profile_workload:
         prefill_lengths=config["workload"]["prefill_lengths"],
         decode_steps=config["workload"]["decode_steps"],
         decode_context=config["workload"]["decode_context"],
+        profile_iterations=config["workload"]["profile_iterations"],
         log_level=config["log_level"],
     shell:
         "python scripts/profile_workload.py --backend {params.backend} --models {params.models} "
         "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
         "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
-        "--decode-context {params.decode_context} --version-dir {wildcards.version_dir} --output {output.profile} "
+        "--decode-context {params.decode_context} --profile-iterations {params.profile_iterations} "
+        "--version-dir {wildcards.version_dir} --output {output.profile} "
         "--log-level {params.log_level} > {log} 2>&1"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.cli import add_logging_args, positive_int, run_cli  # noqa: E402
 from opperf.versions import check_stack_matches  # noqa: E402
 from opperf.workload.model import load_model_dims  # noqa: E402
 from opperf.workload.profile import DTYPES, WorkloadPlan, profile_workload  # noqa: E402
@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="decode steps (one token each) after a --decode-context prompt; 0 = prefill only "
                              "(default: %(default)s)")
     parser.add_argument("--decode-context", type=int, default=64, help="prompt length before decoding")
+    parser.add_argument("--profile-iterations", type=positive_int, default=1,
+                        help="run the whole workload this many times under the profiler: every row's profiled time "
+                             "becomes a mean over that many times its calls, a steadier ground truth for the small "
+                             "kernels (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random weights and token ids: the same seed profiles the same inputs "
                              "(default: %(default)s)")
@@ -67,6 +71,7 @@ def main(args: argparse.Namespace) -> int:
         dims = load_model_dims(args.models, args.model, num_layers=args.num_layers)
     plan = WorkloadPlan(batch_size=args.batch_size, prefill_lengths=tuple(args.prefill_lengths),
                         decode_steps=args.decode_steps, decode_context=args.decode_context, seed=args.seed,
+                        profile_iterations=args.profile_iterations,
                         decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
     profile_workload(dims, plan, args.backend, args.dtype, args.output, transformers_config=config,
                      config_path=args.transformers_config or "")

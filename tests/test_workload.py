@@ -101,3 +101,34 @@ def test_workload_model_is_found_by_any_case_or_alias_like_the_grid(tmp_path):
     assert load_model_dims(models, "qwen3_32b") == exact == load_model_dims(models, "QWEN3-32b")
     with pytest.raises(OpperfError, match=r"unknown model 'qwen3-33b'.*known: .*Qwen3-32B"):
         load_model_dims(models, "qwen3-33b")
+
+
+def test_profile_iterations_repeat_every_call(tiny_trace, tmp_path):
+    """Three passes under the profiler: every op of one pass is there three times (so each parsed row's profiled
+    mean is over three times its calls), and the manifest says how many passes were profiled."""
+    from collections import Counter
+
+    from conftest import REPO
+
+    dims, once = tiny_trace
+    out = tmp_path / "profile"
+    plan = WorkloadPlan(prefill_lengths=(8,), decode_steps=2, decode_context=8, profile_iterations=3)
+    profile_workload(load_model_dims(REPO / "config" / "models.yaml", "opperf-tiny"), plan, "cpu", "float32", out)
+    thrice = json.loads((out / "trace.json").read_text())
+
+    def calls(trace):
+        return Counter((e["name"], json.dumps(e["args"].get("Input Dims"))) for e in cpu_ops(trace))
+
+    assert calls(thrice) == Counter({key: 3 * n for key, n in calls(once).items()})
+    assert json.loads((out / "workload.json").read_text())["plan"]["profile_iterations"] == 3
+
+
+def test_profile_iterations_below_one_are_a_usage_error():
+    from conftest import REPO
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "scripts/profile_workload.py", "--profile-iterations", "0",
+                           "--output", "unused"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "--profile-iterations: must be a whole number >= 1, got 0" in done.stderr
