@@ -12,6 +12,10 @@ replay stage's own code (opperf.replay.engine, CUPTI kernel time, 30 calls) unde
   dirty    flush, then an L2-sized buffer written (dirty lines a kernel's output leaves), then the warm inputs
   gemm     flush, a 4096^3 bf16 GEMM (a long kernel's power draw and dirty output), then the warm inputs
   gemm-small  the same with a 1024^3 GEMM (~5 µs: the GEMM's code and dirty output, little power)
+  cold     gemm with no input rewritten (every input as cold as the weights: produced before a weight stream)
+  tlb      gemm, then one 4-byte read every 64 KiB of a --sweep-gb buffer (a model's weights streamed between
+           the call's inputs being written and the call: the GPU's address translations of everything else gone),
+           then the warm inputs (their pages translated again, as just written; the output's not)
 
 and prints, per precondition, the median replay/profiled ratio and median gap per duration band and kernel type,
 and writes benchmarks/results/small_kernels/<device>.json.
@@ -47,23 +51,29 @@ BANDS = ((0, 1.5), (1.5, 2), (2, 3), (3, 5), (5, 10), (10, 30), (30, 1e9))
 class Neighbourhood(CacheState):
     """The insitu cache state plus what the workload ran before the call (see the module docstring)."""
 
-    def __init__(self, device, l2_bytes: int, variant: str, idle_us: float):
+    def __init__(self, device, l2_bytes: int, variant: str, idle_us: float, sweep_gb: float = 16.0):
         super().__init__(device, "insitu", l2_bytes)
         self.variant, self.idle_s = variant, idle_us / 1e6
         self._dirty = torch.empty(l2_bytes // 4, dtype=torch.int32, device=device) if variant == "dirty" else None
         self._gemm = None
-        if variant in ("gemm", "gemm-small"):
+        self._sweep = None
+        if variant == "tlb":
+            pages = torch.zeros(int(sweep_gb * 2**30) // 4, dtype=torch.int32, device=device)
+            self._sweep = (pages, pages[:: 2**16 // 4], torch.empty((), dtype=torch.int64, device=device))
+        if variant in ("gemm", "gemm-small", "tlb", "cold"):
             n = 4096 if variant == "gemm" else 1024
             a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
             self._gemm = (a, a.clone(), torch.empty_like(a))
 
-    def prepare(self, views):
+    def prepare(self, views, neighbour=None):  # the timer's own neighbour is off (cooldown): the variant is it
         self.flush()
         if self._dirty is not None:
             self._dirty.fill_(1)
         if self._gemm is not None:
             torch.mm(self._gemm[0], self._gemm[1], out=self._gemm[2])
-        for view in views:
+        if self._sweep is not None:
+            torch.sum(self._sweep[1], dim=0, out=self._sweep[2])
+        for view in views if self.variant != "cold" else ():
             view.mul_(1)
         if self.variant == "idle":
             torch.cuda.synchronize(self.device)
@@ -94,7 +104,8 @@ def main() -> int:
     parser.add_argument("databases", nargs="+")
     parser.add_argument("--max-us", type=float, default=30.0)
     parser.add_argument("--variants", nargs="+", default=["insitu", "idle", "dirty", "gemm"],
-                        choices=["insitu", "idle", "dirty", "gemm", "gemm-small"])
+                        choices=["insitu", "idle", "dirty", "gemm", "gemm-small", "tlb", "cold"])
+    parser.add_argument("--sweep-gb", type=float, default=16.0, help="tlb: the buffer swept (default %(default)s)")
     parser.add_argument("--idle-us", type=float, default=20.0)
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "small_kernels"))
@@ -103,10 +114,10 @@ def main() -> int:
         parser.error("needs a CUDA GPU")
     rows = list(rows_of(args.databases, args.max_us))
     recipes = {}
-    results = []
+    results, failures = [], []
     for variant in args.variants:
-        timer = CudaTimer("cuda")
-        timer.cache = Neighbourhood(timer.device, timer.cache.l2_bytes, variant, args.idle_us)
+        timer = CudaTimer("cuda", power_policy="cooldown")
+        timer.cache = Neighbourhood(timer.device, timer.cache.l2_bytes, variant, args.idle_us, args.sweep_gb)
         started = time.monotonic()
         pending = []
 
@@ -117,6 +128,8 @@ def main() -> int:
                 if outcome.status == STATUS_OK:
                     replay = float(outcome.columns[contract.REPLAY_AVERAGE])
                     results.append({**meta, "replay_us": replay, "ratio": replay / meta["profiled_us"]})
+                else:
+                    failures.append(f"{variant} {meta['type']}:{meta['line']} {outcome.status} {outcome.error}")
             pending.clear()
 
         for key, (workload, kernel_type, line, row, profiled) in enumerate(rows):
@@ -126,8 +139,10 @@ def main() -> int:
             if recipes[kernel_type] is None:
                 continue
             prepared = prepare_row(recipes[kernel_type], row, backend="cuda", device="cuda", timer=timer, line=line)
-            if isinstance(prepared, RowOutcome) or measure_prepared(prepared, timer, key, repeat_count=args.repeat_count,
-                                                                    warmup_count=3) is not None:
+            failed = prepared if isinstance(prepared, RowOutcome) else measure_prepared(
+                prepared, timer, key, repeat_count=args.repeat_count, warmup_count=3)
+            if failed is not None:
+                failures.append(f"{variant} {kernel_type}:{line} {failed.status} {failed.error}")
                 continue
             pending.append((prepared, key, {"variant": variant, "workload": workload, "type": kernel_type,
                                             "line": line, "profiled_us": profiled}))
@@ -136,6 +151,8 @@ def main() -> int:
         collect()
         print(f"{variant}: {sum(r['variant'] == variant for r in results)} rows in {time.monotonic() - started:.0f} s",
               flush=True)
+    if failures:
+        print(f"{len(failures)} row(s) not measured, first: {failures[0]}", flush=True)
 
     def summary(selected):
         ratios = [r["ratio"] for r in selected]

@@ -70,9 +70,15 @@ INPUT_SCALARS = "Input Scalars"
 # kernel than the contiguous one (gather with an expanded index reads one row per output row), so the
 # strides are part of the row signature and replay builds the slot with exactly these strides.
 INPUT_STRIDES = "Input Strides"
+# Per input slot, `;`-aligned with Input Shapes: how many MiB of other data the device touched between the slot's
+# tensor's previous use (its write or read) and the call, the median over the row's calls (an execution trace
+# beside the profile gives the tensor identities, opperf.parse.reuse); `inf` where the tensor was not used before
+# in the trace (a weight's first use), empty for non-tensor slots or where nothing was recorded. Replay's insitu
+# cache state keeps resident what an LRU cache of the device's L2 size would still hold (opperf.replay.residency).
+PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(MiB)"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
+    SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10, REPLAY_P90, REPLAY_CV,
     REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE, REPLAY_STATUS, REPLAY_ERROR,
     REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
 )
@@ -84,6 +90,9 @@ KERNEL_TYPES_MANIFEST = "kernel_types.txt"
 TRACE_ATTRIBUTION = "trace_attribution.json"
 # What the reference workload ran (dtype, dims, plan), written beside its trace; the parse reads its dtype.
 WORKLOAD_MANIFEST = "workload.json"
+# torch.profiler's ExecutionTraceObserver output beside a cpu/cuda trace: every op's tensor identities (storage
+# ids), from which the parse knows how much data the device touched between a tensor's last use and each call.
+EXECUTION_TRACE = "execution_trace.json"
 
 SOURCE_PROFILED = "profiled"
 SOURCE_GENERATED = "generated"

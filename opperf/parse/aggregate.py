@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_DTYPES,
+                             PROFILING_INPUT_REUSE,
                              OUTPUT_SHAPES,
                              PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE,
                              SOURCE_PROFILED,
@@ -144,6 +145,24 @@ def _kernel_or_empty(value: str | None) -> str:
 
 # Columns of torch traces that tell calls of equal shapes apart (kernel_details rows have neither).
 CALL_KEY_COLUMNS = (INPUT_SCALARS, INPUT_STRIDES)
+# Per-slot measurements of each call (`;`-aligned with Input Shapes): a row gets each slot's median over its calls.
+SLOT_MEDIAN_COLUMNS = (PROFILING_INPUT_REUSE,)
+
+
+def _slot_medians(texts: list[str], group_ids: np.ndarray, groups: int) -> list[str]:
+    """Per group, the slot-wise median of the calls' `;` fields (empty slots and calls without the field left out;
+    `inf` is a value). A slot no call measured stays empty."""
+    values: list[list[list[float]]] = [[] for _ in range(groups)]
+    for text, group in zip(texts, group_ids):
+        if not text:
+            continue
+        slots = values[group]
+        parts = text.split(";")
+        slots.extend([] for _ in range(len(parts) - len(slots)))
+        for index, part in enumerate(parts):
+            if part:
+                slots[index].append(float(part))
+    return [";".join(format_number(float(np.median(v))) if v else "" for v in slots) for slots in values]
 
 
 def _text_or_none(value: str | None) -> str | None:
@@ -276,6 +295,9 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         if counter in frame.columns:
             values = frame.get_column(counter).cast(pl.Float64).to_numpy()      # nulls → NaN
             counter_means[counter] = groups.mean(values if everything_kept else values[kept])[0].astype(np.float64)
+    slot_medians = {column: _slot_medians(frame.get_column(column).to_list() if everything_kept else
+                                          [frame.get_column(column)[int(i)] for i in kept], group_ids, len(first_rows))
+                    for column in SLOT_MEDIAN_COLUMNS if column in frame.columns}
     first_in_frame = kept[first_rows]
     firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
     first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
@@ -305,6 +327,10 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
             row[profiling_counter_column(counter)] = format_number(float(value))
         row[SOURCE] = SOURCE_PROFILED
         row[PROFILING_SAMPLE_COUNT] = str(int(counts[group]))
+        for column, medians_of in slot_medians.items():
+            if medians_of[group]:
+                row[column] = medians_of[group]
+                has_call_key.setdefault(column, set()).add(name)
         for column, key in call_keys.items():
             text = key.values[key.codes[row_index]]
             if text is not None:
@@ -312,7 +338,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
                 has_call_key[column].add(name)
         result.rows.setdefault(name, []).append(row)
     for name in result.rows:
-        extra = [column for column in CALL_KEY_COLUMNS if name in has_call_key[column]]
+        extra = [column for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS) if name in has_call_key.get(column, ())]
         result.columns[name] = order_columns([*BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD,
                                               *map(profiling_counter_column, type_counters[name]), SOURCE, *extra,
                                               PROFILING_SAMPLE_COUNT])

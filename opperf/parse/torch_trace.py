@@ -40,14 +40,15 @@ from pathlib import Path
 
 import polars as pl
 
-from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_SHAPES, INPUT_STRIDES, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, EXECUTION_TRACE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
+                             INPUT_SHAPES, INPUT_STRIDES, PROFILING_INPUT_REUSE, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
                              PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES, TORCH_TO_PROFILER_DTYPE, dtype_bytes,
                              kernel_type_problem)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
+from opperf.parse.reuse import load_nodes, reuse_distances
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
 from opperf.power_samples import samples_at
@@ -77,6 +78,7 @@ NOT_A_ROW_VIEW = "view/allocation/metadata op"
 NOT_A_ROW_SCALARS_ONLY = "no tensor operand of rank >= 1"
 NOT_A_ROW_COMPOSITE = "composite op (represented by the ops inside it)"
 NOT_A_ROW_NO_DEVICE_TIME = "launched no device activity"
+REUSE_NOT_KNOWN = "op calls the execution trace beside the trace does not describe slot by slot (no reuse distances)"
 OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
 DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (see the attribution lines)"
 LIST_DTYPE_FROM = "TensorList member dtypes taken from "       # + the source (workload.json, kernel name, ...)
@@ -154,6 +156,7 @@ class TraceConversion:
     accelerator_core: str = "CPU"
     attribution: Attribution = field(default_factory=Attribution)
     power_fields: tuple[str, ...] = ()        # per-call power-state values the rows carry (power_samples.json)
+    reuse_known: int = 0                      # calls the execution trace gave input reuse distances for
 
 
 def kernel_type_of(op_name: str) -> str:
@@ -508,12 +511,18 @@ def convert_trace(path: str | Path) -> TraceConversion:
     workload_dtype = workload_list_dtype(path)
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
+    reuse = _input_reuse(path, chosen, conversion)
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
         list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
         row = op_call_row(op.name, args, conversion.accelerator_core, list_dtype, meta)
         if not row[OUTPUT_SHAPES] and not row[OUTPUT_DTYPES]:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
+        distances = reuse.get(op.index)
+        if distances is not None and distances.count(";") == row[INPUT_SHAPES].count(";"):
+            row[PROFILING_INPUT_REUSE] = distances
+        elif reuse:
+            conversion.outcomes[REUSE_NOT_KNOWN] += 1
         if power is not None:
             state = power.at(*op.device_span) if op.device_span else None
             row.update(zip(POWER_FIELDS, state) if state else ())
@@ -531,6 +540,21 @@ def convert_trace(path: str | Path) -> TraceConversion:
             INPUT_STRIDES: ""})
         conversion.events.append(event_index)
     return conversion
+
+
+def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceConversion) -> dict[int, str]:
+    """Event index → Input Reuse Distance field of each chosen call, from the execution trace beside the trace
+    (opperf.parse.reuse); {} when there is none (a trace recorded without one)."""
+    et_path = path.parent / EXECUTION_TRACE
+    if not chosen or not et_path.exists():
+        return {}
+    nodes = load_nodes(et_path)
+    device = conversion.accelerator_core == "CUDA"
+    ordered = sorted((op for op, _ in chosen),
+                     key=lambda op: op.device_span[0] if device and op.device_span else op.ts)
+    fields = reuse_distances(nodes, [op.args.get("Record function id") for op in ordered], "cuda" if device else "")
+    conversion.reuse_known = sum(f is not None for f in fields)
+    return {op.index: f for op, f in zip(ordered, fields) if f is not None}
 
 
 def op_call_row(op_name: str, args: dict, accelerator_core: str, list_dtype: str = "",
@@ -682,7 +706,10 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     for line in conversion.attribution.lines():
         log.info("%s: attribution: %s", path, line)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]
-    data = {c: [row[c] for row in conversion.rows] for c in columns}
+    if conversion.reuse_known:
+        columns.append(PROFILING_INPUT_REUSE)
+        log.info("%s: input reuse distances of %d calls from %s", path, conversion.reuse_known, EXECUTION_TRACE)
+    data = {c: [row.get(c, "") for row in conversion.rows] for c in columns}
     # The GPU's power state per call (power_samples.json): counters, so each row gets their means over its calls.
     counters = list(conversion.power_fields)
     frame = pl.DataFrame({**{c: pl.Series(c, data[c], dtype=pl.String) for c in columns},

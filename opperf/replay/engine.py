@@ -168,6 +168,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
                 path=None, line: int | None = None, seed: int = 0) -> PreparedRow | RowOutcome:
     """Memory check, build, first call, verify: a PreparedRow to time, or the RowOutcome that ends the row."""
     from opperf.replay.inputs import build_case, parse_row_slots, row_tensor_bytes
+    from opperf.replay.residency import row_reuse, slot_reuse
     from opperf.replay.verify import verify_outputs
 
     recipe = definition.recipe
@@ -204,6 +205,11 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
     case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
     case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
+    try:
+        distances = row_reuse(row, path=path, line=line)
+    except OpperfError as exc:
+        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc), recipe=recipe)
+    case.reuse = slot_reuse(case.tensors(), slots, distances) if distances else {}
     try:
         result = case.run()
         timer.synchronize()

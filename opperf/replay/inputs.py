@@ -64,6 +64,9 @@ class ReplayCase:
     recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
     target_clock_mhz: float | None = None  # the SM clock the row's kernels ran at in the workload (power policy)
     profiled_us: float | None = None       # the call's device time in the workload (Profiling Average Duration)
+    # id(tensor) → MiB the workload touched since that input's last use (the row's Profiling Input Reuse
+    # Distance, opperf.replay.residency): where set, insitu holds in L2 what an LRU cache would, not `warm`.
+    reuse: dict[int, float] = field(default_factory=dict)
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

@@ -25,6 +25,7 @@ import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.replay.inputs import ReplayCase, storage_extent
+from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
                                    DEFAULT_POWER_POLICY, POWER_POLICIES,
                                    DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
@@ -275,18 +276,29 @@ class CacheState:
         if self.policy == "none":
             return [case], [], "none (warm from the previous call)"
         views, seen = [], set()
-        for tensor in case.warm_tensors():
+        warm = {id(t) for t in case.warm_tensors()}
+        by_reuse = 0
+        for tensor in case.tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
-            view = storage_bytes_view(tensor)[-self.l2_bytes:]     # what the cache keeps of a larger input
+            whole = storage_bytes_view(tensor)
+            if id(tensor) in case.reuse:      # measured in the workload: what an LRU cache still holds of it
+                by_reuse += 1
+                keep = resident_bytes(whole.numel(), case.reuse[id(tensor)], self.l2_bytes)
+            else:                             # the definition's guess: warm activations, cold weights
+                keep = min(whole.numel(), self.l2_bytes) if id(tensor) in warm else 0
+            if keep == 0:
+                continue
+            view = whole[whole.numel() - keep:]
             identity = (view.untyped_storage().data_ptr(), view.storage_offset(), view.numel())
             if identity not in seen:
                 seen.add(identity)
                 views.append(view)
         warm_bytes = sum(v.numel() for v in views)
-        cold = len(case.tensors()) - len(case.warm_tensors())
+        cold = len(case.tensors()) - len(views)
+        source = f", {by_reuse} placed by the workload's reuse distances" if by_reuse else ""
         return [case], views, (f"insitu: flush (read {flush_mib} MiB), then {len(views)} warm input(s) "
-                               f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold} cold input(s) "
+                               f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold} cold input(s){source} "
                                f"before each call ({cache})")
 
     def prepare(self, views: list[torch.Tensor], neighbour=None) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
-from opperf.contract import WORKLOAD_MANIFEST
+from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
 from opperf.log import get_logger, span
 from opperf.workload.model import DecoderDims, ReferenceDecoder
@@ -168,7 +168,11 @@ def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: st
 
 
 def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:
-    """torch.profiler over the workload; on cuda the GPU's power state sampled beside it (opperf.workload.power)."""
+    """torch.profiler over the workload, with an execution trace of every op's tensors beside it (the parse's
+    input reuse distances, opperf.parse.reuse); on cuda the GPU's power state sampled beside it
+    (opperf.workload.power)."""
+    from torch.profiler import ExecutionTraceObserver
+
     from opperf.workload.power import POWER_SAMPLES, SYNC_RANGE, NvmlSampler
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -176,13 +180,16 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         sampler = NvmlSampler.start_if_available(torch.cuda.current_device())
+    observer = ExecutionTraceObserver().register_callback(str(trace_path.parent / EXECUTION_TRACE))
     try:
-        with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
+        with torch.profiler.profile(activities=activities, record_shapes=True,
+                                    execution_trace_observer=observer) as profiler:
             if sampler is not None:
                 with torch.profiler.record_function(SYNC_RANGE):
                     sampler.mark_sync()
             labels = profiled_iterations(model, plan, token_ids, device)
     finally:
+        observer.unregister_callback()
         if sampler is not None:
             sampler.stop()
     profiler.export_chrome_trace(str(trace_path))

@@ -1,0 +1,122 @@
+"""Input reuse distances from an execution trace: how much other data the device touched between each input
+tensor's previous use and the call.
+
+torch.profiler's Chrome trace records shapes, not tensor identities. Its ExecutionTraceObserver output
+(`execution_trace.json`, written beside the trace by opperf.workload.profile; any user can record one the same
+way) gives each op's tensors as (tensor id, storage id, offset, numel, itemsize, device), joined to the Chrome
+trace's op events by the record function id. Walking the ops that launched device work in trace order, each
+storage's last use is known, and so is the data touched since: the sum of the sizes of the distinct storages used
+after it (an LRU stack distance at storage granularity, kept in a Fenwick tree over use times). A decode step's
+residual add reads one activation written just before (distance ~0) and one written before the attention block
+streamed its weights (distance ≫ L2): replay can hold in L2 exactly what an LRU cache of the device's size would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from opperf.errors import OpperfError
+
+INFINITE = math.inf
+MIB = 2**20
+
+
+def _storage(value, device_prefix: str) -> tuple[int, int] | None:
+    """(storage id, bytes) of one ET tensor value [tensor id, storage id, offset, numel, itemsize, device]."""
+    if not (isinstance(value, list) and len(value) >= 6 and all(isinstance(v, int) for v in value[:5])):
+        return None
+    if device_prefix and not str(value[5]).startswith(device_prefix):
+        return None         # a host tensor in a device workload (a wrapped scalar): never in the device cache
+    return value[1], value[3] * value[4]
+
+
+def slot_storages(values: list, types: list, device_prefix: str = "") -> list[tuple[int, int] | None]:
+    """Per row slot (a tensor list is one slot per member, as the parse lays out Input Shapes), the storage."""
+    slots: list[tuple[int, int] | None] = []
+    for value, type_name in zip(values, types):
+        if str(type_name).startswith("Tensor"):
+            slots.append(_storage(value, device_prefix))
+        elif "Tensor" in str(type_name) and isinstance(value, list):
+            slots += [_storage(member, device_prefix) for member in value]
+        else:
+            slots.append(None)
+    return slots
+
+
+class _Fenwick:
+    def __init__(self, size: int):
+        self.tree = [0] * (size + 1)
+
+    def add(self, index: int, delta: int) -> None:
+        index += 1
+        while index < len(self.tree):
+            self.tree[index] += delta
+            index += index & -index
+
+    def prefix(self, index: int) -> int:
+        """Sum of positions [0, index)."""
+        total = 0
+        while index > 0:
+            total += self.tree[index]
+            index -= index & -index
+        return total
+
+
+def load_nodes(path: Path) -> dict[int, dict]:
+    """Execution-trace nodes by record function id (the Chrome trace's `Record function id`)."""
+    try:
+        nodes = json.loads(path.read_text(encoding="utf-8"))["nodes"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise OpperfError(f"not a readable execution trace: {exc}", path=path) from exc
+    by_rf = {}
+    for node in nodes:
+        for attr in node.get("attrs", ()):
+            if attr.get("name") == "rf_id":
+                by_rf[attr["value"]] = node
+                break
+    return by_rf
+
+
+def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_prefix: str = "") -> list[str | None]:
+    """For each call (its record function id, in device order), the Input Reuse Distance field: per slot the MiB
+    touched since the slot's storage was last used, `inf` if it was not used before, empty for non-tensor slots;
+    None for a call the execution trace does not have."""
+    plans = []
+    for rf_id in calls:
+        node = nodes.get(rf_id) if rf_id is not None else None
+        if node is None:
+            plans.append(None)
+            continue
+        inputs = slot_storages(node["inputs"].get("values", []), node["inputs"].get("types", []), device_prefix)
+        outputs = [s for s in slot_storages(node["outputs"].get("values", []), node["outputs"].get("types", []),
+                                            device_prefix) if s is not None]
+        plans.append((inputs, outputs))
+    uses = sum(len(p[0]) + len(p[1]) for p in plans if p is not None)
+    tree, last, size, now = _Fenwick(uses), {}, {}, 0
+    fields: list[str | None] = []
+    for plan in plans:
+        if plan is None:
+            fields.append(None)
+            continue
+        inputs, outputs = plan
+        total = tree.prefix(now)
+        texts = []
+        for slot in inputs:
+            if slot is None:
+                texts.append("")
+            elif slot[0] not in last:
+                texts.append("inf")
+            else:
+                touched = total - tree.prefix(last[slot[0]] + 1)
+                texts.append(f"{touched / MIB:.6g}")
+        fields.append(";".join(texts))
+        for storage, nbytes in [s for s in inputs if s is not None] + outputs:
+            if storage in last:
+                tree.add(last[storage], -size[storage])
+            size[storage] = max(size.get(storage, 0), nbytes)
+            last[storage] = now
+            tree.add(now, size[storage])
+            now += 1
+    return fields

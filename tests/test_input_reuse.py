@@ -1,0 +1,104 @@
+"""Input reuse distances: the parse measures, from an execution trace, how much data the device touched between
+each input's previous use and the call; replay's insitu cache state holds what an LRU cache would still hold."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+
+from opperf import contract
+from opperf.parse.reuse import MIB, reuse_distances
+from opperf.replay.inputs import ReplayCase, parse_row_slots
+from opperf.replay.residency import parse_reuse, resident_bytes, slot_reuse
+from opperf.replay.timing import CacheState
+
+
+def _tensor(tensor_id: int, storage: int, mib: float, device: str = "cuda:0") -> list:
+    return [tensor_id, storage, 0, int(mib * MIB) // 2, 2, device]
+
+
+def _node(rf_id: int, inputs: list, outputs: list, input_types: list | None = None) -> dict:
+    return {"name": "aten::op", "attrs": [{"name": "rf_id", "type": "uint64", "value": rf_id}],
+            "inputs": {"values": inputs, "types": input_types or ["Tensor(c10::BFloat16)"] * len(inputs)},
+            "outputs": {"values": outputs, "types": ["Tensor(c10::BFloat16)"] * len(outputs)}}
+
+
+def test_distances_are_the_distinct_data_touched_since_the_last_use():
+    # 1: x (2 MiB) written. 2: weight W (8 MiB, never seen) read, y (1 MiB) written. 3: W read again (y touched
+    # since), and y (nothing since), z written.
+    # 4: add(x, z): x was last used at 1, then W, y and z were touched (W once, however often it was read).
+    nodes = {1: _node(1, [], [_tensor(10, 1, 2)]),
+             2: _node(2, [_tensor(11, 2, 8)], [_tensor(12, 3, 1)]),
+             3: _node(3, [_tensor(13, 2, 8), _tensor(14, 3, 1)], [_tensor(15, 4, 0.5)]),
+             4: _node(4, [_tensor(10, 1, 2), _tensor(15, 4, 0.5), 1], [_tensor(16, 5, 2)],
+                      ["Tensor(c10::BFloat16)", "Tensor(c10::BFloat16)", "Int"])}
+    assert reuse_distances(nodes, [1, 2, 3, 4, 99], "cuda") == [
+        "", "inf", "1;0", "9.5;0;", None]
+
+
+def test_a_tensor_list_is_one_slot_per_member_and_host_scalars_are_not_device_data():
+    nodes = {1: _node(1, [], [_tensor(1, 1, 1)]),
+             2: _node(2, [], [_tensor(2, 2, 3)]),
+             3: _node(3, [[_tensor(1, 1, 1), _tensor(2, 2, 3)], -1, _tensor(3, 9, 0.001, "cpu")], [_tensor(4, 4, 4)],
+                      ["GenericList[Tensor(c10::BFloat16),Tensor(c10::BFloat16)]", "Int", "Tensor(double)"])}
+    assert reuse_distances(nodes, [1, 2, 3], "cuda")[2] == "3;0;;"
+
+
+def test_the_parse_writes_each_rows_median_distance_per_slot(tmp_path):
+    """A real CPU profile of the reference decoder, with its execution trace, parsed: every row has the column, a
+    matmul weight is cold (its first use, or a whole forward ago) and its activation was just written."""
+    from conftest import REPO
+    from opperf.parse import parse_profiles
+    from opperf.workload.model import load_model_dims
+    from opperf.workload.profile import WorkloadPlan, profile_workload
+
+    profile = tmp_path / "profile"
+    profile_workload(load_model_dims(REPO / "config" / "models.yaml", "opperf-tiny"),
+                     WorkloadPlan(prefill_lengths=(8,), decode_steps=2, decode_context=8), "cpu", "float32", profile)
+    assert (profile / contract.EXECUTION_TRACE).exists()
+    database = tmp_path / "db"
+    parse_profiles([profile / "trace.json"], database)
+    with open(database / "mm.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        activation, weight = parse_reuse(row[contract.PROFILING_INPUT_REUSE])
+        # at most a few small tensors (a mask, a scalar) between the activation's write and the matmul
+        assert activation < 0.01 and (math.isinf(weight) or weight > 0.1), row
+    for path in database.glob("*.csv"):
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                field = row[contract.PROFILING_INPUT_REUSE]
+                assert field.count(";") == row[contract.INPUT_SHAPES].count(";"), (path.name, row)
+
+
+def test_an_lru_cache_holds_the_tail_its_capacity_leaves():
+    assert resident_bytes(10 * MIB, 0.0, 50 * MIB) == 10 * MIB
+    assert resident_bytes(30 * MIB, 30.0, 50 * MIB) == 20 * MIB
+    assert resident_bytes(4096, 60.0, 50 * MIB) == 0
+    assert resident_bytes(4096, math.inf, 50 * MIB) == 0
+
+
+def test_insitu_rewrites_what_the_reuse_distances_leave_resident():
+    row = {contract.INPUT_SHAPES: "256,1024;256,1024;1024,1024", contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT;DT_FLOAT",
+           contract.INPUT_FORMATS: "ND;ND;ND", contract.OUTPUT_SHAPES: "", contract.OUTPUT_DTYPES: "",
+           contract.OUTPUT_FORMATS: "", contract.PROFILING_INPUT_REUSE: "0;1.5;inf"}
+    a, b, w = torch.ones(256, 1024), torch.ones(256, 1024), torch.ones(1024, 1024)
+    case = ReplayCase(fn=torch.addmm, args=(a, b, w), warm=(a, b, w))
+    case.reuse = slot_reuse(case.tensors(), parse_row_slots(row), parse_reuse(row[contract.PROFILING_INPUT_REUSE]))
+    assert sorted(case.reuse.values()) == [0.0, 1.5, math.inf]
+    _, views, description = CacheState(torch.device("cpu"), "insitu", 2 * MIB).plan(case)
+    # 1 MiB each: a all of it (nothing since), b the last 0.5 MiB (1.5 of 2 MiB taken since), w nothing (first use).
+    assert sorted(v.numel() for v in views) == [MIB // 2, MIB]
+    assert "1 cold input(s), 3 placed by the workload's reuse distances" in description
+
+
+def test_a_bad_distance_names_the_field():
+    from opperf.errors import OpperfError
+
+    with pytest.raises(OpperfError, match="Profiling Input Reuse Distance.*'-3' is negative"):
+        parse_reuse("0;-3;")
+    with pytest.raises(OpperfError, match="'warm' is not a number"):
+        parse_reuse("warm;")
