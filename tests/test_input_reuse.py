@@ -102,3 +102,27 @@ def test_a_bad_distance_names_the_field():
         parse_reuse("0;-3;")
     with pytest.raises(OpperfError, match="'warm' is not a number"):
         parse_reuse("warm;")
+
+
+def test_an_execution_trace_of_another_run_is_refused(tmp_path):
+    """The join is by record function id: an execution trace saved beside another run's trace would pair ops with
+    other ops' tensors. The parse names the file and the first op that does not match, and writes nothing."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from opperf.errors import OpperfError
+    from opperf.parse import parse_profiles
+
+    def profile(out, *plan):   # each in its own process, as two runs are: record function ids restart at 1
+        subprocess.run([sys.executable, "scripts/profile_workload.py", "--decode-steps", "0", *plan, "--output",
+                        str(out)], cwd=REPO, check=True, capture_output=True)
+
+    profile(tmp_path / "first", "--prefill-lengths", "8")
+    profile(tmp_path / "second", "--prefill-lengths", "16")
+    shutil.copy(tmp_path / "second" / contract.EXECUTION_TRACE, tmp_path / "first" / contract.EXECUTION_TRACE)
+    with pytest.raises(OpperfError, match=r"execution_trace.json.*with tensor shapes .*16.* in the execution trace but "
+                                          r"'aten::.*is of another run"):
+        parse_profiles([tmp_path / "first" / "trace.json"], tmp_path / "db")
+    assert not (tmp_path / "db").exists()

@@ -48,7 +48,7 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
-from opperf.parse.reuse import load_nodes, reuse_distances
+from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
 from opperf.power_samples import samples_at
@@ -552,7 +552,21 @@ def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceC
     device = conversion.accelerator_core == "CUDA"
     ordered = sorted((op for op, _ in chosen),
                      key=lambda op: op.device_span[0] if device and op.device_span else op.ts)
-    fields = reuse_distances(nodes, [op.args.get("Record function id") for op in ordered], "cuda" if device else "")
+    calls = [op.args.get("Record function id") for op in ordered]
+    for op, rf_id in zip(ordered, calls):
+        node = nodes.get(rf_id)
+        if node is not None and not same_call(node, op.name, op.args.get("Input Dims") or []):
+            raise OpperfError(f"record function {rf_id} is {node.get('name')!r} with tensor shapes "
+                              f"{tensor_shapes(node)} in the execution trace but {op.name!r} with "
+                              f"{op.args.get('Input Dims')} at trace event {op.index} of {path.name}: the execution "
+                              "trace is of another run (remove it, or record both in one profiler session)",
+                              path=et_path, field="rf_id")
+    described = sum(rf_id in nodes for rf_id in calls)
+    if described < len(calls) / 2:
+        raise OpperfError(f"the execution trace describes {described} of the trace's {len(calls)} op calls that "
+                          f"became rows: it is of another run (remove it, or record both in one profiler session)",
+                          path=et_path, field="rf_id")
+    fields = reuse_distances(nodes, calls, "cuda" if device else "")
     conversion.reuse_known = sum(f is not None for f in fields)
     return {op.index: f for op, f in zip(ordered, fields) if f is not None}
 
