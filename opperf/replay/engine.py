@@ -17,7 +17,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
-from opperf.replay.methods import Timer, TimingResult
+from opperf.replay.methods import Timer, TimingResult, sets_own_clock
 from opperf.stats import duration_stats, format_number
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
@@ -205,6 +205,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
     case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
     case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
+    case.sets_own_clock = sets_own_clock(definition.category, definition.schema_op)
     try:
         distances = row_reuse(row, path=path, line=line)
     except OpperfError as exc:

@@ -67,6 +67,9 @@ class ReplayCase:
     # id(tensor) → MiB the workload touched since that input's last use (the row's Profiling Input Reuse
     # Distance, opperf.replay.residency): where set, insitu holds in L2 what an LRU cache would, not `warm`.
     reuse: dict[int, float] = field(default_factory=dict)
+    # A GEMM or attention call draws the power that sets its own clock; other long calls run at the clock the
+    # kernels before them left (the match-clock power policy holds only those at the workload's clock).
+    sets_own_clock: bool = False
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

@@ -381,17 +381,19 @@ class CudaTimer:
         # includes the host's launch gaps, 1 ms and more for some 2 µs ops under the profiler), else the warm-up.
         call_us = case.profiled_us or min(warmup)
         target = case.target_clock_mhz
-        # A call of COOLDOWN_MIN_US or more sets its own clock (it draws the power that throttles it); a shorter
-        # one inherits the clock the kernels before it left: only those are held at the workload's clock.
-        if (self.power_policy == "match-clock" and target is not None and target < self.power.max_clock - self.CLOCK_TOLERANCE_MHZ
-                and call_us < self.COOLDOWN_MIN_US):
+        # match-clock: a call the workload ran throttled starts at that clock, unless it is a long GEMM or attention
+        # call (it draws the power that throttles it); a long elementwise op over a 64k-token prefill does not, and
+        # ran at the clock the GEMMs around it left. Every other call as under after-gemm.
+        if (self.power_policy == "match-clock" and target is not None
+                and target < self.power.max_clock - self.CLOCK_TOLERANCE_MHZ
+                and (call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock)):
             self._measure_at_clock(cases, views, policy, repeat_count, key, target)
             return
         idle_s, neighbour = 0.0, None
         if call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
-        elif self.power_policy == "after-gemm":
+        elif self.power_policy in ("after-gemm", "match-clock"):
             neighbour = self._heat
             policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
         if self.primary == "event":
