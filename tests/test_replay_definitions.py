@@ -100,3 +100,15 @@ def test_alternates_resolve_to_their_definition_and_feed_op_mapping(tmp_path):
     assert framework_op_mappings(definitions.values()) == [{
         "framework_op": "aten.mm.default", "kernel_type": "Foo", "alternate_kernel_types": ["FooV3"],
         "category": "matmul", "api": "torch.mm"}]
+
+
+def test_only_gemm_and_attention_recipes_set_their_own_clock():
+    """match-clock holds a long throttled call at the workload's clock unless the call throttles itself: which
+    recipes those are decides where the heater GEMMs go (benchmarks/results/cuda_replay_reuse/h100_match_clock/)."""
+    from opperf.replay.methods import sets_own_clock
+
+    definitions = load_definitions(DEFAULT_DEFINITIONS_DIR)
+    own = {name for name, d in definitions.items() if sets_own_clock(d.category, d.schema_op)}
+    assert {"mm", "bmm", "addmm", "_cudnn_attention_forward"} <= own
+    assert not own & {"mul", "add", "silu", "cat", "copy_", "masked_fill_", "neg", "embedding"}
+    assert sets_own_clock("schema", "aten::_grouped_mm") and not sets_own_clock("schema", "aten::masked_fill_.Scalar")
