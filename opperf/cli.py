@@ -14,7 +14,7 @@ EXIT_BAD_INPUT = 2
 
 
 def positive_int(text: str) -> int:
-    """argparse type of counts that must be at least 1 (argparse turns the ValueError into a usage error)."""
+    """argparse type of counts that must be at least 1 (argparse turns the ArgumentTypeError into a usage error, exit 2)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")

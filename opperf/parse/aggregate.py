@@ -22,8 +22,7 @@ import numpy as np
 import polars as pl
 
 from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_DTYPES,
-                             PROFILING_INPUT_REUSE,
-                             OUTPUT_SHAPES,
+                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE,
                              PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE,
                              SOURCE_PROFILED,
                              kernel_type_problem, normalise_kernel_type, order_columns,
@@ -295,9 +294,12 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         if counter in frame.columns:
             values = frame.get_column(counter).cast(pl.Float64).to_numpy()      # nulls → NaN
             counter_means[counter] = groups.mean(values if everything_kept else values[kept])[0].astype(np.float64)
-    slot_medians = {column: _slot_medians(frame.get_column(column).to_list() if everything_kept else
-                                          [frame.get_column(column)[int(i)] for i in kept], group_ids, len(first_rows))
-                    for column in SLOT_MEDIAN_COLUMNS if column in frame.columns}
+    slot_medians = {}
+    for column in SLOT_MEDIAN_COLUMNS:
+        if column in frame.columns:
+            texts = frame.get_column(column).to_list()
+            slot_medians[column] = _slot_medians(texts if everything_kept else [texts[i] for i in kept], group_ids,
+                                                 len(first_rows))
     first_in_frame = kept[first_rows]
     firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
     first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
@@ -311,7 +313,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         result.source_rows.setdefault(name, {})[str(tables[file_index].path)] = int(per_file[code, file_index])
     type_counters = {name: [c for c in counters if any(c in tables[i].counters for i in sorted(files))]
                      for name, files in files_of.items()}
-    has_call_key: dict[str, set[str]] = {column: set() for column in CALL_KEY_COLUMNS}
+    has_call_key: dict[str, set[str]] = {column: set() for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS)}
     for group, row_index in enumerate(first_in_frame):
         name = kernel.values[kernel.codes[row_index]]
         # Dtype, format and Type strings stay as the profiler spelled them (`FLOAT` beside `DT_BF16`): the peer
@@ -330,7 +332,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         for column, medians_of in slot_medians.items():
             if medians_of[group]:
                 row[column] = medians_of[group]
-                has_call_key.setdefault(column, set()).add(name)
+                has_call_key[column].add(name)
         for column, key in call_keys.items():
             text = key.values[key.codes[row_index]]
             if text is not None:
@@ -338,7 +340,7 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
                 has_call_key[column].add(name)
         result.rows.setdefault(name, []).append(row)
     for name in result.rows:
-        extra = [column for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS) if name in has_call_key.get(column, ())]
+        extra = [column for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS) if name in has_call_key[column]]
         result.columns[name] = order_columns([*BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD,
                                               *map(profiling_counter_column, type_counters[name]), SOURCE, *extra,
                                               PROFILING_SAMPLE_COUNT])

@@ -14,12 +14,10 @@ streamed its weights (distance ≫ L2): replay can hold in L2 exactly what an LR
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from opperf.errors import OpperfError
 
-INFINITE = math.inf
 MIB = 2**20
 
 

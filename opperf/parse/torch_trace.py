@@ -40,8 +40,9 @@ from pathlib import Path
 
 import polars as pl
 
-from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, EXECUTION_TRACE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_SHAPES, INPUT_STRIDES, PROFILING_INPUT_REUSE, WORKLOAD_MANIFEST, strides_text, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
+from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, EXECUTION_TRACE, INPUT_DTYPES, INPUT_FORMATS,
+                             INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS,
+                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE, WORKLOAD_MANIFEST, strides_text,
                              PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES, TORCH_TO_PROFILER_DTYPE, dtype_bytes,
                              kernel_type_problem)
 from opperf.errors import OpperfError

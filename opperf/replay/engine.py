@@ -210,7 +210,8 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         distances = row_reuse(row, path=path, line=line)
     except OpperfError as exc:
         return RowOutcome(STATUS_FAILED_BUILD, error=str(exc), recipe=recipe)
-    case.reuse = slot_reuse(case.tensors(), slots, distances) if distances else {}
+    if distances:
+        case.reuse = slot_reuse(case.tensors(), slots, distances)
     try:
         result = case.run()
         timer.synchronize()

@@ -34,8 +34,8 @@ CUDA_TIMINGS = ("kernel", "event")
 # (the clock recovers, as between a workload's lighter kernels); `match-clock` holds the SM clock down to the
 # one the row's kernels ran at in the workload (Profiling Average SM Clock(MHz)) with heater GEMMs before each
 # call, for every row the workload ran throttled except long GEMM/attention calls (they set their own clock:
-# `SETS_OWN_CLOCK`), and treats the others as `after-gemm`; `after-gemm` (default) is `cooldown` plus one heater GEMM before each shorter call, as inside a model, where
-# short kernels run between GEMMs (benchmarks/results/small_kernels/: kernels under 30 µs ran 6 % faster in
+# `sets_own_clock`), and treats the others as `after-gemm`; `after-gemm` (default) is `cooldown` plus one heater
+# GEMM before each shorter call, as inside a model, where short kernels run between GEMMs (benchmarks/results/small_kernels/: kernels under 30 µs ran 6 % faster in
 # replay than in the workload right behind the cache preparation, 2 % after a GEMM; docs/replay.md, "Power state").
 # benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does.
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm")
@@ -49,6 +49,8 @@ def sets_own_clock(category: str, schema_op: str | None) -> bool:
     """Whether a long call of this recipe throttles itself (a GEMM, attention) rather than inheriting a clock."""
     op = (schema_op or "").split("::")[-1].split(".")[0]
     return category in SETS_OWN_CLOCK_CATEGORIES or op in SETS_OWN_CLOCK_OPS
+
+
 DEFAULT_POWER_POLICY = "after-gemm"
 
 # Rows whose timed calls share one profiler session (cuda kernel timing, cpu profiler timing): the session's start, stop and

@@ -17,16 +17,15 @@ from collections.abc import Mapping
 import torch
 
 from opperf import contract
+from opperf.errors import OpperfError
 
 MIB = 2**20
 
 
 def parse_reuse(text: str | None, *, path=None, line=None) -> list[float | None]:
     """The row's per-slot distances in MiB (`inf` = not used before; None = not measured)."""
-    from opperf.errors import OpperfError
-
     out: list[float | None] = []
-    for part in (text or "").split(";") if text else []:
+    for part in text.split(";") if text else []:
         part = part.strip()
         try:
             value = float(part) if part else None
