@@ -112,3 +112,27 @@ def test_only_gemm_and_attention_recipes_set_their_own_clock():
     assert {"mm", "bmm", "addmm", "_cudnn_attention_forward"} <= own
     assert not own & {"mul", "add", "silu", "cat", "copy_", "masked_fill_", "neg", "embedding"}
     assert sets_own_clock("schema", "aten::_grouped_mm") and not sets_own_clock("schema", "aten::masked_fill_.Scalar")
+
+
+def test_clock_policies_hold_which_calls():
+    """Which calls each power policy holds at the workload's clock (heater GEMMs) rather than replaying as after-gemm:
+    never one the workload ran at full clock or a long GEMM; match-long-clock not the short ones, whose clock a 2-ms
+    NVML sample does not resolve."""
+    from types import SimpleNamespace
+
+    from opperf.replay.timing import CudaTimer
+
+    def held(policy, clock, call_us, own=False):
+        timer = SimpleNamespace(power_policy=policy, power=SimpleNamespace(max_clock=1980.0),
+                                CLOCK_TOLERANCE_MHZ=CudaTimer.CLOCK_TOLERANCE_MHZ,
+                                COOLDOWN_MIN_US=CudaTimer.COOLDOWN_MIN_US)
+        case = SimpleNamespace(target_clock_mhz=clock, sets_own_clock=own)
+        return CudaTimer._held_at_clock(timer, case, call_us)
+
+    assert [held("match-clock", 1600, us) for us in (3, 5000)] == [True, True]
+    assert [held("match-long-clock", 1600, us) for us in (3, 199, 200, 5000)] == [False, False, True, True]
+    for policy in ("match-clock", "match-long-clock"):
+        assert not held(policy, 1600, 5000, own=True)          # a long GEMM sets its own clock
+        assert not held(policy, 1975, 5000)                    # within the tolerance of the full clock
+        assert not held(policy, None, 5000)                    # a profile taken without the sampler
+    assert not held("after-gemm", 1600, 5000) and not held("cooldown", 1600, 3)
