@@ -2,7 +2,7 @@
 # Issue 18: the power policies compared on the same profiles. Profile and parse WORKLOADS (PASSES passes each,
 # NVML-sampled), then replay them once per policy in POLICIES from the same parsed databases and report each
 # (benchmarks/cuda_replay.py), keeping every replayed database:
-#   DEV=H100 WORKLOADS="dense hf_mixtral_8x2" POLICIES="after-gemm match-long-clock" bash benchmarks/power_policy_ab_run.sh
+#   DEV=H100 WORKLOADS="dense hf_mixtral_8x2" POLICIES="after-gemm match-clock" bash benchmarks/power_policy_ab_run.sh
 . benchmarks/device_setup.sh
 W=/tmp/ab; DEV=${DEV:-H100}; WORKLOADS=${WORKLOADS:-dense hf_mixtral_8x2}
 if [ -z "${SKIP_PROFILE:-}" ]; then
@@ -10,7 +10,7 @@ if [ -z "${SKIP_PROFILE:-}" ]; then
       --no-repeat --stages profile parse --profile-iterations ${PASSES:-5} --work-dir $W --output $OUT/x > $OUT/profile.log 2>&1
   echo "profile+parse exit $?"
 fi
-for policy in ${POLICIES:-after-gemm match-long-clock}; do
+for policy in ${POLICIES:-after-gemm match-clock}; do
   timeout ${REPLAY_TIMEOUT:-280} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
       --no-repeat --stages replay report --power-policy $policy --work-dir $W --output $OUT/$policy > $OUT/replay_$policy.log 2>&1
   echo "$policy: replay exit $?"; sed -n '/Per workload/,/^## Gap/p' $OUT/$policy/cuda_replay.md | head -6

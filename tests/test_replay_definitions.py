@@ -114,10 +114,9 @@ def test_only_gemm_and_attention_recipes_set_their_own_clock():
     assert sets_own_clock("schema", "aten::_grouped_mm") and not sets_own_clock("schema", "aten::masked_fill_.Scalar")
 
 
-def test_clock_policies_hold_which_calls():
-    """Which calls each power policy holds at the workload's clock (heater GEMMs) rather than replaying as after-gemm:
-    never one the workload ran at full clock or a long GEMM; match-long-clock not the short ones, whose clock a 2-ms
-    NVML sample does not resolve."""
+def test_match_clock_holds_which_calls():
+    """Which calls match-clock holds at the workload's clock (heater GEMMs) rather than replaying as after-gemm:
+    never one the workload ran at full clock, a long GEMM, or a row profiled without the sampler."""
     from types import SimpleNamespace
 
     from opperf.replay.timing import CudaTimer
@@ -129,10 +128,8 @@ def test_clock_policies_hold_which_calls():
         case = SimpleNamespace(target_clock_mhz=clock, sets_own_clock=own)
         return CudaTimer._held_at_clock(timer, case, call_us)
 
-    assert [held("match-clock", 1600, us) for us in (3, 5000)] == [True, True]
-    assert [held("match-long-clock", 1600, us) for us in (3, 199, 200, 5000)] == [False, False, True, True]
-    for policy in ("match-clock", "match-long-clock"):
-        assert not held(policy, 1600, 5000, own=True)          # a long GEMM sets its own clock
-        assert not held(policy, 1975, 5000)                    # within the tolerance of the full clock
-        assert not held(policy, None, 5000)                    # a profile taken without the sampler
+    assert [held("match-clock", 1600, us, own) for us in (3, 5000) for own in (False, True)] == [True, True, True,
+                                                                                                False]
+    assert not held("match-clock", 1975, 5000)                 # within the tolerance of the full clock
+    assert not held("match-clock", None, 3)                    # a profile taken without the sampler
     assert not held("after-gemm", 1600, 5000) and not held("cooldown", 1600, 3)

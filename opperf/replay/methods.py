@@ -37,12 +37,10 @@ CUDA_TIMINGS = ("kernel", "event")
 # `sets_own_clock`), and treats the others as `after-gemm`; `after-gemm` (default) is `cooldown` plus one heater
 # GEMM before each shorter call, as inside a model, where short kernels run between GEMMs
 # (benchmarks/results/small_kernels/: kernels under 30 µs ran 6 % faster in replay than in the workload right behind
-# the cache preparation, 2 % after a GEMM; docs/replay.md, "Power state"); `match-long-clock` is after-gemm that
-# holds only the long throttled calls (0.2 ms or more, not GEMM/attention) at their profiled clock: a 2-ms NVML
-# sample resolves the clock of a call that long, not of a 3-µs one.
-# benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does.
-POWER_POLICIES = ("cooldown", "match-clock", "match-long-clock", "after-gemm")
-CLOCK_POLICIES = frozenset({"match-clock", "match-long-clock"})     # read the SM clock through NVML
+# the cache preparation, 2 % after a GEMM; docs/replay.md, "Power state").
+# benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does; holding only
+# the long calls at their clock was measured and dropped (benchmarks/results/cuda_replay_reuse/h100_policy_ab/).
+POWER_POLICIES = ("cooldown", "match-clock", "after-gemm")
 # Definition categories and schema-built ops whose long calls draw the power that sets their own clock.
 SETS_OWN_CLOCK_CATEGORIES = frozenset({"matmul", "attention"})
 SETS_OWN_CLOCK_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "_scaled_mm", "_scaled_grouped_mm",

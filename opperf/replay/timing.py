@@ -26,7 +26,7 @@ import torch
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
-from opperf.replay.methods import (CACHE_POLICIES, CLOCK_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
+from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
                                    DEFAULT_POWER_POLICY, POWER_POLICIES,
                                    DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
@@ -365,7 +365,7 @@ class CudaTimer:
         self._windows: dict[Hashable, tuple[float, float]] = {}
         if power_policy not in POWER_POLICIES:
             raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
-        if power_policy in CLOCK_POLICIES and self.power is None:
+        if power_policy == "match-clock" and self.power is None:
             raise OpperfError(f"--power-policy {power_policy} reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
         self.power_policy = power_policy
@@ -410,19 +410,14 @@ class CudaTimer:
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
 
     def _held_at_clock(self, case: ReplayCase, call_us: float) -> bool:
-        """Whether the clock policy holds this call at the clock the workload ran it at (below the replay's).
-
-        Never a long GEMM or attention call: it draws the power that throttles it; a long elementwise op over a
-        64k-token prefill does not, and ran at the clock the GEMMs around it left. match-clock also holds the
-        short calls, match-long-clock only those of COOLDOWN_MIN_US or more (whose clock a sample resolves)."""
+        """Whether match-clock holds this call at the clock the workload ran it at (below the replay's): every
+        throttled call but a long GEMM or attention call, which draws the power that throttles it; a long
+        elementwise op over a 64k-token prefill does not, and ran at the clock the GEMMs around it left."""
         target = case.target_clock_mhz
-        if (self.power_policy not in CLOCK_POLICIES or target is None
+        if (self.power_policy != "match-clock" or target is None
                 or target >= self.power.max_clock - self.CLOCK_TOLERANCE_MHZ):
             return False
-        long_call = call_us >= self.COOLDOWN_MIN_US
-        if long_call and case.sets_own_clock:
-            return False
-        return long_call or self.power_policy == "match-clock"
+        return call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock
 
     HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
     CLOCK_TOLERANCE_MHZ = 15.0
