@@ -1,0 +1,135 @@
+"""Do the large rows of a long prefill slow down in the state its GEMMs leave the GPU in, and which ones?
+
+The dense decoder's large elementwise rows of the 65,536-token prefill replay 9-15 % faster than in the workload,
+which ran them at 1,650-1,810 MHz after its long GEMMs (benchmarks/results/cuda_replay_reuse/). This probe times
+kernels of that size (CUDA events, median of --reps) on a rested GPU and right after seconds of back-to-back
+8192^3 GEMMs (the power-limited state: SM clock down, silicon and memory hot), with NVML's SM and memory clocks,
+power and temperature read before and after, in two layouts: contiguous same-shape operands (the vectorised
+streaming kernel) and the workload's own (strided slices of fused projections, broadcast operands, an expanded KV
+source: TensorIterator's non-vectorised kernels). The ratio of the two states, against the ratio of their clocks,
+says how much of a row's time follows the SM clock.
+
+    python benchmarks/memory_state_probe.py [--output benchmarks/results/memory_state/DEVICE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def nvml_state(handle) -> dict:
+    import pynvml
+
+    return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)}
+
+
+def timed(fn, reps: int) -> list[float]:
+    samples = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--load-s", type=float, default=4.0, help="seconds of back-to-back GEMMs before (default 4)")
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    dev = torch.device("cuda")
+    # The dense decoder's prefill rows (Qwen3-32B dims, 64 x 1024 tokens; benchmarks/results/cuda_replay_reuse/).
+    bf16 = {"device": dev, "dtype": torch.bfloat16}
+    x = torch.randn(64, 1024, 5120, **bf16)
+    weight = torch.randn(5120, **bf16)
+    gate_up = torch.randn(64, 1024, 51200, **bf16)
+    gate, up = gate_up[..., :25600], gate_up[..., 25600:]          # strides (52428800, 51200, 1)
+    act = torch.randn(64, 1024, 25600, **bf16)
+    other = torch.randn_like(act)
+    q = torch.randn(64, 1024, 64, 128, **bf16).transpose(1, 2)     # (8388608, 128, 8192, 1)
+    plain = torch.randn(64, 64, 1024, 128, **bf16)
+    fused = torch.randn(64, 1024, 80, 128, **bf16)
+    x1 = fused[:, :, :64, :64].transpose(1, 2)                      # (10485760, 128, 10240, 1)
+    neg_out = torch.randn(64, 1024, 64, 64, **bf16).transpose(1, 2)  # (4194304, 64, 4096, 1)
+    key = torch.randn(64, 1024, 8, 128, **bf16).transpose(1, 2)     # repeat_kv's expand: (1048576, 128, 0, 1024, 1)
+    kv_source = key.unsqueeze(2).expand(64, 8, 8, 1024, 128)
+    kv_dest = torch.empty(64, 8, 8, 1024, 128, **bf16)
+    kernels = {"mul contiguous 64x1024x25600": lambda: torch.mul(act, other),
+               "mul act x strided up slice": lambda: torch.mul(act, up),
+               "silu strided gate slice": lambda: torch.nn.functional.silu(gate),
+               "mul 64x1024x5120 x weight(5120)": lambda: torch.mul(x, weight),
+               "add transposed q + contiguous": lambda: torch.add(q, plain),
+               "cat rotate_half (workload strides)": lambda: torch.cat((neg_out, x1), dim=-1),
+               "copy_ KV repeat (expanded source)": lambda: kv_dest.copy_(kv_source)}
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b, c = torch.randn_like(a), torch.empty_like(a)
+
+    def load(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for _ in range(8):
+                torch.mm(a, b, out=c)
+            torch.cuda.synchronize()
+
+    results = []
+    for name, fn in kernels.items():
+        timed(fn, 3)
+        for state in ("rested", "after-load"):
+            if state == "rested":
+                torch.cuda.synchronize()
+                time.sleep(3.0)
+            else:
+                load(args.load_s)
+            before = nvml_state(handle)
+            samples = timed(fn, args.reps)
+            after = nvml_state(handle)
+            results.append({"kernel": name, "state": state, "median_us": statistics.median(samples),
+                            "first_us": samples[0], "before": before, "after": after})
+            print(f"{name:24s} {state:11s} first {samples[0]:9.1f} µs median {statistics.median(samples):9.1f} µs "
+                  f"SM {before['sm_mhz']}->{after['sm_mhz']} MHz mem {before['mem_mhz']} MHz "
+                  f"{before['power_w']:.0f} W {before['temp_c']}->{after['temp_c']} C", flush=True)
+
+
+    print("\n| kernel | rested µs | after load µs | time ratio | SM clock ratio | time ~ clock^-e, e |")
+    print("|---|---:|---:|---:|---:|---:|")
+    summary = []
+    for name in kernels:
+        rested = next(r for r in results if r["kernel"] == name and r["state"] == "rested")
+        loaded = next(r for r in results if r["kernel"] == name and r["state"] == "after-load")
+        time_ratio = loaded["median_us"] / rested["median_us"]
+        clock_ratio = (loaded["before"]["sm_mhz"] + loaded["after"]["sm_mhz"]) / (
+            rested["before"]["sm_mhz"] + rested["after"]["sm_mhz"])
+        exponent = -math.log(time_ratio) / math.log(clock_ratio) if clock_ratio != 1 else None
+        summary.append({"kernel": name, "time_ratio": time_ratio, "clock_ratio": clock_ratio, "exponent": exponent})
+        print(f"| {name} | {rested['median_us']:.1f} | {loaded['median_us']:.1f} | {time_ratio:.3f} | "
+              f"{clock_ratio:.3f} | {exponent if exponent is None else round(exponent, 2)} |")
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "load_s": args.load_s, "reps": args.reps, "summary": summary, "results": results}
+    out = Path(args.output or f"benchmarks/results/memory_state/{torch.cuda.get_device_name().replace(' ', '_')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
