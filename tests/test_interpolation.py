@@ -252,3 +252,29 @@ def test_holdout_flags_predictions_from_another_bucket():
 def test_fractal_nz_is_restored_the_runtimes_way():
     # (..., H, W, bh, bw) -> (..., H*bw, W*bh): the NZ weight row of MatMulV2.csv (line 22) reads as (3072, 4096).
     assert runtime_nz_to_nd((192, 256, 16, 16)) == (3072, 4096) and runtime_nz_to_nd((7, 5)) == (7, 5)
+
+
+def test_rows_that_broadcast_other_operands_are_another_bucket():
+    """mul of (1, H, 257, 128) by a (1, 1, 257, 128) rotary table, replayed on an H100
+    (benchmarks/results/cuda_database/): at H = 1 nothing is broadcast and TensorIterator runs its same-shape kernel
+    (1.26 µs), from H = 2 its broadcasting one (2.5 µs). The V1 standard's strict signature keeps that fixed in a
+    bucket: H = 2 is not predicted from H = 1, a query between them is ILLEGAL, one between 2 and 4 is not."""
+    latency = {64: 6.214633, 32: 3.6918, 16: 2.788267, 8: 2.506733, 4: 2.499233, 2: 2.530167, 1: 1.256567}
+    rows = pd.DataFrame([{"OP State": "eager", "Accelerator Core": "CUDA", "Input Shapes": f'"1,{h},257,128;1,1,257,128"',
+                          "Input Data Types": "DT_BF16;DT_BF16", "Input Formats": "ND;ND",
+                          "Output Shapes": f'"1,{h},257,128"', "Output Data Types": "DT_BF16", "Output Formats": "ND", "Duration(us)": str(us)}
+                         for h, us in latency.items()])
+    mapping = {"operator_mappings": {"aten.mul.Tensor": {"kernel_type": "mul", "category": "elementwise"}}}
+    points = {p.value: p for p in holdout_errors(rows, "mul", mapping)}
+    assert not points[2.0].legal and points[2.0].lower == 1.0            # predicted 1.67 µs from H = 1 and 4
+    assert points[2.0].relative_error == pytest.approx(abs(linear(2, 1, 1.256567, 4, 2.499233) - 2.530167) / 2.530167)
+    assert all(points[h].legal for h in (4.0, 8.0, 16.0, 32.0))
+
+    def mul(h):
+        return Query("aten.mul.Tensor", (TensorSpec((1, h, 257, 128), BF16), TensorSpec((1, 1, 257, 128), BF16)),
+                     (TensorSpec((1, h, 257, 128), BF16),))
+
+    three = interpolate({"mul": rows}, mul(3), mapping)
+    assert (three.status, three.latency_us) == ("INTERPOLATED", pytest.approx(linear(3, 2, 2.530167, 4, 2.499233)))
+    without_two = interpolate({"mul": rows[rows["Input Shapes"] != '"1,2,257,128;1,1,257,128"']}, mul(2), mapping)
+    assert without_two.status == "ILLEGAL" and "broadcast operands" in without_two.reason
