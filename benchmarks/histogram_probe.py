@@ -1,0 +1,204 @@
+"""Why MoE histogram ops (`bincount`, `histc`: tokens per expert) replay fast: the workload's own ids against replay's.
+
+`bincount` replays at 0.71 of its profiled time on the reference MoE decoder, `histc` at 0.92-0.94 on the
+transformers MoE models (docs/replay.md, "MoE routing"). A trace records their inputs as shapes; replay draws the
+values (opperf.replay.schema: `bincount` ids uniform below the output length; other tensors by dtype). A
+histogram kernel adds into one counter per bin with atomics, so its time may depend on how the ids are spread:
+a random-weight router sends many tokens to a few experts, and every thread adding to the same counter waits.
+
+This probe runs the MoE workloads of benchmarks/cuda_replay.py (same dims, layers, prefill and decode plan, seed),
+records every `aten.bincount` / `aten.histc` call's input values under a TorchDispatchMode, and times each
+distinct call (CUDA events around one call, 5 warm-up calls, median of 25, inputs resident) with:
+
+  actual   the workload's own values
+  replay   the inputs replay builds for the row (opperf.replay.schema, as scripts/replay.py does)
+  uniform  ids uniform over the bins (a balanced router)
+  one-bin  every id in one bin (the worst contention)
+
+and prints, per workload and op, the median time ratios and the ids' skew (largest bin over the mean), and writes
+benchmarks/results/histogram/<device>.json.
+
+    python benchmarks/histogram_probe.py [--workloads moe hf_mixtral_8x2 ...] [--output DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from cuda_replay import WORKLOADS  # noqa: E402
+
+from opperf.workload.model import ReferenceDecoder, load_model_dims  # noqa: E402
+from opperf.workload.profile import WorkloadPlan, make_token_ids, run_workload  # noqa: E402
+
+OPS = {"bincount": torch.ops.aten.bincount, "histc": torch.ops.aten.histc}
+
+
+class HistogramCalls(TorchDispatchMode):
+    """Records (op, input values on the host, the other arguments) of every bincount/histc call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for name, packet in OPS.items():
+            if func.overloadpacket is packet:
+                self.calls.append((name, args[0].detach().cpu(), tuple(args[1:]), dict(kwargs)))
+        return func(*args, **kwargs)
+
+
+def run(op: str, values: torch.Tensor, rest: tuple, kwargs: dict):
+    return OPS[op](values, *rest, **kwargs)
+
+
+def time_call(op, values, rest, kwargs, repeats: int = 25, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        run(op, values, rest, kwargs)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run(op, values, rest, kwargs)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def bins_of(op: str, values: torch.Tensor, rest: tuple, kwargs: dict) -> tuple[int, float, float]:
+    """(bins, low, high): bincount's minlength (or max + 1), histc's bins and range."""
+    if op == "bincount":
+        minlength = int(kwargs.get("minlength", rest[1] if len(rest) > 1 else 0) or 0)
+        return max(minlength, int(values.max()) + 1 if values.numel() else 0), 0.0, 0.0
+    bins = int(kwargs.get("bins", rest[0] if rest else 100))
+    low = float(kwargs.get("min", rest[1] if len(rest) > 1 else 0))
+    high = float(kwargs.get("max", rest[2] if len(rest) > 2 else 0))
+    return bins, low, high
+
+
+def variants(op: str, values: torch.Tensor, rest: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """The inputs each variant times (on the device), replay's built the way scripts/replay.py builds it."""
+    bins, low, high = bins_of(op, values, rest, kwargs)
+    generator = torch.Generator().manual_seed(values.numel())
+    uniform = torch.randint(0, bins, values.shape, generator=generator)
+    if op == "histc":                       # bin centres of [low, high]
+        width = (high - low) / bins if high > low else 1.0
+        uniform = (low + (uniform.to(torch.float64) + 0.5) * width).to(values.dtype)
+    else:
+        uniform = uniform.to(values.dtype)
+    one_bin = torch.full_like(values, values.flatten()[0].item() if values.numel() else 0)
+    return {"actual": values, "replay": replay_values(op, values, bins), "uniform": uniform, "one-bin": one_bin}
+
+
+def replay_values(op: str, values: torch.Tensor, bins: int) -> torch.Tensor:
+    """What replay's schema rules give this input: bincount ids uniform in [0, bins); a float tensor
+    standard normal (torch.randn), as for any tensor without a value rule."""
+    generator = torch.Generator().manual_seed(0)
+    if op == "bincount":
+        return torch.randint(0, max(bins, 1), values.shape, generator=generator).to(values.dtype)
+    return torch.randn(values.shape, generator=generator).to(values.dtype)
+
+
+def model_for(name: str, plan: WorkloadPlan):
+    workload = WORKLOADS[name]
+    if workload.source == "reference":
+        dims = load_model_dims(REPO / "config" / "models.yaml", workload.model, num_layers=workload.layers)
+        model = ReferenceDecoder(dims, "cuda", torch.bfloat16, seed=plan.seed)
+        return model, dims.vocab_size
+    from opperf.workload.transformers_model import TransformersCausalLM, read_config
+
+    config = read_config(REPO / workload.model, num_layers=workload.layers)
+    model = TransformersCausalLM(config, "cuda", torch.bfloat16, seed=plan.seed, path=workload.model)
+    return model, model.vocab_size
+
+
+def probe(name: str) -> list[dict]:
+    workload = WORKLOADS[name]
+    plan = WorkloadPlan(batch_size=1, prefill_lengths=workload.prefill_lengths, decode_steps=workload.decode_steps,
+                        decode_context=workload.decode_context, decode_batch_sizes=workload.decode_batch_sizes,
+                        warmup_iterations=0, seed=0)
+    model, vocab = model_for(name, plan)
+    model.prepare_rope(plan.max_positions)
+    recorder = HistogramCalls()
+    with recorder:
+        run_workload(model, plan, make_token_ids(plan, vocab, "cuda"), "cuda")
+    del model
+    torch.cuda.empty_cache()
+    results = []
+    for op, values, rest, kwargs in recorder.calls:
+        bins, low, high = bins_of(op, values, rest, kwargs)
+        ids = values.to(torch.float64)
+        if op == "histc":
+            ids = ((ids - low) / ((high - low) / bins) if high > low else ids).floor().clamp(0, bins - 1)
+        counts = torch.bincount(ids.to(torch.int64).flatten(), minlength=bins)
+        mean = values.numel() / bins
+        times = {label: time_call(op, v.cuda(), rest, kwargs) for label, v in variants(op, values, rest, kwargs).items()}
+        results.append({"workload": name, "op": op, "elements": values.numel(), "bins": bins,
+                        "max_over_mean": float(counts.max()) / mean if mean else 0.0,
+                        "empty_bins": int((counts == 0).sum()), "us": times,
+                        **{f"{k}_over_actual": times[k] / times["actual"] for k in times if k != "actual"}})
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    moe = ["moe", "hf_mixtral_8x2", "hf_qwen2_moe_60x4", "hf_olmoe_64x8", "hf_deepseek_v2_lite"]
+    parser.add_argument("--workloads", nargs="+", default=moe, choices=sorted(WORKLOADS))
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "histogram"))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (the ids' cost is the device's)")
+    rows = []
+    for name in args.workloads:
+        found = probe(name)
+        print(f"{name}: {len(found)} histogram calls", flush=True)
+        rows.extend(found)
+    print("\n| workload | op | calls | elements (median) | bins | largest bin / mean (median) | actual µs (median) "
+          "| replay / actual | uniform / actual | one-bin / actual |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    summary = []
+    for name in args.workloads:
+        for op in OPS:
+            group = [r for r in rows if r["workload"] == name and r["op"] == op]
+            if not group:
+                continue
+
+            def med(key, group=group):
+                return statistics.median(r[key] for r in group)
+
+            entry = {"workload": name, "op": op, "calls": len(group), "elements": med("elements"),
+                     "bins": group[0]["bins"], "max_over_mean": med("max_over_mean"),
+                     "actual_us": statistics.median(r["us"]["actual"] for r in group),
+                     **{k: med(k) for k in ("replay_over_actual", "uniform_over_actual", "one-bin_over_actual")}}
+            summary.append(entry)
+            print(f"| {name} | {op} | {entry['calls']} | {entry['elements']:.0f} | {entry['bins']} | "
+                  f"{entry['max_over_mean']:.2f} | {entry['actual_us']:.2f} | {entry['replay_over_actual']:.3f} | "
+                  f"{entry['uniform_over_actual']:.3f} | {entry['one-bin_over_actual']:.3f} |")
+    device = torch.cuda.get_device_name()
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    document = {"device": device, "torch": torch.__version__,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "command": "python benchmarks/histogram_probe.py " + " ".join(sys.argv[1:]),
+                "summary": summary, "calls": rows}
+    path = output / f"{device.replace(' ', '_')}.json"
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
