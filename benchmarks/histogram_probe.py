@@ -8,10 +8,12 @@ a random-weight router sends many tokens to a few experts, and every thread addi
 
 This probe runs the MoE workloads of benchmarks/cuda_replay.py (same dims, layers, prefill and decode plan, seed),
 records every `aten.bincount` / `aten.histc` call's input values under a TorchDispatchMode, and times each
-distinct call (CUDA events around one call, 5 warm-up calls, median of 25, inputs resident) with:
+call (its kernels' device time from a torch.profiler session, mean of 25 calls after 5 warm-up calls,
+inputs resident) with:
 
   actual   the workload's own values
-  replay   the inputs replay builds for the row (opperf.replay.schema, as scripts/replay.py does)
+  replay   what replay's value rules draw: bincount ids uniform below the output length (its definition),
+           histc's float input standard normal (the schema's rule for a tensor without one)
   uniform  ids uniform over the bins (a balanced router)
   one-bin  every id in one bin (the worst contention)
 
@@ -65,17 +67,19 @@ def run(op: str, values: torch.Tensor, rest: tuple, kwargs: dict):
 
 
 def time_call(op, values, rest, kwargs, repeats: int = 25, warmup: int = 5) -> float:
+    """Device time per call: the summed durations of the kernels (and memsets) its calls launched, from a
+    torch.profiler (CUPTI) session, divided by the calls; as a trace and replay time a row. (CUDA events would
+    time bincount's host round trip for its output length, ~80 µs, not the ~5 µs of kernels.)"""
+    from torch.profiler import ProfilerActivity, profile
+
     for _ in range(warmup):
         run(op, values, rest, kwargs)
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run(op, values, rest, kwargs)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as session:
+        for _ in range(repeats):
+            run(op, values, rest, kwargs)
+        torch.cuda.synchronize()
+    return sum(event.self_device_time_total for event in session.key_averages()) / repeats
 
 
 def bins_of(op: str, values: torch.Tensor, rest: tuple, kwargs: dict) -> tuple[int, float, float]:
