@@ -99,6 +99,9 @@ def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
     cases, views, text = state.plan(case)
     assert cases == [case] and len(views) == 2
     assert text.startswith("insitu: flush (read 2 MiB), then 2 warm input(s)") and "1 cold input(s)" in text
+    twice = ReplayCase(fn=torch.cat, args=([gate, gate, weight],), warm=(gate,))    # one tensor, two inputs
+    _, views_twice, text_twice = state.plan(twice)
+    assert len(views_twice) == 1 and "2 warm input(s)" in text_twice and "1 cold input(s)" in text_twice
     before = storage.clone()
     state.prepare(views)                     # the flush (a read) and the touches run, values unchanged
     assert torch.equal(storage, before)

@@ -277,7 +277,7 @@ class CacheState:
             return [case], [], "none (warm from the previous call)"
         views, seen = [], set()
         warm = {id(t) for t in case.warm_tensors()}
-        by_reuse = 0
+        by_reuse = warm_inputs = cold_inputs = 0
         for tensor in case.tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
@@ -288,17 +288,18 @@ class CacheState:
             else:                             # the definition's guess: warm activations, cold weights
                 keep = min(whole.numel(), self.l2_bytes) if id(tensor) in warm else 0
             if keep == 0:
+                cold_inputs += 1
                 continue
+            warm_inputs += 1                  # one rewrite may serve several inputs (the same tensor twice)
             view = whole[whole.numel() - keep:]
             identity = (view.untyped_storage().data_ptr(), view.storage_offset(), view.numel())
             if identity not in seen:
                 seen.add(identity)
                 views.append(view)
         warm_bytes = sum(v.numel() for v in views)
-        cold = len(case.tensors()) - len(views)
         source = f", {by_reuse} placed by the workload's reuse distances" if by_reuse else ""
-        return [case], views, (f"insitu: flush (read {flush_mib} MiB), then {len(views)} warm input(s) "
-                               f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold} cold input(s){source} "
+        return [case], views, (f"insitu: flush (read {flush_mib} MiB), then {warm_inputs} warm input(s) "
+                               f"({warm_bytes / 2**20:.2f} MiB) rewritten into L2, {cold_inputs} cold input(s){source} "
                                f"before each call ({cache})")
 
     def prepare(self, views: list[torch.Tensor], neighbour=None) -> None:
