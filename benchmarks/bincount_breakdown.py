@@ -81,7 +81,7 @@ def main() -> int:
         for _ in range(5):
             torch.bincount(ids, minlength=args.minlength)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as session:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as session:
             for _ in range(args.repeat):
                 torch.bincount(ids, minlength=args.minlength)
             torch.cuda.synchronize()
