@@ -26,40 +26,27 @@ benchmarks/results/histogram/<device>.json.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cuda_replay import WORKLOADS  # noqa: E402
+from device_result import write_device_result  # noqa: E402
+from workload_calls import OpCalls, record_calls  # noqa: E402
 
-from opperf.workload.model import ReferenceDecoder, load_model_dims  # noqa: E402
-from opperf.workload.profile import WorkloadPlan, make_token_ids, run_workload  # noqa: E402
 
 OPS = {"bincount": torch.ops.aten.bincount, "histc": torch.ops.aten.histc}
 
 
-class HistogramCalls(TorchDispatchMode):
-    """Records (op, input values on the host, the other arguments) of every bincount/histc call."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        for name, packet in OPS.items():
-            if func.overloadpacket is packet:
-                self.calls.append((name, args[0].detach().cpu(), tuple(args[1:]), dict(kwargs)))
-        return func(*args, **kwargs)
+def histogram_call(name: str, args: tuple, kwargs: dict):
+    """(op, input values on the host, the other arguments, keyword arguments) of a bincount/histc call."""
+    return name, args[0].detach().cpu(), tuple(args[1:]), dict(kwargs)
 
 
 def run(op: str, values: torch.Tensor, rest: tuple, kwargs: dict):
@@ -116,33 +103,10 @@ def replay_values(op: str, values: torch.Tensor, bins: int) -> torch.Tensor:
     return torch.randn(values.shape, generator=generator).to(values.dtype)
 
 
-def model_for(name: str, plan: WorkloadPlan):
-    workload = WORKLOADS[name]
-    if workload.source == "reference":
-        dims = load_model_dims(REPO / "config" / "models.yaml", workload.model, num_layers=workload.layers)
-        model = ReferenceDecoder(dims, "cuda", torch.bfloat16, seed=plan.seed)
-        return model, dims.vocab_size
-    from opperf.workload.transformers_model import TransformersCausalLM, read_config
-
-    config = read_config(REPO / workload.model, num_layers=workload.layers)
-    model = TransformersCausalLM(config, "cuda", torch.bfloat16, seed=plan.seed, path=workload.model)
-    return model, model.vocab_size
-
-
 def probe(name: str) -> list[dict]:
-    workload = WORKLOADS[name]
-    plan = WorkloadPlan(batch_size=1, prefill_lengths=workload.prefill_lengths, decode_steps=workload.decode_steps,
-                        decode_context=workload.decode_context, decode_batch_sizes=workload.decode_batch_sizes,
-                        warmup_iterations=0, seed=0)
-    model, vocab = model_for(name, plan)
-    model.prepare_rope(plan.max_positions)
-    recorder = HistogramCalls()
-    with recorder:
-        run_workload(model, plan, make_token_ids(plan, vocab, "cuda"), "cuda")
-    del model
-    torch.cuda.empty_cache()
+    calls = record_calls(name, OpCalls(OPS, histogram_call))
     results = []
-    for op, values, rest, kwargs in recorder.calls:
+    for op, values, rest, kwargs in calls:
         bins, low, high = bins_of(op, values, rest, kwargs)
         ids = values.to(torch.float64)
         if op == "histc":
@@ -191,16 +155,7 @@ def main() -> int:
             print(f"| {name} | {op} | {entry['calls']} | {entry['elements']:.0f} | {entry['bins']} | "
                   f"{entry['max_over_mean']:.2f} | {entry['actual_us']:.2f} | {entry['replay_over_actual']:.3f} | "
                   f"{entry['uniform_over_actual']:.3f} | {entry['one-bin_over_actual']:.3f} |")
-    device = torch.cuda.get_device_name()
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    document = {"device": device, "torch": torch.__version__,
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "command": "python benchmarks/histogram_probe.py " + " ".join(sys.argv[1:]),
-                "summary": summary, "calls": rows}
-    path = output / f"{device.replace(' ', '_')}.json"
-    path.write_text(json.dumps(document, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_device_result(args.output, "histogram_probe.py", summary=summary, calls=rows)
     return 0
 
 

@@ -20,42 +20,30 @@ of variation, empty experts) and the time ratios routed/actual and even/actual.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cuda_replay import WORKLOADS  # noqa: E402
+from device_result import write_device_result  # noqa: E402
+from workload_calls import OpCalls, record_calls  # noqa: E402
 
 from opperf.replay.schema import even_offsets, routed_offsets  # noqa: E402
-from opperf.workload.profile import WorkloadPlan, make_token_ids, run_workload  # noqa: E402
-from opperf.workload.transformers_model import TransformersCausalLM, read_config  # noqa: E402
 
 
-class GroupedCalls(TorchDispatchMode):
-    """Records (A shape, B shape, strides, dtype, offs values) of every aten._grouped_mm call."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func.overloadpacket is torch.ops.aten._grouped_mm:
-            a, b = args[0], args[1]
-            offs = args[2] if len(args) > 2 else kwargs.get("offs")
-            if offs is not None:
-                self.calls.append((tuple(a.shape), tuple(b.shape), tuple(b.stride()), a.dtype,
-                                   tuple(offs.tolist()), offs.dtype))
-        return func(*args, **kwargs)
+def grouped_call(name: str, args: tuple, kwargs: dict):
+    """(A shape, B shape, B strides, dtype, offs values, offs dtype) of a _grouped_mm call with offsets."""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 else kwargs.get("offs")
+    if offs is None:
+        return None
+    return tuple(a.shape), tuple(b.shape), tuple(b.stride()), a.dtype, tuple(offs.tolist()), offs.dtype
 
 
 def time_call(a, b, offs, repeats: int = 25, warmup: int = 5) -> float:
@@ -77,19 +65,9 @@ def sizes_of(ends) -> list[int]:
 
 
 def probe(name: str) -> list[dict]:
-    workload = WORKLOADS[name]
-    plan = WorkloadPlan(batch_size=1, prefill_lengths=workload.prefill_lengths, decode_steps=workload.decode_steps,
-                        decode_context=workload.decode_context, decode_batch_sizes=workload.decode_batch_sizes,
-                        warmup_iterations=0, seed=0)
-    config = read_config(REPO / workload.model, num_layers=workload.layers)
-    model = TransformersCausalLM(config, "cuda", torch.bfloat16, seed=plan.seed, path=workload.model)
-    recorder = GroupedCalls()
-    with recorder:
-        run_workload(model, plan, make_token_ids(plan, model.vocab_size, "cuda"), "cuda")
-    del model
-    torch.cuda.empty_cache()
+    calls = record_calls(name, OpCalls({"_grouped_mm": torch.ops.aten._grouped_mm}, grouped_call))
     results, seen = [], set()
-    for a_shape, b_shape, b_stride, dtype, offs, offs_dtype in recorder.calls:
+    for a_shape, b_shape, b_stride, dtype, offs, offs_dtype in calls:
         key = (a_shape, b_shape, offs)
         if key in seen:
             continue
@@ -146,15 +124,7 @@ def main() -> int:
         print(f"{name}: {s['calls']} calls; routed median/p90/tw gap {s['routed']['median_gap']:.1%} / "
               f"{s['routed']['p90_gap']:.1%} / {s['routed']['time_weighted_gap']:.1%}; even "
               f"{s['even']['median_gap']:.1%} / {s['even']['p90_gap']:.1%} / {s['even']['time_weighted_gap']:.1%}")
-    device = torch.cuda.get_device_name()
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    document = {"device": device, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-                "command": "python benchmarks/moe_routing_probe.py " + " ".join(sys.argv[1:]),
-                "summary": summary, "calls": rows}
-    path = output / f"{device.replace(' ', '_')}.json"
-    path.write_text(json.dumps(document, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_device_result(args.output, "moe_routing_probe.py", summary=summary, calls=rows)
     return 0
 
 
