@@ -46,12 +46,66 @@ def timed(fn, reps: int) -> list[float]:
     return samples
 
 
+def sequence_probe(reps: int) -> list[dict]:
+    """silu and mul of the dense prefill's MLP timed alone (rested) and inside the MLP as the workload runs it
+    (gate_up GEMM, silu of its gate slice, mul by its up slice, down GEMM; no synchronisation in between)."""
+    dev = torch.device("cuda")
+    bf16 = {"device": dev, "dtype": torch.bfloat16}
+    x = torch.randn(65536, 5120, **bf16)
+    w_gate_up = torch.randn(5120, 51200, **bf16) / 100
+    w_down = torch.randn(25600, 5120, **bf16) / 100
+    events = {name: [] for name in ("gate_up mm", "silu", "mul", "down mm")}
+
+    def mlp(record: bool):
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        marks[0].record()
+        gate_up = torch.mm(x, w_gate_up)
+        marks[1].record()
+        act = torch.nn.functional.silu(gate_up[:, :25600])
+        marks[2].record()
+        hidden = act * gate_up[:, 25600:]
+        marks[3].record()
+        torch.mm(hidden, w_down)
+        marks[4].record()
+        marks[4].synchronize()
+        if record:
+            for (name, samples), start, end in zip(events.items(), marks, marks[1:]):
+                samples.append(start.elapsed_time(end) * 1000.0)
+
+    mlp(False)
+    for _ in range(reps):
+        mlp(True)
+    gate_up = torch.mm(x, w_gate_up)
+    act = torch.nn.functional.silu(gate_up[:, :25600])
+    torch.cuda.synchronize()
+    time.sleep(3.0)
+    alone = {"silu": timed(lambda: torch.nn.functional.silu(gate_up[:, :25600]), reps),
+             "mul": timed(lambda: act * gate_up[:, 25600:], reps)}
+    results = []
+    for name, samples in events.items():
+        entry = {"kernel": name, "in_mlp_us": statistics.median(samples),
+                 "alone_us": statistics.median(alone[name]) if name in alone else None}
+        results.append(entry)
+        print(f"{name:12s} in the MLP {entry['in_mlp_us']:9.1f} µs"
+              + (f"   alone {entry['alone_us']:9.1f} µs" if entry["alone_us"] else ""), flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=None)
     parser.add_argument("--load-s", type=float, default=4.0, help="seconds of back-to-back GEMMs before (default 4)")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--sequence", action="store_true",
+                        help="time silu and mul inside the prefill's MLP against alone, instead of the load states")
     args = parser.parse_args()
+    if args.sequence:
+        out = Path(args.output or "benchmarks/results/memory_state/sequence.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                   "reps": args.reps, "results": sequence_probe(args.reps)}, indent=1))
+        return 0
     import pynvml
 
     pynvml.nvmlInit()
