@@ -75,6 +75,25 @@ def sequence_probe(reps: int) -> list[dict]:
     mlp(False)
     for _ in range(reps):
         mlp(True)
+    # silu right after GEMMs of other data and of growing length: is it the producer or a long GEMM before it?
+    gate_up = torch.mm(x, w_gate_up)
+    heaters = {f"{n}^3 x{k}": (torch.randn(n, n, **bf16), torch.randn(n, n, **bf16), k)
+               for n, k in ((4096, 1), (8192, 1), (8192, 8), (8192, 32))}
+    after = {}
+    for name, (a, b, count) in heaters.items():
+        samples = []
+        for _ in range(reps):
+            for _ in range(count):
+                torch.mm(a, b)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.nn.functional.silu(gate_up[:, :25600])
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1000.0)
+        after[name] = statistics.median(samples)
+        print(f"silu after a {name} GEMM (other data): {after[name]:9.1f} µs", flush=True)
+    del heaters
     gate_up = torch.mm(x, w_gate_up)
     act = torch.nn.functional.silu(gate_up[:, :25600])
     torch.cuda.synchronize()
@@ -85,6 +104,8 @@ def sequence_probe(reps: int) -> list[dict]:
     for name, samples in events.items():
         entry = {"kernel": name, "in_mlp_us": statistics.median(samples),
                  "alone_us": statistics.median(alone[name]) if name in alone else None}
+        if name == "silu":
+            entry["after_other_gemms_us"] = after
         results.append(entry)
         print(f"{name:12s} in the MLP {entry['in_mlp_us']:9.1f} µs"
               + (f"   alone {entry['alone_us']:9.1f} µs" if entry["alone_us"] else ""), flush=True)
