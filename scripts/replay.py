@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "before each shorter call, as inside a model; match-clock: where the row records the SM "
                           "clock its kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile "
                           "taken with NVML) and that is below the replay's, heater GEMMs before each call until the "
-                          "clock is down to it, except long GEMM/attention calls (all recorded per row in Replay L2 "
-                          "Policy)")
+                          "clock is down to it, except long GEMM/attention calls; after-long-gemm: after-gemm, and "
+                          "~50 ms of GEMMs before each long call the workload ran throttled (all recorded per row in "
+                          "Replay L2 Policy)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

@@ -133,3 +133,25 @@ def test_match_clock_holds_which_calls():
     assert not held("match-clock", 1975, 5000)                 # within the tolerance of the full clock
     assert not held("match-clock", None, 3)                    # a profile taken without the sampler
     assert not held("after-gemm", 1600, 5000) and not held("cooldown", 1600, 3)
+
+
+def test_after_long_gemm_heats_only_long_throttled_calls_that_do_not_set_their_own_clock():
+    """after-long-gemm runs ~50 ms of GEMMs before a long call the workload ran throttled (as a prefill's
+    elementwise row followed its GEMM there); never before a GEMM, a short call, or a full-clock row."""
+    from types import SimpleNamespace
+
+    from opperf.replay.timing import CudaTimer
+
+    def heated(policy, clock, call_us, own=False, nvml=True):
+        timer = SimpleNamespace(power_policy=policy, power=SimpleNamespace(max_clock=1980.0) if nvml else None,
+                                CLOCK_TOLERANCE_MHZ=CudaTimer.CLOCK_TOLERANCE_MHZ,
+                                COOLDOWN_MIN_US=CudaTimer.COOLDOWN_MIN_US)
+        case = SimpleNamespace(target_clock_mhz=clock, sets_own_clock=own)
+        return CudaTimer._after_long_gemm(timer, case, call_us)
+
+    assert heated("after-long-gemm", 1704, 5488.0)                          # the dense prefill's silu
+    assert not heated("after-long-gemm", 1704, 5488.0, own=True)            # its GEMM
+    assert not heated("after-long-gemm", 1704, 150.0)                       # a short call: one 4096^3 heater
+    assert not heated("after-long-gemm", 1975, 5488.0)                      # ran at full clock
+    assert not heated("after-long-gemm", None, 5488.0)                      # a profile without the sampler
+    assert not heated("after-gemm", 1704, 5488.0) and not heated("match-clock", 1704, 5488.0)

@@ -366,11 +366,12 @@ class CudaTimer:
         self._windows: dict[Hashable, tuple[float, float]] = {}
         if power_policy not in POWER_POLICIES:
             raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
-        if power_policy == "match-clock" and self.power is None:
+        if power_policy in ("match-clock", "after-long-gemm") and self.power is None:
             raise OpperfError(f"--power-policy {power_policy} reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
         self.power_policy = power_policy
         self._heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._long_heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -385,7 +386,11 @@ class CudaTimer:
             self._measure_at_clock(cases, views, policy, repeat_count, key, case.target_clock_mhz)
             return
         idle_s, neighbour = 0.0, None
-        if call_us >= self.COOLDOWN_MIN_US:
+        if self._after_long_gemm(case, call_us):
+            neighbour = self._heat_long
+            policy += (f"; power: after-long-gemm, {self.LONG_HEATER_CALLS} bf16 {self.LONG_HEATER_N}^3 GEMMs "
+                       "before each call (the workload ran it throttled)")
+        elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
         elif self.power_policy != "cooldown":
@@ -419,6 +424,27 @@ class CudaTimer:
                 or target >= self.power.max_clock - self.CLOCK_TOLERANCE_MHZ):
             return False
         return call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock
+
+    def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
+        """Whether after-long-gemm puts a long GEMM block before this call: a long call (not a GEMM or attention
+        call) that the workload ran throttled. A prefill's elementwise row follows its ~50 ms GEMM there and runs
+        12 % slower than rested, as it does after 50 ms of any GEMM, not after 1.6 ms of one
+        (benchmarks/results/memory_state/, sequence)."""
+        target = case.target_clock_mhz
+        return (self.power_policy == "after-long-gemm" and self.power is not None and target is not None
+                and target < self.power.max_clock - self.CLOCK_TOLERANCE_MHZ
+                and call_us >= self.COOLDOWN_MIN_US and not case.sets_own_clock)
+
+    LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100; 32 of them ~50 ms, a prefill GEMM's length
+    LONG_HEATER_CALLS = 32
+
+    def _heat_long(self) -> None:
+        if self._long_heater is None:
+            a = torch.randn(self.LONG_HEATER_N, self.LONG_HEATER_N, device=self.device, dtype=torch.bfloat16)
+            self._long_heater = (a, a.clone(), torch.empty_like(a))
+        a, b, out = self._long_heater
+        for _ in range(self.LONG_HEATER_CALLS):
+            torch.mm(a, b, out=out)
 
     HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
     CLOCK_TOLERANCE_MHZ = 15.0
