@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "clock its kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile "
                           "taken with NVML) and that is below the replay's, heater GEMMs before each call until the "
                           "clock is down to it, except long GEMM/attention calls; after-long-gemm: after-gemm, and "
-                          "~50 ms of GEMMs before each long call the workload ran throttled (all recorded per row in "
-                          "Replay L2 Policy)")
+                          "before each long call a GEMM block as long as the workload's GEMM history before it amounts to "
+                          "(Profiling Average Equivalent GEMM Before(us)) (all recorded per row in Replay L2 Policy)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

@@ -135,23 +135,53 @@ def test_match_clock_holds_which_calls():
     assert not held("after-gemm", 1600, 5000) and not held("cooldown", 1600, 3)
 
 
-def test_after_long_gemm_heats_only_long_throttled_calls_that_do_not_set_their_own_clock():
-    """after-long-gemm runs ~50 ms of GEMMs before a long call the workload ran throttled (as a prefill's
-    elementwise row followed its GEMM there); never before a GEMM, a short call, or a full-clock row."""
+def test_after_long_gemm_heats_only_long_calls_that_followed_gemms():
+    """after-long-gemm runs, before a long call, the GEMM time the workload ran in the 50 ms before it (as a
+    prefill's elementwise row followed its GEMM there); never before a GEMM, a short call, or a call that followed
+    less than 1 ms of GEMMs."""
     from types import SimpleNamespace
 
+    from opperf import contract
+    from opperf.power_samples import GEMM_BEFORE
     from opperf.replay.timing import CudaTimer
 
-    def heated(policy, clock, call_us, own=False, nvml=True):
-        timer = SimpleNamespace(power_policy=policy, power=SimpleNamespace(max_clock=1980.0) if nvml else None,
-                                CLOCK_TOLERANCE_MHZ=CudaTimer.CLOCK_TOLERANCE_MHZ,
+    assert contract.profiling_counter_column(GEMM_BEFORE) == contract.PROFILED_GEMM_BEFORE
+
+    def heated(policy, gemm_us, call_us, own=False):
+        timer = SimpleNamespace(power_policy=policy, LONG_HEATER_MIN_US=CudaTimer.LONG_HEATER_MIN_US,
                                 COOLDOWN_MIN_US=CudaTimer.COOLDOWN_MIN_US)
-        case = SimpleNamespace(target_clock_mhz=clock, sets_own_clock=own)
+        case = SimpleNamespace(gemm_before_us=gemm_us, sets_own_clock=own)
         return CudaTimer._after_long_gemm(timer, case, call_us)
 
-    assert heated("after-long-gemm", 1704, 5488.0)                          # the dense prefill's silu
-    assert not heated("after-long-gemm", 1704, 5488.0, own=True)            # its GEMM
-    assert not heated("after-long-gemm", 1704, 150.0)                       # a short call: one 4096^3 heater
-    assert not heated("after-long-gemm", 1975, 5488.0)                      # ran at full clock
-    assert not heated("after-long-gemm", None, 5488.0)                      # a profile without the sampler
-    assert not heated("after-gemm", 1704, 5488.0) and not heated("match-clock", 1704, 5488.0)
+    assert heated("after-long-gemm", 44_400.0, 5488.0)                      # the dense prefill's silu
+    assert not heated("after-long-gemm", 44_400.0, 5488.0, own=True)        # a GEMM
+    assert not heated("after-long-gemm", 44_400.0, 150.0)                   # a short call: one 4096^3 heater
+    assert not heated("after-long-gemm", 600.0, 5488.0)                     # after 0.6 ms of GEMMs: nothing
+    assert not heated("after-long-gemm", None, 5488.0)                      # a trace parsed before the column
+    assert not heated("after-gemm", 44_400.0, 5488.0) and not heated("match-clock", 44_400.0, 5488.0)
+
+
+def test_the_gemm_history_before_each_call_as_one_gemm():
+    """The GEMM/attention history before each span, weighted by exp(-age / 25 ms), as the length of one GEMM
+    ending at the span's start: a GEMM right before counts whole, one that ended earlier for less."""
+    import math
+
+    from opperf.power_samples import GEMM_STATE_TAU_US as TAU
+    from opperf.power_samples import draws_power, gemm_time_before
+
+    def equivalent(weight):
+        return -TAU * math.log(1 - weight / TAU)
+
+    def history(age_end, age_start):
+        return TAU * (math.exp(-age_end / TAU) - math.exp(-age_start / TAU))
+
+    spans = [(0.0, 46_000.0, True), (46_000.0, 51_000.0, False), (66_000.0, 67_000.0, False),
+             (67_000.0, 79_000.0, True), (79_000.0, 80_000.0, False), (400_000.0, 400_010.0, False)]
+    got = gemm_time_before(spans)
+    assert got[0] == 0.0 and got[-1] == 0.0                              # no GEMM before; all of them too old
+    assert got[1] == pytest.approx(46_000.0)                            # right after the 46 ms GEMM
+    assert got[2] == pytest.approx(equivalent(history(20_000.0, 66_000.0)))       # it ended 20 ms before
+    assert 11_000 < got[2] < 12_500
+    assert got[4] == pytest.approx(equivalent(history(0.0, 12_000.0) + history(33_000.0, 79_000.0)))
+    assert draws_power("aten::mm") and draws_power("aten::_scaled_dot_product_cudnn_attention")
+    assert draws_power("aten::_grouped_mm") and not draws_power("aten::silu") and not draws_power("aten::cat")

@@ -52,7 +52,7 @@ from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
-from opperf.power_samples import samples_at
+from opperf.power_samples import GEMM_BEFORE, GEMM_WINDOW_US, draws_power, gemm_time_before, samples_at
 
 log = get_logger("parse.torch_trace")
 
@@ -513,6 +513,9 @@ def convert_trace(path: str | Path) -> TraceConversion:
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
     reuse = _input_reuse(path, chosen, conversion)
+    gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
+    if gemm_before:
+        conversion.power_fields = (*conversion.power_fields, GEMM_BEFORE)
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
         list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
@@ -527,7 +530,9 @@ def convert_trace(path: str | Path) -> TraceConversion:
         if power is not None:
             state = power.at(*op.device_span) if op.device_span else None
             row.update(zip(POWER_FIELDS, state) if state else ())
-            conversion.power_fields = POWER_FIELDS
+            conversion.power_fields = tuple(dict.fromkeys((*POWER_FIELDS, *conversion.power_fields)))
+        if op.index in gemm_before:
+            row[GEMM_BEFORE] = gemm_before[op.index]
         conversion.rows.append({"Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
                                 ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts),
                                 DURATION: repr(duration_us), **row})
@@ -541,6 +546,14 @@ def convert_trace(path: str | Path) -> TraceConversion:
             INPUT_STRIDES: ""})
         conversion.events.append(event_index)
     return conversion
+
+
+def _gemm_time_before(chosen: list[tuple[_Op, float]]) -> dict[int, float]:
+    """Per chosen op with device time (by event index), the equivalent GEMM length of the GEMM/attention history
+    before its first kernel (opperf.power_samples.gemm_time_before): the state the workload ran it in."""
+    spanned = [op for op, _ in chosen if op.device_span]
+    values = gemm_time_before([(*op.device_span, draws_power(op.name)) for op in spanned])
+    return {op.index: value for op, value in zip(spanned, values)}
 
 
 def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceConversion) -> dict[int, str]:
@@ -733,9 +746,13 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
                           **{c: pl.Series(c, [r.get(c) for r in conversion.rows], dtype=pl.Float64)
                              for c in counters}})
     frame = frame.with_columns(pl.col(c).cast(pl.Categorical) for c in [TYPE, *BASE_COLUMNS])
-    if counters:
+    if POWER_FIELDS[0] in counters:
         log.info("%s: power state joined from %s to %d of %d rows", path, "power_samples.json",
-                 sum(1 for r in conversion.rows if r.get(counters[0]) is not None), len(conversion.rows))
+                 sum(1 for r in conversion.rows if r.get(POWER_FIELDS[0]) is not None), len(conversion.rows))
+    if GEMM_BEFORE in counters:
+        log.info("%s: the GEMM/attention history before each call (%s, over %.0f ms), for %d of %d rows", path,
+                 GEMM_BEFORE, GEMM_WINDOW_US / 1000, sum(1 for r in conversion.rows if r.get(GEMM_BEFORE) is not None),
+                 len(conversion.rows))
     return ProfileTable(path=path, frame=frame, counters=counters, ignored_columns=[], row_numbers=conversion.events,
                         row_unit="trace event",
                         attribution=conversion.attribution.to_json() if conversion.attribution.device_us else None)

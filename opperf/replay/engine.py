@@ -204,6 +204,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     recipe = case.recipe or recipe
     # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
     case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
+    case.gemm_before_us = duration_value(row.get(contract.PROFILED_GEMM_BEFORE))
     case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
     case.sets_own_clock = sets_own_clock(definition.category, definition.schema_op)
     try:

@@ -70,6 +70,9 @@ class ReplayCase:
     # A GEMM or attention call draws the power that sets its own clock; other long calls run at the clock the
     # kernels before them left (the match-clock power policy holds only those at the workload's clock).
     sets_own_clock: bool = False
+    # The workload's GEMM/attention history before the call as one GEMM's length (its trace): the after-long-gemm
+    # power policy runs that much GEMM before each long call.
+    gemm_before_us: float | None = None
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

@@ -19,6 +19,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opperf.power_samples import POWER_DRAWING_OPS
+
 CACHE_POLICIES = ("insitu", "flush", "rotate", "none")
 DEFAULT_CACHE_POLICY = "insitu"
 
@@ -40,13 +42,12 @@ CUDA_TIMINGS = ("kernel", "event")
 # the cache preparation, 2 % after a GEMM; docs/replay.md, "Power state").
 # benchmarks/results/cuda_power_state/ measures the state workloads run in and what each policy does; holding only
 # the long calls at their clock was measured and dropped (benchmarks/results/cuda_replay_reuse/h100_policy_ab/).
-# `after-long-gemm` is after-gemm, except that a long call the workload ran throttled (its profiled SM clock below
-# the device's; not a GEMM or attention call) follows ~50 ms of GEMMs, as it followed a prefill GEMM there.
+# `after-long-gemm` is after-gemm, except that a long call (not a GEMM or attention call) follows a GEMM block as
+# long as the workload's GEMM history before it amounts to (its trace's `Equivalent GEMM Before(us)`).
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm")
 # Definition categories and schema-built ops whose long calls draw the power that sets their own clock.
 SETS_OWN_CLOCK_CATEGORIES = frozenset({"matmul", "attention"})
-SETS_OWN_CLOCK_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "_scaled_mm", "_scaled_grouped_mm",
-                                "convolution", "_convolution", "linear", "matmul"})
+SETS_OWN_CLOCK_OPS = POWER_DRAWING_OPS
 
 
 def sets_own_clock(category: str, schema_op: str | None) -> bool:

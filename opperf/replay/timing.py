@@ -17,6 +17,7 @@ policy (`methods.CACHE_POLICIES`); its description is recorded per row in `Repla
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -366,12 +367,13 @@ class CudaTimer:
         self._windows: dict[Hashable, tuple[float, float]] = {}
         if power_policy not in POWER_POLICIES:
             raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
-        if power_policy in ("match-clock", "after-long-gemm") and self.power is None:
+        if power_policy == "match-clock" and self.power is None:
             raise OpperfError(f"--power-policy {power_policy} reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
         self.power_policy = power_policy
         self._heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._long_heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._long_heater_us = 0.0
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -387,9 +389,11 @@ class CudaTimer:
             return
         idle_s, neighbour = 0.0, None
         if self._after_long_gemm(case, call_us):
-            neighbour = self._heat_long
-            policy += (f"; power: after-long-gemm, {self.LONG_HEATER_CALLS} bf16 {self.LONG_HEATER_N}^3 GEMMs "
-                       "before each call (the workload ran it throttled)")
+            calls = self._long_heater_calls(case.gemm_before_us)
+            neighbour = functools.partial(self._heat_long, calls)
+            policy += (f"; power: after-long-gemm, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
+                       f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
+                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM")
         elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
@@ -426,24 +430,35 @@ class CudaTimer:
         return call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock
 
     def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
-        """Whether after-long-gemm puts a long GEMM block before this call: a long call (not a GEMM or attention
-        call) that the workload ran throttled. A prefill's elementwise row follows its ~50 ms GEMM there and runs
-        12 % slower than rested, as it does after 50 ms of any GEMM, not after 1.6 ms of one
-        (benchmarks/results/memory_state/, sequence)."""
-        target = case.target_clock_mhz
-        return (self.power_policy == "after-long-gemm" and self.power is not None and target is not None
-                and target < self.power.max_clock - self.CLOCK_TOLERANCE_MHZ
+        """Whether after-long-gemm puts a GEMM block before this call: a long call (not a GEMM or attention call)
+        that followed GEMM/attention work in the workload (its trace's equivalent GEMM length before the call). A
+        prefill's elementwise row follows its ~50 ms GEMM there and runs 12 % slower than rested, as it does after
+        50 ms of any GEMM, not after 1.6 ms of one (benchmarks/results/memory_state/, sequence)."""
+        return (self.power_policy == "after-long-gemm" and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
                 and call_us >= self.COOLDOWN_MIN_US and not case.sets_own_clock)
 
-    LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100; 32 of them ~50 ms, a prefill GEMM's length
-    LONG_HEATER_CALLS = 32
+    LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100
+    LONG_HEATER_MIN_US = 1000.0     # less GEMM time than this before a call left no trace (memory_state sequence)
 
-    def _heat_long(self) -> None:
+    def _long_heater_calls(self, gemm_us: float) -> int:
+        """How many heater GEMMs make `gemm_us` of GEMM time (one heater timed once with CUDA events)."""
         if self._long_heater is None:
             a = torch.randn(self.LONG_HEATER_N, self.LONG_HEATER_N, device=self.device, dtype=torch.bfloat16)
             self._long_heater = (a, a.clone(), torch.empty_like(a))
+            a, b, out = self._long_heater
+            torch.mm(a, b, out=out)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(3):
+                torch.mm(a, b, out=out)
+            end.record()
+            end.synchronize()
+            self._long_heater_us = start.elapsed_time(end) * 1000.0 / 3
+        return max(1, round(gemm_us / self._long_heater_us))
+
+    def _heat_long(self, calls: int) -> None:
         a, b, out = self._long_heater
-        for _ in range(self.LONG_HEATER_CALLS):
+        for _ in range(calls):
             torch.mm(a, b, out=out)
 
     HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
