@@ -74,8 +74,8 @@ def gemm_time_before(spans: list[tuple[float, float, bool]], tau_us: float = GEM
     that leaves the same state as the GEMM/attention time before it: the history weighted by exp(-age / tau)
     (the state a long prefill GEMM leaves a following elementwise call in builds up and fades over tens of ms),
     W = sum of tau * (exp(-(start - end_i) / tau) - exp(-(start - start_i) / tau)), and the equivalent length
-    -tau * ln(1 - W / tau). A 46 ms GEMM right before gives 46 ms; the same GEMM ended 20 ms earlier, 11.9 ms; capped at the
-    window (6 tau), which a GEMM running throughout reaches."""
+    -tau * ln(1 - W / tau). A 46 ms GEMM right before gives 46 ms; the same GEMM ended 20 ms earlier, 11.9 ms.
+    Capped at the window (6 tau), which a GEMM running throughout reaches."""
     gemms = sorted((s, e) for s, e, is_gemm in spans if is_gemm)
     starts = [s for s, _ in gemms]
     result = []
