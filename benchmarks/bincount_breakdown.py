@@ -66,7 +66,8 @@ def table(calls) -> dict[int, dict[str, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(REPO / "benchmarks/results/cuda_replay/traces/moe_qwen3_235b_a22b_trace.json.gz"))
+    parser.add_argument("--trace", default=str(REPO / "benchmarks/results/cuda_replay/traces"
+                                               / "moe_qwen3_235b_a22b_trace.json.gz"))
     parser.add_argument("--minlength", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=25)
     parser.add_argument("--output", default=str(REPO / "benchmarks/results/histogram/bincount_breakdown.json"))
