@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import statistics
@@ -34,9 +35,12 @@ def nvml_state(handle) -> dict:
             "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)}
 
 
-def timed(fn, reps: int) -> list[float]:
+def timed(fn, reps: int, before=None) -> list[float]:
+    """CUDA-event time (µs) of each of `reps` calls of fn; `before()`, if given, runs ahead of each, untimed."""
     samples = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -80,17 +84,13 @@ def sequence_probe(reps: int) -> list[dict]:
     heaters = {f"{n}^3 x{k}": (torch.randn(n, n, **bf16), torch.randn(n, n, **bf16), k)
                for n, k in ((4096, 1), (8192, 1), (8192, 8), (8192, 32))}
     after = {}
+    def gemms(a, b, count):
+        for _ in range(count):
+            torch.mm(a, b)
+
     for name, (a, b, count) in heaters.items():
-        samples = []
-        for _ in range(reps):
-            for _ in range(count):
-                torch.mm(a, b)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.nn.functional.silu(gate_up[:, :25600])
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1000.0)
+        samples = timed(lambda: torch.nn.functional.silu(gate_up[:, :25600]), reps,
+                        before=functools.partial(gemms, a, b, count))
         after[name] = statistics.median(samples)
         print(f"silu after a {name} GEMM (other data): {after[name]:9.1f} µs", flush=True)
     del heaters
@@ -121,11 +121,8 @@ def main() -> int:
                         help="time silu and mul inside the prefill's MLP against alone, instead of the load states")
     args = parser.parse_args()
     if args.sequence:
-        out = Path(args.output or "benchmarks/results/memory_state/sequence.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                                   "reps": args.reps, "results": sequence_probe(args.reps)}, indent=1))
+        write_report(args.output or "benchmarks/results/memory_state/sequence.json", reps=args.reps,
+                     results=sequence_probe(args.reps))
         return 0
     import pynvml
 
@@ -197,13 +194,18 @@ def main() -> int:
         summary.append({"kernel": name, "time_ratio": time_ratio, "clock_ratio": clock_ratio, "exponent": exponent})
         print(f"| {name} | {rested['median_us']:.1f} | {loaded['median_us']:.1f} | {time_ratio:.3f} | "
               f"{clock_ratio:.3f} | {exponent if exponent is None else round(exponent, 2)} |")
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "load_s": args.load_s, "reps": args.reps, "summary": summary, "results": results}
-    out = Path(args.output or f"benchmarks/results/memory_state/{torch.cuda.get_device_name().replace(' ', '_')}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
+    write_report(args.output or f"benchmarks/results/memory_state/{torch.cuda.get_device_name().replace(' ', '_')}.json",
+                 load_s=args.load_s, reps=args.reps, summary=summary, results=results)
     return 0
+
+
+def write_report(path: str, **fields) -> None:
+    """The JSON at `path`: the device, torch and the date (UTC) ahead of `fields`."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                               **fields}, indent=1))
 
 
 if __name__ == "__main__":

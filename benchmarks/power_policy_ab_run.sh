@@ -6,9 +6,7 @@
 . benchmarks/device_setup.sh
 W=/tmp/ab; DEV=${DEV:-H100}; WORKLOADS=${WORKLOADS:-dense hf_mixtral_8x2}
 if [ -z "${SKIP_PROFILE:-}" ]; then
-  timeout ${PROFILE_TIMEOUT:-300} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
-      --no-repeat --stages profile parse --profile-iterations ${PASSES:-5} --work-dir $W --output $OUT/x > $OUT/profile.log 2>&1
-  echo "profile+parse exit $?"
+  profile_parse $W profile.log ${PASSES:-5} $WORKLOADS
 fi
 for policy in ${POLICIES:-after-gemm match-clock}; do
   timeout ${REPLAY_TIMEOUT:-280} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \

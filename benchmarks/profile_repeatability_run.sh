@@ -5,10 +5,9 @@
 #   PHASE=profile bash benchmarks/profile_repeatability_run.sh; PHASE=replay bash benchmarks/profile_repeatability_run.sh
 . benchmarks/device_setup.sh
 W=/tmp/pr; WORKLOADS=${WORKLOADS:-hf_mistral hf_phi3_mini hf_mixtral_8x2}; PASSES=${PASSES:-5}; DEV=${DEV:-H100}
+PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-280}
 profile() {  # run-name passes
-  timeout ${PROFILE_TIMEOUT:-280} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
-      --no-repeat --stages profile parse --profile-iterations $2 --work-dir $W/$1 --output $OUT/x > $OUT/profile_$1.log 2>&1
-  echo "profile $1 ($2 passes) exit $?"
+  profile_parse $W/$1 profile_$1.log $2 $WORKLOADS
 }
 if [ "${PHASE:-profile}" = profile ]; then
   profile one 1; profile one_b 1; profile five $PASSES

@@ -7,9 +7,8 @@
 . benchmarks/device_setup.sh
 W=/tmp/reuse; DEV=${DEV:-H100}
 if [ -n "${PROFILE_WORKLOADS:-}" ]; then
-  timeout ${PROFILE_TIMEOUT:-300} python benchmarks/cuda_replay.py --workloads $PROFILE_WORKLOADS --device $DEV --policies insitu \
-      --no-repeat --stages profile parse --profile-iterations ${PASSES:-5} --work-dir $W --output $OUT/x > $OUT/profile.log 2>&1
-  echo "profile+parse exit $?"; grep -h "reuse distances" $W/*/parse.log | sed 's/.*trace.json: //'
+  profile_parse $W profile.log ${PASSES:-5} $PROFILE_WORKLOADS
+  grep -h "reuse distances" $W/*/parse.log | sed 's/.*trace.json: //'
 fi
 if [ -n "${REPLAY_WORKLOADS:-}" ]; then
   tag=$(echo $REPLAY_WORKLOADS | tr ' ' '_')

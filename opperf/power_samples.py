@@ -63,9 +63,14 @@ GEMM_STATE_TAU_US = 25_000.0
 GEMM_WINDOW_US = 6 * GEMM_STATE_TAU_US
 
 
+def op_base_name(op_name: str) -> str:
+    """`mm` of `aten::mm`, `aten::mm.out` or `mm`."""
+    return op_name.split("::")[-1].split(".")[0]
+
+
 def draws_power(op_name: str) -> bool:
     """Whether an op (trace name, `aten::mm`) is a GEMM or attention call: one that sets the GPU's power state."""
-    short = op_name.split("::")[-1].split(".")[0]
+    short = op_base_name(op_name)
     return short in POWER_DRAWING_OPS or "attention" in short
 
 

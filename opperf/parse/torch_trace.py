@@ -156,7 +156,8 @@ class TraceConversion:
     outcomes: Counter = field(default_factory=Counter)
     accelerator_core: str = "CPU"
     attribution: Attribution = field(default_factory=Attribution)
-    power_fields: tuple[str, ...] = ()        # per-call power-state values the rows carry (power_samples.json)
+    power_fields: tuple[str, ...] = ()        # per-call power-state values the rows carry (power_samples.json,
+                                              # and the GEMM history before each call)
     reuse_known: int = 0                      # calls the execution trace gave input reuse distances for
 
 
@@ -514,8 +515,8 @@ def convert_trace(path: str | Path) -> TraceConversion:
     meta = _MetaShapes() if chosen else None
     reuse = _input_reuse(path, chosen, conversion)
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
-    if gemm_before:
-        conversion.power_fields = (*conversion.power_fields, GEMM_BEFORE)
+    if chosen:
+        conversion.power_fields = (*(POWER_FIELDS if power is not None else ()), *((GEMM_BEFORE,) if gemm_before else ()))
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
         list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
@@ -530,7 +531,6 @@ def convert_trace(path: str | Path) -> TraceConversion:
         if power is not None:
             state = power.at(*op.device_span) if op.device_span else None
             row.update(zip(POWER_FIELDS, state) if state else ())
-            conversion.power_fields = tuple(dict.fromkeys((*POWER_FIELDS, *conversion.power_fields)))
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
         conversion.rows.append({"Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",

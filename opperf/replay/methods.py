@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opperf.power_samples import POWER_DRAWING_OPS
+from opperf.power_samples import POWER_DRAWING_OPS, op_base_name
 
 CACHE_POLICIES = ("insitu", "flush", "rotate", "none")
 DEFAULT_CACHE_POLICY = "insitu"
@@ -45,15 +45,14 @@ CUDA_TIMINGS = ("kernel", "event")
 # `after-long-gemm` is after-gemm, except that a long call (not a GEMM or attention call) follows a GEMM block as
 # long as the workload's GEMM history before it amounts to (its trace's `Equivalent GEMM Before(us)`).
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm")
-# Definition categories and schema-built ops whose long calls draw the power that sets their own clock.
+# Definition categories whose long calls draw the power that sets their own clock (schema-built ops: by name,
+# opperf.power_samples.POWER_DRAWING_OPS).
 SETS_OWN_CLOCK_CATEGORIES = frozenset({"matmul", "attention"})
-SETS_OWN_CLOCK_OPS = POWER_DRAWING_OPS
 
 
 def sets_own_clock(category: str, schema_op: str | None) -> bool:
     """Whether a long call of this recipe throttles itself (a GEMM, attention) rather than inheriting a clock."""
-    op = (schema_op or "").split("::")[-1].split(".")[0]
-    return category in SETS_OWN_CLOCK_CATEGORIES or op in SETS_OWN_CLOCK_OPS
+    return category in SETS_OWN_CLOCK_CATEGORIES or op_base_name(schema_op or "") in POWER_DRAWING_OPS
 
 
 DEFAULT_POWER_POLICY = "after-gemm"

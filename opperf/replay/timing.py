@@ -368,11 +368,10 @@ class CudaTimer:
         if power_policy not in POWER_POLICIES:
             raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
         if power_policy == "match-clock" and self.power is None:
-            raise OpperfError(f"--power-policy {power_policy} reads the SM clock through NVML, which is not readable "
+            raise OpperfError("--power-policy match-clock reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
         self.power_policy = power_policy
-        self._heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._long_heater: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._heaters: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}    # by size n (n^3 GEMM)
         self._long_heater_us = 0.0
 
     def synchronize(self) -> None:
@@ -390,7 +389,7 @@ class CudaTimer:
         idle_s, neighbour = 0.0, None
         if self._after_long_gemm(case, call_us):
             calls = self._long_heater_calls(case.gemm_before_us)
-            neighbour = functools.partial(self._heat_long, calls)
+            neighbour = functools.partial(self._heat, calls, self.LONG_HEATER_N)
             policy += (f"; power: after-long-gemm, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
                        f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
                        f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM")
@@ -441,36 +440,28 @@ class CudaTimer:
     LONG_HEATER_MIN_US = 1000.0     # less GEMM time than this before a call left no trace (memory_state sequence)
 
     def _long_heater_calls(self, gemm_us: float) -> int:
-        """How many heater GEMMs make `gemm_us` of GEMM time (one heater timed once with CUDA events)."""
-        if self._long_heater is None:
-            a = torch.randn(self.LONG_HEATER_N, self.LONG_HEATER_N, device=self.device, dtype=torch.bfloat16)
-            self._long_heater = (a, a.clone(), torch.empty_like(a))
-            a, b, out = self._long_heater
-            torch.mm(a, b, out=out)
+        """How many long heater GEMMs make `gemm_us` of GEMM time (one timed once with CUDA events)."""
+        if not self._long_heater_us:
+            self._heat(1, self.LONG_HEATER_N)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for _ in range(3):
-                torch.mm(a, b, out=out)
+            self._heat(3, self.LONG_HEATER_N)
             end.record()
             end.synchronize()
             self._long_heater_us = start.elapsed_time(end) * 1000.0 / 3
         return max(1, round(gemm_us / self._long_heater_us))
 
-    def _heat_long(self, calls: int) -> None:
-        a, b, out = self._long_heater
-        for _ in range(calls):
-            torch.mm(a, b, out=out)
-
     HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
     CLOCK_TOLERANCE_MHZ = 15.0
     PREHEAT_LIMIT_S = 3.0
 
-    def _heat(self, times: int = 1) -> None:
-        """Run the heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a throttled row)."""
-        if self._heater is None:
-            a = torch.randn(self.HEATER_N, self.HEATER_N, device=self.device, dtype=torch.bfloat16)
-            self._heater = (a, a.clone(), torch.empty_like(a))
-        a, b, out = self._heater
+    def _heat(self, times: int = 1, n: int = HEATER_N) -> None:
+        """Run a bf16 n^3 heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a throttled
+        row); its operands are made once per size."""
+        if n not in self._heaters:
+            a = torch.randn(n, n, device=self.device, dtype=torch.bfloat16)
+            self._heaters[n] = (a, a.clone(), torch.empty_like(a))
+        a, b, out = self._heaters[n]
         for _ in range(times):
             torch.mm(a, b, out=out)
 
