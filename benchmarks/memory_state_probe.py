@@ -112,6 +112,67 @@ def sequence_probe(reps: int) -> list[dict]:
     return results
 
 
+def history_probe(reps: int, rest_s: float) -> list[dict]:
+    """The state a long prefill leaves, by what ran before: each target kernel timed rested and right after a
+    history of one kind and length (no synchronisation in between; `rest_s` of idle before each history):
+    compute-bound GEMMs (bf16 8192^3), memory-bound GEMMs (64 rows against a 512 MiB weight, as a decode step
+    streams its weights), the reference decoder's lm_head bmm over an expanded weight (34 ms, memory-bound), and
+    an elementwise stream (1 GiB copies). Which history the slowdown follows decides how replay's GEMM history
+    (opperf.power_samples.gemm_time_before) must weigh each call."""
+    dev = torch.device("cuda")
+    bf16 = {"device": dev, "dtype": torch.bfloat16}
+    gate_up = torch.randn(64, 1024, 51200, **bf16)
+    x = torch.randn(64, 1024, 5120, **bf16)
+    weight = torch.randn(5120, **bf16)
+    cache, token = torch.randn(64, 8, 1024, 128, **bf16), torch.randn(64, 8, 1, 128, **bf16)
+    key = torch.randn(64, 8, 1025, 128, **bf16)
+    kv_source, kv_dest = key.unsqueeze(2).expand(64, 8, 8, 1025, 128), torch.empty(64, 8, 8, 1025, 128, **bf16)
+    targets = {"silu strided gate slice 64x1024x25600": lambda: torch.nn.functional.silu(gate_up[..., :25600]),
+               "mul 64x1024x5120 x weight(5120)": lambda: torch.mul(x, weight),
+               "cat KV append 64x8x1024x128 + 1": lambda: torch.cat((cache, token), dim=2),
+               "copy_ KV repeat 64x8x8x1025x128 (expanded)": lambda: kv_dest.copy_(kv_source)}
+    a, b = torch.randn(8192, 8192, **bf16), torch.randn(8192, 8192, **bf16)
+    rows, w_stream = torch.randn(64, 8192, **bf16), torch.randn(8192, 32768, **bf16)
+    hidden, lm_head = torch.randn(64, 1, 5120, **bf16), torch.randn(5120, 151936, **bf16)
+    src, dst = torch.randn(2**29, **bf16), torch.empty(2**29, **bf16)
+
+    def per_call_ms(fn, n=5):
+        fn()
+        torch.cuda.synchronize()
+        return statistics.median(timed(fn, n)) / 1000.0
+
+    kinds = {"compute GEMM 8192^3": lambda: torch.mm(a, b),
+             "memory-bound GEMM 64x8192x32768": lambda: torch.mm(rows, w_stream),
+             "lm_head bmm, expanded weight": lambda: torch.bmm(hidden, lm_head.expand(64, -1, -1)),
+             "elementwise stream (1 GiB copy)": lambda: dst.copy_(src)}
+    lengths_ms = {"compute GEMM 8192^3": (6, 13, 25, 50), "memory-bound GEMM 64x8192x32768": (6, 13, 25, 50),
+                  "lm_head bmm, expanded weight": (34,), "elementwise stream (1 GiB copy)": (13, 50)}
+    call_ms = {kind: per_call_ms(fn) for kind, fn in kinds.items()}
+    print("per call: " + ", ".join(f"{k} {v:.3f} ms" for k, v in call_ms.items()), flush=True)
+    results = []
+    for target, fn in targets.items():
+        timed(fn, 2)
+        histories = [("none", 0, None)] + [(kind, ms, kinds[kind]) for kind, lengths in lengths_ms.items()
+                                           for ms in lengths]
+        rested = None
+        for kind, ms, history in histories:
+            count = max(1, round(ms / call_ms[kind])) if history else 0
+
+            def before(history=history, count=count):
+                torch.cuda.synchronize()
+                time.sleep(rest_s)
+                for _ in range(count):
+                    history()
+
+            median = statistics.median(timed(fn, reps, before=before))
+            rested = rested or median
+            results.append({"target": target, "history": kind, "history_ms": round(count * call_ms.get(kind, 0), 2),
+                            "calls": count, "median_us": median, "ratio_to_rested": median / rested})
+            print(f"{target:44s} after {kind:34s} {count * call_ms.get(kind, 0):6.1f} ms: {median:9.1f} µs "
+                  f"({median / rested:.3f})", flush=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=None)
@@ -119,7 +180,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--sequence", action="store_true",
                         help="time silu and mul inside the prefill's MLP against alone, instead of the load states")
+    parser.add_argument("--history", action="store_true",
+                        help="time the large rows after histories of each kind and length (history_probe)")
+    parser.add_argument("--rest-s", type=float, default=0.3, help="idle before each history (--history)")
     args = parser.parse_args()
+    if args.history:
+        write_report(args.output or f"benchmarks/results/memory_state/history_{torch.cuda.get_device_name().replace(' ', '_')}.json",
+                     reps=args.reps, rest_s=args.rest_s, results=history_probe(args.reps, args.rest_s))
+        return 0
     if args.sequence:
         write_report(args.output or "benchmarks/results/memory_state/sequence.json", reps=args.reps,
                      results=sequence_probe(args.reps))

@@ -74,23 +74,85 @@ def draws_power(op_name: str) -> bool:
     return short in POWER_DRAWING_OPS or "attention" in short
 
 
-def gemm_time_before(spans: list[tuple[float, float, bool]], tau_us: float = GEMM_STATE_TAU_US) -> list[float]:
-    """For each device span (start, end, is a GEMM/attention call), the length of one GEMM ending at its start
-    that leaves the same state as the GEMM/attention time before it: the history weighted by exp(-age / tau)
-    (the state a long prefill GEMM leaves a following elementwise call in builds up and fades over tens of ms),
-    W = sum of tau * (exp(-(start - end_i) / tau) - exp(-(start - start_i) / tau)), and the equivalent length
-    -tau * ln(1 - W / tau). A 46 ms GEMM right before gives 46 ms; the same GEMM ended 20 ms earlier, 11.9 ms.
-    Capped at the window (6 tau), which a GEMM running throughout reaches."""
-    gemms = sorted((s, e) for s, e, is_gemm in spans if is_gemm)
-    starts = [s for s, _ in gemms]
+def call_flops(op_name: str, input_dims: list | None) -> float | None:
+    """Floating-point operations of one GEMM or attention call from its input shapes (the trace's `Input Dims`);
+    None for an op or a shape this does not know. Attention counts the full Sq x Sk score matrix (q and k in
+    (batch, heads, seq, dim), or (batch, seq, heads, dim) for the flash and memory-efficient kernels)."""
+    short = op_base_name(op_name)
+    dims = [tuple(d) for d in (input_dims or []) if isinstance(d, list | tuple) and d]
+    try:
+        if short in {"mm", "_scaled_mm"}:
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * k * n
+        if short == "addmm":
+            (m, k), (_, n) = dims[-2], dims[-1]
+            return 2.0 * m * k * n
+        if short == "bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * k * n
+        if short == "baddbmm":
+            (b, m, k), (_, _, n) = dims[-2], dims[-1]
+            return 2.0 * b * m * k * n
+        if short in {"_grouped_mm", "_scaled_grouped_mm"}:
+            (tokens, k), n = dims[0], dims[1][-1]
+            return 2.0 * tokens * k * n
+        if short == "linear":
+            return 2.0 * math.prod(dims[0]) * dims[1][0]
+        if "attention" in short:
+            q, key = dims[0], dims[1]
+            seq = 1 if ("flash" in short or "efficient" in short) else 2
+            return 4.0 * math.prod(q) * key[seq]
+    except (IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
+# A call counts whole in the GEMM history when it runs at the rate of the trace's long compute-bound calls: a
+# 64-row decode GEMM streaming its weight, or a 34 ms memory-bound bmm, left an H100 as it found it, 50 ms of
+# 8192^3 GEMMs did not (benchmarks/results/memory_state/, history).
+LONG_CALL_US = 1000.0
+
+
+def power_weights(calls: list[tuple[str, list | None, float]]) -> list[float]:
+    """Per call (op name, input dims, device µs), how much of its time counts in the GEMM history: 0 for an op
+    that does not draw the power (not a GEMM or attention call), else its FLOP rate over the reference rate, at
+    most 1. The reference is the 90th percentile of the rates of the trace's calls of 1 ms or more (its
+    compute-bound GEMMs), or the fastest call when none is that long. A GEMM whose FLOPs are not known counts
+    whole, as every GEMM did before the weighting."""
+    rates = [None if not draws_power(name) or duration <= 0 else
+             (None if (flops := call_flops(name, dims)) is None else flops / duration)
+             for name, dims, duration in calls]
+    long_rates = sorted(r for r, (_, _, d) in zip(rates, calls) if r is not None and d >= LONG_CALL_US)
+    known = long_rates or sorted(r for r in rates if r is not None)
+    reference = known[min(len(known) - 1, int(0.9 * len(known)))] if long_rates else (known[-1] if known else None)
+    weights = []
+    for (name, _, _), rate in zip(calls, rates):
+        if not draws_power(name):
+            weights.append(0.0)
+        elif rate is None or not reference:
+            weights.append(1.0)
+        else:
+            weights.append(min(1.0, rate / reference))
+    return weights
+
+
+def gemm_time_before(spans: list[tuple[float, float, float]], tau_us: float = GEMM_STATE_TAU_US) -> list[float]:
+    """For each device span (start, end, weight: how much of it counts, power_weights), the length of one GEMM
+    ending at its start that leaves the same state as the weighted GEMM/attention time before it: the history
+    weighted by exp(-age / tau) (the state a long prefill GEMM leaves a following elementwise call in builds up
+    and fades over tens of ms), W = sum of w_i * tau * (exp(-(start - end_i) / tau) - exp(-(start - start_i) /
+    tau)), and the equivalent length -tau * ln(1 - W / tau). A 46 ms GEMM right before gives 46 ms; the same GEMM
+    ended 20 ms earlier, 11.9 ms. Capped at the window (6 tau), which a GEMM running throughout reaches."""
+    gemms = sorted((s, e, float(w)) for s, e, w in spans if w)
+    starts = [s for s, _, _ in gemms]
     result = []
     for start, _end, _ in spans:
         weight = 0.0
         first = max(bisect.bisect_left(starts, start - 6 * tau_us) - 1, 0)
-        for s, e in gemms[first:bisect.bisect_left(starts, start)]:
+        for s, e, w in gemms[first:bisect.bisect_left(starts, start)]:
             s, e = max(s, start - 6 * tau_us), min(e, start)
             if e > s:
-                weight += tau_us * (math.exp(-(start - e) / tau_us) - math.exp(-(start - s) / tau_us))
+                weight += w * tau_us * (math.exp(-(start - e) / tau_us) - math.exp(-(start - s) / tau_us))
         equivalent = -tau_us * math.log(max(1.0 - weight / tau_us, 1e-12)) if weight > 0 else 0.0
         result.append(min(equivalent, 6 * tau_us))
     return result

@@ -175,13 +175,46 @@ def test_the_gemm_history_before_each_call_as_one_gemm():
     def history(age_end, age_start):
         return TAU * (math.exp(-age_end / TAU) - math.exp(-age_start / TAU))
 
-    spans = [(0.0, 46_000.0, True), (46_000.0, 51_000.0, False), (66_000.0, 67_000.0, False),
-             (67_000.0, 79_000.0, True), (79_000.0, 80_000.0, False), (400_000.0, 400_010.0, False)]
+    spans = [(0.0, 46_000.0, 1.0), (46_000.0, 51_000.0, 0.0), (66_000.0, 67_000.0, 0.0),
+             (67_000.0, 79_000.0, 1.0), (79_000.0, 80_000.0, 0.0), (400_000.0, 400_010.0, 0.0)]
     got = gemm_time_before(spans)
     assert got[0] == 0.0 and got[-1] == 0.0                              # no GEMM before; all of them too old
     assert got[1] == pytest.approx(46_000.0)                            # right after the 46 ms GEMM
     assert got[2] == pytest.approx(equivalent(history(20_000.0, 66_000.0)))       # it ended 20 ms before
     assert 11_000 < got[2] < 12_500
     assert got[4] == pytest.approx(equivalent(history(0.0, 12_000.0) + history(33_000.0, 79_000.0)))
+    # A call at a fifth of the compute-bound rate counts a fifth of its time.
+    weighted = gemm_time_before([(0.0, 46_000.0, 0.2), (46_000.0, 51_000.0, 0.0)])
+    assert weighted[1] == pytest.approx(equivalent(0.2 * history(0.0, 46_000.0)))
     assert draws_power("aten::mm") and draws_power("aten::_scaled_dot_product_cudnn_attention")
     assert draws_power("aten::_grouped_mm") and not draws_power("aten::silu") and not draws_power("aten::cat")
+
+
+def test_gemm_history_weights_follow_each_calls_flop_rate():
+    """FLOPs from the trace's Input Dims, and a weight per call: its rate over the 90th percentile rate of the
+    trace's 1 ms+ calls. The dense decoder's decode-size GEMM and its 34 ms memory-bound lm_head bmm count for
+    little; the prefill GEMMs whole; an op that is not a GEMM for nothing; a GEMM of unknown FLOPs whole."""
+    from opperf.power_samples import call_flops, power_weights
+
+    assert call_flops("aten::mm", [[65536, 5120], [5120, 51200]]) == 2.0 * 65536 * 5120 * 51200
+    assert call_flops("aten::addmm", [[51200], [64, 5120], [5120, 51200]]) == 2.0 * 64 * 5120 * 51200
+    assert call_flops("aten::bmm", [[64, 1, 5120], [64, 5120, 151936]]) == 2.0 * 64 * 5120 * 151936
+    assert call_flops("aten::_grouped_mm", [[4096, 4096], [8, 4096, 14336], [8]]) == 2.0 * 4096 * 4096 * 14336
+    assert call_flops("aten::_cudnn_attention_forward", [[64, 64, 1, 128], [64, 8, 1025, 128], [64, 8, 1025, 128]]
+                      ) == 4.0 * 64 * 64 * 128 * 1025
+    assert call_flops("aten::_flash_attention_forward", [[1, 4096, 32, 128], [1, 4096, 8, 128]]
+                      ) == 4.0 * 4096 * 32 * 128 * 4096
+    assert call_flops("aten::silu", [[64, 1024, 25600]]) is None and call_flops("aten::mm", [[8]]) is None
+
+    prefill = ("aten::mm", [[65536, 5120], [5120, 51200]], 45_005.5)        # 763 TFLOP/s: the reference
+    down = ("aten::mm", [[65536, 25600], [25600, 5120]], 23_556.6)          # 729 TFLOP/s
+    decode = ("aten::mm", [[64, 5120], [5120, 51200]], 191.0)               # 176 TFLOP/s
+    lm_head = ("aten::bmm", [[64, 1, 5120], [64, 5120, 151936]], 34_303.1)  # 2.9 TFLOP/s
+    weights = power_weights([prefill, down, decode, lm_head, ("aten::silu", [[64, 1024, 25600]], 5535.8),
+                             ("aten::convolution", [[1, 3, 224, 224]], 50.0)])
+    rate = call_flops(*prefill[:2]) / prefill[2]
+    assert weights[0] == 1.0 and weights[1] == pytest.approx(call_flops(*down[:2]) / down[2] / rate)
+    assert weights[2] == pytest.approx(call_flops(*decode[:2]) / decode[2] / rate) and 0.2 < weights[2] < 0.25
+    assert weights[3] < 0.01 and weights[4] == 0.0 and weights[5] == 1.0
+    # No call of 1 ms or more: the fastest call is the reference.
+    assert power_weights([decode, ("aten::mm", [[8, 5120], [5120, 51200]], 187.5)])[0] == 1.0

@@ -52,7 +52,7 @@ from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
-from opperf.power_samples import GEMM_BEFORE, GEMM_WINDOW_US, draws_power, gemm_time_before, samples_at
+from opperf.power_samples import GEMM_BEFORE, GEMM_WINDOW_US, gemm_time_before, power_weights, samples_at
 
 log = get_logger("parse.torch_trace")
 
@@ -552,7 +552,9 @@ def _gemm_time_before(chosen: list[tuple[_Op, float]]) -> dict[int, float]:
     """Per chosen op with device time (by event index), the equivalent GEMM length of the GEMM/attention history
     before its first kernel (opperf.power_samples.gemm_time_before): the state the workload ran it in."""
     spanned = [op for op, _ in chosen if op.device_span]
-    values = gemm_time_before([(*op.device_span, draws_power(op.name)) for op in spanned])
+    weights = power_weights([(op.name, op.args.get("Input Dims"), op.device_span[1] - op.device_span[0])
+                             for op in spanned])
+    values = gemm_time_before([(*op.device_span, weight) for op, weight in zip(spanned, weights)])
     return {op.index: value for op, value in zip(spanned, values)}
 
 

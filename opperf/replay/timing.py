@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.power_samples import GEMM_STATE_TAU_US
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
@@ -390,9 +391,11 @@ class CudaTimer:
         if self._after_long_gemm(case, call_us):
             calls = self._long_heater_calls(case.gemm_before_us)
             neighbour = functools.partial(self._heat, calls, self.LONG_HEATER_N)
+            idle_s = self.LONG_HEATER_REST_S
             policy += (f"; power: after-long-gemm, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
                        f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
-                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM")
+                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM, {idle_s * 1000:.0f} ms idle after "
+                       f"it")
         elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
@@ -437,6 +440,10 @@ class CudaTimer:
                 and call_us >= self.COOLDOWN_MIN_US and not case.sets_own_clock)
 
     LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100
+    # Idle after each heated call, so that one call's heater does not add to the next one's (30 calls back to back
+    # would hold the GPU at its power limit for seconds, hotter than the workload's one GEMM block) nor to the rows
+    # replayed after it: 4 time constants of the GEMM state (opperf.power_samples.GEMM_STATE_TAU_US).
+    LONG_HEATER_REST_S = 4 * GEMM_STATE_TAU_US / 1e6
     LONG_HEATER_MIN_US = 1000.0     # less GEMM time than this before a call left no trace (memory_state sequence)
 
     def _long_heater_calls(self, gemm_us: float) -> int:
