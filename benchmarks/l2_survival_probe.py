@@ -21,6 +21,7 @@ import statistics
 
 import torch
 from device_result import write_device_result
+from memory_state_probe import timed as event_times
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)
 MIB = 2**20
@@ -31,17 +32,7 @@ def timed(fn, before, reps: int) -> float:
 
     A spin of ~0.2 ms goes first, so that the CPU has enqueued the start event, fn and the end event before the
     GPU reaches them: the interval is then fn's kernel alone, not the CPU's launch latency."""
-    samples = []
-    for _ in range(reps):
-        torch.cuda._sleep(400_000)
-        before()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(samples)
+    return statistics.median(event_times(fn, reps, before=lambda: (torch.cuda._sleep(400_000), before())))
 
 
 class Traffic:
