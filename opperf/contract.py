@@ -43,6 +43,10 @@ EP_SIGNATURE_KERNELS = frozenset({"DispatchFFNCombine"})
 
 # Our own additions: always after every contract column, never replacing one.
 SOURCE = "source"                      # profiled | generated
+# On a generated row made from one of the performance model's own queries (grid --consumer-models): the framework
+# op it queried (`aten.add.Tensor`). Its layout is the one the consumer's model runs at these shapes, so of rows
+# the runtime cannot tell apart, with no profiled calls, it is the one the runtime gets (database.runtime_view).
+CONSUMER_QUERY = "Consumer Query"
 PROFILING_SAMPLE_COUNT = "Profiling Sample Count"
 REPLAY_MEDIAN = "Replay Median Duration(us)"
 REPLAY_P10 = "Replay P10 Duration(us)"
@@ -81,9 +85,9 @@ INPUT_STRIDES = "Input Strides"
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(MiB)"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    SOURCE, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN, REPLAY_P10,
-    REPLAY_P90, REPLAY_CV, REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE, REPLAY_STATUS, REPLAY_ERROR,
-    REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
+    SOURCE, CONSUMER_QUERY, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN,
+    REPLAY_P10, REPLAY_P90, REPLAY_CV, REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE,
+    REPLAY_STATUS, REPLAY_ERROR, REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
 )
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.

@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from opperf.contract import (INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_DTYPES,
-                             OUTPUT_SHAPES, canonical_strides, row_signature)
+from opperf.contract import (CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES,
+                             OUTPUT_DTYPES, OUTPUT_SHAPES, canonical_strides, row_signature)
 from opperf.database.consumer_queries import Scenario, profiler_args, reference_queries
 from opperf.database.runtime import view_framework_ops
 from opperf.grid.queries import query_rows
@@ -87,6 +87,8 @@ def test_framework_level_ops_get_kernel_types_of_their_own():
     embedding = {r[INPUT_SHAPES] for r in result.rows["embedding"]}
     assert embedding == {"256,64;1,4;;;", "256,64;1,1;;;"}     # weight, ids, padding_idx, scale_grad, sparse
     assert {r[INPUT_SCALARS] for r in result.rows["embedding"]} == {";;-1;False;False"}
+    # Each row names the query it answers: the runtime prefers its layout over a grid pattern's.
+    assert {r[CONSUMER_QUERY] for r in result.rows["embedding"]} == {"aten.embedding.default"}
     # A view is never a row: op_mapping answers it zero_cost.
     view_ops = {r.query.op_name for r in recorded if r.view}
     assert view_ops and view_ops <= set(view_framework_ops())

@@ -21,7 +21,7 @@ import yaml
 from opperf import contract
 from opperf.database.build import build_database_directory, build_op_mapping, finalise_kernel_csv
 from opperf.database.report import check_database
-from opperf.database.runtime import RuntimeQuery, find, runtime_receives, runtime_row
+from opperf.database.runtime import RuntimeQuery, find, runtime_receives, runtime_row, runtime_view
 from opperf.io import read_database_csv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,6 +76,25 @@ def test_rows_the_runtime_cannot_tell_apart_become_the_dominant_layout(cpu_datab
     # copy_ lines 6 and 15: the profiled layout (4 calls) wins over the generated contiguous one.
     copy = _rows(cpu_database / "copy_.csv")
     assert len(copy) == 17 and len(_rows(cpu_database / "layouts" / "copy_.csv")) == 20
+
+
+def test_of_generated_layouts_the_runtime_gets_the_consumers_own():
+    """Three layouts of one runtime key (q·k rope add at 512 tokens): a grid pattern's contiguous row first, the
+    consumer model's transposed-q row after it (`Consumer Query`), neither profiled. The runtime gets the
+    consumer's layout; a profiled row with calls would still win over both."""
+    base = {contract.INPUT_SHAPES: "1,64,512,128;1,64,512,128;", contract.INPUT_DTYPES: "DT_BF16;DT_BF16;",
+            contract.INPUT_FORMATS: "ND;ND;", contract.OUTPUT_SHAPES: "1,64,512,128",
+            contract.OUTPUT_DTYPES: "DT_BF16", contract.OUTPUT_FORMATS: "ND", contract.SOURCE: "generated"}
+    pattern = {**base, contract.INPUT_STRIDES: "", contract.REPLAY_AVERAGE: "8.5", contract.CONSUMER_QUERY: ""}
+    consumer = {**base, contract.INPUT_STRIDES: "4194304,128,8192,1;;", contract.REPLAY_AVERAGE: "14.2",
+                contract.CONSUMER_QUERY: "aten.add.Tensor"}
+    view, every = runtime_view(pd.DataFrame([pattern, consumer]), "cuda")
+    assert len(view) == 1 and len(every) == 2
+    assert view.iloc[0][contract.REPLAY_AVERAGE] == "14.2" and view.iloc[0]["Runtime Key Rows"] == "2"
+    profiled = {**base, contract.SOURCE: "profiled", contract.INPUT_STRIDES: "", contract.REPLAY_AVERAGE: "9.1",
+                contract.PROFILING_SAMPLE_COUNT: "10", contract.CONSUMER_QUERY: ""}
+    view, _ = runtime_view(pd.DataFrame([pattern, consumer, profiled]), "cuda")
+    assert view.iloc[0][contract.REPLAY_AVERAGE] == "9.1" and view.iloc[0]["Runtime Key Rows"] == "3"
 
 
 def test_no_shape_cell_reads_back_as_nan(cpu_database, tmp_path):

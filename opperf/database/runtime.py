@@ -205,7 +205,9 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
     """(the runtime's CSV, every row): one row per runtime key, and all rows in the runtime's text.
 
     Of rows sharing a key, the runtime gets the one it can use (a finite positive latency) that carried
-    most of the profiled calls (the workload's dominant layout); ties keep the first. Rows are written
+    most of the profiled calls (the workload's dominant layout); among rows without calls, a row of the
+    consumer's own query (its model's layout at these shapes) before a grid pattern's; then the first. Rows are
+    written
     largest call first (see below); `Runtime Key Rows` says how many rows of the layouts file one stands for.
     """
     rows = frame.to_dict(orient="records")
@@ -215,7 +217,8 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
         groups.setdefault(runtime_key(record, elementwise), []).append(index)
     chosen = []
     for members in groups.values():
-        best = max(members, key=lambda i: (row_latency(records[i]) is not None, _calls(records[i]), -i))
+        best = max(members, key=lambda i: (row_latency(records[i]) is not None, _calls(records[i]),
+                                           bool(records[i].get(contract.CONSUMER_QUERY)), -i))
         chosen.append((members[0], best, len(members)))
     # Larger calls first: the runtime matches a query to a row whose dims it may pad up to (a query dim of
     # 64 "pads" a row dim of 1), and a later rule can relabel such a match as exact, so a smaller row written

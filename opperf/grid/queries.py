@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from opperf.contract import (ACCELERATOR_CORE, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE, OUTPUT_DTYPES,
-                             OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, TORCH_TO_PROFILER_DTYPE,
-                             parse_names, parse_shapes, row_signature)
+from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE,
+                             OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED,
+                             TORCH_TO_PROFILER_DTYPE, parse_names, parse_shapes, row_signature)
 from opperf.errors import OpperfError
 from opperf.grid.memory import MemoryEstimator
 from opperf.log import get_logger
@@ -92,7 +92,7 @@ def query_rows(recorded: Iterable, accelerator_core: str, estimator: MemoryEstim
         kernel_type = kernel_type_of(op)
         row = {OP_STATE: "eager", ACCELERATOR_CORE: accelerator_core,
                **op_call_row(op, item.arguments, accelerator_core, _list_dtype(item.arguments), meta),
-               SOURCE: SOURCE_GENERATED}
+               SOURCE: SOURCE_GENERATED, CONSUMER_QUERY: item.query.op_name}
         if estimator is not None and not _fits(row, estimator):
             result.over_hbm_budget += 1
             continue
