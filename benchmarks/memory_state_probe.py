@@ -112,13 +112,14 @@ def sequence_probe(reps: int) -> list[dict]:
     return results
 
 
-def history_probe(reps: int, rest_s: float) -> list[dict]:
+def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = None) -> list[dict]:
     """The state a long prefill leaves, by what ran before: each target kernel timed rested and right after a
     history of one kind and length (no synchronisation in between; `rest_s` of idle before each history):
     compute-bound GEMMs (bf16 8192^3), memory-bound GEMMs (64 rows against a 512 MiB weight, as a decode step
     streams its weights), the reference decoder's lm_head bmm over an expanded weight (34 ms, memory-bound), and
     an elementwise stream (1 GiB copies). Which history the slowdown follows decides how replay's GEMM history
-    (opperf.power_samples.gemm_time_before) must weigh each call."""
+    (opperf.power_samples.gemm_time_before) must weigh each call. `compute_ms`: only compute-bound GEMM histories,
+    of these lengths (where between 25 and 50 ms the slowdown sets in)."""
     dev = torch.device("cuda")
     bf16 = {"device": dev, "dtype": torch.bfloat16}
     gate_up = torch.randn(64, 1024, 51200, **bf16)
@@ -147,6 +148,8 @@ def history_probe(reps: int, rest_s: float) -> list[dict]:
              "elementwise stream (1 GiB copy)": lambda: dst.copy_(src)}
     lengths_ms = {"compute GEMM 8192^3": (6, 13, 25, 50), "memory-bound GEMM 64x8192x32768": (6, 13, 25, 50),
                   "lm_head bmm, expanded weight": (34,), "elementwise stream (1 GiB copy)": (13, 50)}
+    if compute_ms:
+        lengths_ms = {"compute GEMM 8192^3": tuple(compute_ms)}
     call_ms = {kind: per_call_ms(fn) for kind, fn in kinds.items()}
     print("per call: " + ", ".join(f"{k} {v:.3f} ms" for k, v in call_ms.items()), flush=True)
     results = []
@@ -183,10 +186,13 @@ def main() -> int:
     parser.add_argument("--history", action="store_true",
                         help="time the large rows after histories of each kind and length (history_probe)")
     parser.add_argument("--rest-s", type=float, default=0.3, help="idle before each history (--history)")
+    parser.add_argument("--compute-ms", type=float, nargs="+", default=None,
+                        help="--history with compute-bound GEMM histories of these lengths only (ms)")
     args = parser.parse_args()
     if args.history:
         write_report(args.output or f"benchmarks/results/memory_state/history_{torch.cuda.get_device_name().replace(' ', '_')}.json",
-                     reps=args.reps, rest_s=args.rest_s, results=history_probe(args.reps, args.rest_s))
+                     reps=args.reps, rest_s=args.rest_s,
+                     results=history_probe(args.reps, args.rest_s, args.compute_ms))
         return 0
     if args.sequence:
         write_report(args.output or "benchmarks/results/memory_state/sequence.json", reps=args.reps,
