@@ -150,7 +150,7 @@ def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = Non
                   "lm_head bmm, expanded weight": (34,), "elementwise stream (1 GiB copy)": (13, 50)}
     if compute_ms:
         lengths_ms = {"compute GEMM 8192^3": tuple(compute_ms)}
-    call_ms = {kind: per_call_ms(fn) for kind, fn in kinds.items()}
+    call_ms = {kind: per_call_ms(kinds[kind]) for kind in lengths_ms}
     print("per call: " + ", ".join(f"{k} {v:.3f} ms" for k, v in call_ms.items()), flush=True)
     results = []
     for target, fn in targets.items():

@@ -57,8 +57,10 @@ POWER_DRAWING_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "
 # A per-call field of our own: how long one GEMM right before the call would have to run to leave the GPU in the
 # state the workload's GEMM/attention history left it in (gemm_time_before).
 GEMM_BEFORE = "Equivalent GEMM Before(us)"
-# The state builds up (and fades) with this time constant: an elementwise call ran 6 % slower after 13 ms of GEMMs
-# and 11.5 % after 50 ms (H100, benchmarks/results/memory_state/, sequence): 1 - exp(-t / 25 ms) in that ratio.
+# The time constant of the exponential history: a first-order fit. Measured with idle before each history
+# (benchmarks/results/memory_state/, history), the state is a step: nothing after up to ~30 ms of compute-bound
+# GEMMs, +13-16 % on the prefill's strided silu and broadcast mul from 35-70 ms on. Replay's heater of the
+# equivalent length crosses that step where the workload's history did.
 GEMM_STATE_TAU_US = 25_000.0
 GEMM_WINDOW_US = 6 * GEMM_STATE_TAU_US
 
@@ -119,15 +121,17 @@ def power_weights(calls: list[tuple[str, list | None, float]]) -> list[float]:
     most 1. The reference is the 90th percentile of the rates of the trace's calls of 1 ms or more (its
     compute-bound GEMMs), or the fastest call when none is that long. A GEMM whose FLOPs are not known counts
     whole, as every GEMM did before the weighting."""
-    rates = [None if not draws_power(name) or duration <= 0 else
-             (None if (flops := call_flops(name, dims)) is None else flops / duration)
-             for name, dims, duration in calls]
+    drawing = [draws_power(name) for name, _, _ in calls]
+    rates = [None if not draws or duration <= 0 or (flops := call_flops(name, dims)) is None else flops / duration
+             for draws, (name, dims, duration) in zip(drawing, calls)]
     long_rates = sorted(r for r, (_, _, d) in zip(rates, calls) if r is not None and d >= LONG_CALL_US)
-    known = long_rates or sorted(r for r in rates if r is not None)
-    reference = known[min(len(known) - 1, int(0.9 * len(known)))] if long_rates else (known[-1] if known else None)
+    if long_rates:
+        reference = long_rates[min(len(long_rates) - 1, int(0.9 * len(long_rates)))]
+    else:
+        reference = max((r for r in rates if r is not None), default=None)
     weights = []
-    for (name, _, _), rate in zip(calls, rates):
-        if not draws_power(name):
+    for draws, rate in zip(drawing, rates):
+        if not draws:
             weights.append(0.0)
         elif rate is None or not reference:
             weights.append(1.0)

@@ -207,8 +207,8 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
     Of rows sharing a key, the runtime gets the one it can use (a finite positive latency) that carried
     most of the profiled calls (the workload's dominant layout); among rows without calls, a row of the
     consumer's own query (its model's layout at these shapes) before a grid pattern's; then the first. Rows are
-    written
-    largest call first (see below); `Runtime Key Rows` says how many rows of the layouts file one stands for.
+    written largest call first (see below); `Runtime Key Rows` says how many rows of the layouts file one stands
+    for.
     """
     rows = frame.to_dict(orient="records")
     records = [runtime_row(r, backend, out_slots) for r in rows]

@@ -435,7 +435,8 @@ class CudaTimer:
         """Whether after-long-gemm puts a GEMM block before this call: a long call (not a GEMM or attention call)
         that followed GEMM/attention work in the workload (its trace's equivalent GEMM length before the call). A
         prefill's elementwise row follows its ~50 ms GEMM there and runs 12 % slower than rested, as it does after
-        50 ms of any GEMM, not after 1.6 ms of one (benchmarks/results/memory_state/, sequence)."""
+        35-70 ms of compute-bound GEMMs of other data, not after 30 ms or less (benchmarks/results/memory_state/,
+        history)."""
         return (self.power_policy == "after-long-gemm" and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
                 and call_us >= self.COOLDOWN_MIN_US and not case.sets_own_clock)
 
@@ -444,7 +445,7 @@ class CudaTimer:
     # would hold the GPU at its power limit for seconds, hotter than the workload's one GEMM block) nor to the rows
     # replayed after it: 4 time constants of the GEMM state (opperf.power_samples.GEMM_STATE_TAU_US).
     LONG_HEATER_REST_S = 4 * GEMM_STATE_TAU_US / 1e6
-    LONG_HEATER_MIN_US = 1000.0     # less GEMM time than this before a call left no trace (memory_state sequence)
+    LONG_HEATER_MIN_US = 1000.0     # no heater for less GEMM history than this (far below the state's onset)
 
     def _long_heater_calls(self, gemm_us: float) -> int:
         """How many long heater GEMMs make `gemm_us` of GEMM time (one timed once with CUDA events)."""
