@@ -83,9 +83,14 @@ INPUT_STRIDES = "Input Strides"
 # in the trace (a weight's first use), empty for non-tensor slots or where nothing was recorded. Replay's insitu
 # cache state keeps resident what an LRU cache of the device's L2 size would still hold (opperf.replay.residency).
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(MiB)"
+# Per input slot, `;`-aligned with Input Shapes: the values of inputs whose values set the kernel's time (MoE
+# splits: `_grouped_mm`'s offsets, a histogram's ids), recorded in an un-profiled pass of the workload, as the
+# row's distinct calls `values*calls` joined by `|` (opperf.input_values); replay cycles through them.
+PROFILING_INPUT_VALUES = "Profiling Input Values"
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    SOURCE, CONSUMER_QUERY, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN,
+    SOURCE, CONSUMER_QUERY, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES,
+    PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN,
     REPLAY_P10, REPLAY_P90, REPLAY_CV, REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE,
     REPLAY_STATUS, REPLAY_ERROR, REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
 )
@@ -113,7 +118,7 @@ PROFILER_BOOKKEEPING_COLUMNS = frozenset({
     "Op Type", "Task Type", "Start Time(us)", "Task Start Time(us)", "Task Start Time", "Duration(us)",
     "Task Duration(us)", "Wait Time(us)", "Task Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim",
     "Mix Block Num", "HF32 Eligible", "Context ID", "Device_id", "Device Id", "Device ID", "Op Flag",
-    "Subtask ID", "Thread ID", "Rank ID", "Input Scalars", "Input Strides", *BASE_COLUMNS,
+    "Subtask ID", "Thread ID", "Rank ID", "Input Scalars", "Input Strides", PROFILING_INPUT_VALUES, *BASE_COLUMNS,
 })
 
 

@@ -92,3 +92,17 @@ def test_num_layers_cuts_per_layer_lists(tmp_path):
     config = read_config(tmp_path, num_layers=2)
     assert config["num_hidden_layers"] == 2 and config["layer_types"] == ["full_attention"] * 2
     assert config["mlp_only_layers"] == [1]
+
+
+def test_the_profile_records_the_routers_splits_beside_the_trace(moe_database):
+    import json
+
+    recorded = json.loads((moe_database.parent / "profile" / "input_values.json").read_text())
+    calls = recorded["calls"]
+    # Per layer and forward pass: the router's histogram, then the two expert GEMMs over the same split.
+    assert {call["op"] for call in calls} == {"histc", "_grouped_mm"}
+    tokens = [call["shapes"][0][0] for call in calls if call["op"] == "_grouped_mm"]
+    offsets = [list(map(int, call["slots"]["2"].split())) for call in calls if call["op"] == "_grouped_mm"]
+    assert all(len(o) == 6 and o == sorted(o) and o[-1] == n for o, n in zip(offsets, tokens))
+    histograms = [list(map(int, call["slots"]["0"].split())) for call in calls if call["op"] == "histc"]
+    assert [sum(h) for h in histograms] == [call["shapes"][0][0] for call in calls if call["op"] == "histc"]

@@ -22,12 +22,13 @@ import numpy as np
 import polars as pl
 
 from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_DTYPES,
-                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE,
+                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES,
                              PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE,
                              SOURCE_PROFILED,
                              kernel_type_problem, normalise_kernel_type, order_columns,
                              parse_shapes, profiling_counter_column, strip_profiler_quotes)
 from opperf.errors import OpperfError
+from opperf.input_values import merge_calls
 from opperf.stats import format_number
 from opperf.parse.kernel_details import BOOKKEEPING_COLUMNS, DURATION, TYPE, ProfileTable
 
@@ -146,6 +147,8 @@ def _kernel_or_empty(value: str | None) -> str:
 CALL_KEY_COLUMNS = (INPUT_SCALARS, INPUT_STRIDES)
 # Per-slot measurements of each call (`;`-aligned with Input Shapes): a row gets each slot's median over its calls.
 SLOT_MEDIAN_COLUMNS = (PROFILING_INPUT_REUSE,)
+# Per-slot values of each call that replay cycles through (opperf.input_values): a row keeps its distinct calls.
+SLOT_VALUES_COLUMNS = (PROFILING_INPUT_VALUES,)
 
 
 def _slot_medians(texts: list[str], group_ids: np.ndarray, groups: int) -> list[str]:
@@ -300,6 +303,14 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
             texts = frame.get_column(column).to_list()
             slot_medians[column] = _slot_medians(texts if everything_kept else [texts[i] for i in kept], group_ids,
                                                  len(first_rows))
+    for column in SLOT_VALUES_COLUMNS:
+        if column in frame.columns:
+            texts = frame.get_column(column).to_list()
+            per_group: list[list[str]] = [[] for _ in range(len(first_rows))]
+            for text, group in zip(texts if everything_kept else [texts[i] for i in kept], group_ids):
+                if text:
+                    per_group[group].append(text)
+            slot_medians[column] = [merge_calls(cells) for cells in per_group]
     first_in_frame = kept[first_rows]
     firsts = [c for c in BASE_COLUMNS if c not in (INPUT_SHAPES, OUTPUT_SHAPES)]
     first_values = frame.select(firsts)[first_in_frame.tolist()].to_dict(as_series=False)
@@ -313,7 +324,8 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         result.source_rows.setdefault(name, {})[str(tables[file_index].path)] = int(per_file[code, file_index])
     type_counters = {name: [c for c in counters if any(c in tables[i].counters for i in sorted(files))]
                      for name, files in files_of.items()}
-    has_call_key: dict[str, set[str]] = {column: set() for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS)}
+    has_call_key: dict[str, set[str]] = {column: set() for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS,
+                                                                          *SLOT_VALUES_COLUMNS)}
     for group, row_index in enumerate(first_in_frame):
         name = kernel.values[kernel.codes[row_index]]
         # Dtype, format and Type strings stay as the profiler spelled them (`FLOAT` beside `DT_BF16`): the peer
@@ -340,7 +352,8 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
                 has_call_key[column].add(name)
         result.rows.setdefault(name, []).append(row)
     for name in result.rows:
-        extra = [column for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS) if name in has_call_key[column]]
+        extra = [column for column in (*CALL_KEY_COLUMNS, *SLOT_MEDIAN_COLUMNS, *SLOT_VALUES_COLUMNS)
+                 if name in has_call_key[column]]
         result.columns[name] = order_columns([*BASE_COLUMNS, PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_STD,
                                               *map(profiling_counter_column, type_counters[name]), SOURCE, *extra,
                                               PROFILING_SAMPLE_COUNT])

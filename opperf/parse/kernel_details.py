@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS,
-                             INPUT_STRIDES,
+                             INPUT_STRIDES, PROFILING_INPUT_VALUES,
                              INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES,
                              PROFILER_BOOKKEEPING_COLUMNS)
 from opperf.errors import OpperfError
@@ -144,7 +144,8 @@ def read_profile_table(path: str | Path) -> ProfileTable:
     mapping = _canonical_header(header, path)
     _check_last_line(path, len(header))
     text_columns = [raw for raw, canonical in mapping.items()
-                    if canonical in BASE_COLUMNS or canonical in (TYPE, DURATION, INPUT_SCALARS, INPUT_STRIDES)]
+                    if canonical in BASE_COLUMNS
+                    or canonical in (TYPE, DURATION, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_VALUES)]
     candidates = [raw for raw, canonical in mapping.items() if canonical not in BOOKKEEPING_COLUMNS
                   and raw not in BOOKKEEPING_COLUMNS]
     frame, counters, ignored = _read_columns(path, header, text_columns, candidates)

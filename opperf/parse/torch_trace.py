@@ -42,13 +42,14 @@ import polars as pl
 
 from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, EXECUTION_TRACE, INPUT_DTYPES, INPUT_FORMATS,
                              INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS,
-                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE, WORKLOAD_MANIFEST, strides_text,
+                             OUTPUT_SHAPES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES, WORKLOAD_MANIFEST, strides_text,
                              PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES, TORCH_TO_PROFILER_DTYPE, dtype_bytes,
                              kernel_type_problem)
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
+from opperf.input_values import INPUT_VALUES, RECORDED_ARGUMENTS, RecordedValues
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
@@ -79,6 +80,8 @@ NOT_A_ROW_VIEW = "view/allocation/metadata op"
 NOT_A_ROW_SCALARS_ONLY = "no tensor operand of rank >= 1"
 NOT_A_ROW_COMPOSITE = "composite op (represented by the ops inside it)"
 NOT_A_ROW_NO_DEVICE_TIME = "launched no device activity"
+VALUES_NOT_RECORDED = ("op calls whose values set their time but input_values.json beside the trace has none of "
+                       "their op and shapes (replayed with a balanced split)")
 REUSE_NOT_KNOWN = "op calls the execution trace beside the trace does not describe slot by slot (no reuse distances)"
 OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
 DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (see the attribution lines)"
@@ -159,6 +162,7 @@ class TraceConversion:
     power_fields: tuple[str, ...] = ()        # per-call power-state values the rows carry (power_samples.json,
                                               # and the GEMM history before each call)
     reuse_known: int = 0                      # calls the execution trace gave input reuse distances for
+    values_known: int = 0                     # calls input_values.json gave recorded values for
 
 
 def kernel_type_of(op_name: str) -> str:
@@ -515,6 +519,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
     meta = _MetaShapes() if chosen else None
     reuse = _input_reuse(path, chosen, conversion)
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
+    values = RecordedValues.beside(path) if chosen else None
     if chosen:
         conversion.power_fields = (*(POWER_FIELDS if power is not None else ()), *((GEMM_BEFORE,) if gemm_before else ()))
     for op, duration_us in chosen:
@@ -533,6 +538,14 @@ def convert_trace(path: str | Path) -> TraceConversion:
             row.update(zip(POWER_FIELDS, state) if state else ())
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
+        base_name = op.name.split("::")[-1]
+        if values is not None and base_name in RECORDED_ARGUMENTS and row[INPUT_SHAPES]:
+            cell = values.next_call(base_name, op.args.get("Input Dims") or [], row[INPUT_SHAPES].count(";") + 1)
+            if cell is None:
+                conversion.outcomes[VALUES_NOT_RECORDED] += 1
+            else:
+                row[PROFILING_INPUT_VALUES] = cell
+                conversion.values_known += 1
         conversion.rows.append({"Name": op.name, TYPE: kernel_type_of(op.name), OP_STATE: "eager",
                                 ACCELERATOR_CORE: conversion.accelerator_core, "Start Time(us)": repr(op.ts),
                                 DURATION: repr(duration_us), **row})
@@ -739,6 +752,9 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     if conversion.reuse_known:
         columns.append(PROFILING_INPUT_REUSE)
         log.info("%s: input reuse distances of %d calls from %s", path, conversion.reuse_known, EXECUTION_TRACE)
+    if conversion.values_known:
+        columns.append(PROFILING_INPUT_VALUES)
+        log.info("%s: input values of %d calls from %s", path, conversion.values_known, INPUT_VALUES)
     data = {c: [row.get(c, "") for row in conversion.rows] for c in columns}
     # The GPU's power state per call (power_samples.json): counters, so each row gets their means over its calls.
     counters = list(conversion.power_fields)
@@ -763,8 +779,10 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
 def trace_to_csv(trace_path: str | Path, output_path: str | Path) -> int:
     """Write a trace's rows as a kernel_details-like CSV (one row per op call; parse it like any profile)."""
     conversion = convert_trace(trace_path)
+    optional = [c for c in (PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES, *conversion.power_fields)
+                if any(c in row for row in conversion.rows)]
     with atomic_output(output_path) as handle:
-        writer = csv.DictWriter(handle, fieldnames=TRACE_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(handle, fieldnames=[*TRACE_COLUMNS, *optional], lineterminator="\n")
         writer.writeheader()
         writer.writerows(conversion.rows)
     return len(conversion.rows)

@@ -202,6 +202,9 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
         definition = fallback
     recipe = case.recipe or recipe
+    if case.value_variants:
+        recipe += (f"; {len(case.value_variants)} input(s) with the workload's recorded values, "
+                   f"{max(len(v) for _, v in case.value_variants)} call(s) cycled")
     # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
     case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
     case.gemm_before_us = duration_value(row.get(contract.PROFILED_GEMM_BEFORE))

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from opperf import contract
+from opperf import contract, input_values
 from opperf.errors import OpperfError
 from opperf.yaml_files import field_error
 from opperf.grid.memory import tensor_bytes
@@ -43,6 +43,10 @@ PROFILER_DTYPES: dict[torch.dtype, str] = {v: k for k, v in TORCH_DTYPES.items()
 # CPU tensor (a Python number would pick the op's Scalar overload, a device tensor another kernel), non-zero as
 # it may be a divisor.
 WRAPPED_NUMBER_VALUES = {"DT_DOUBLE": 0.5, "DT_INT64": 2}
+
+# Device memory the recorded-value variants of one input may take (a histogram's ids over 256k tokens x top-8 are
+# 16 MiB a call): past it, fewer of the row's recorded calls are cycled through.
+VALUE_VARIANT_BYTES = 256 * 2**20
 
 # Format cast hook a back end supplies (NPU: torch_npu.npu_format_cast); CPU/CUDA keep ND.
 FormatCast = Callable[[torch.Tensor, str], torch.Tensor]
@@ -74,8 +78,21 @@ class ReplayCase:
     # power policy runs that much GEMM before each long call.
     gemm_before_us: float | None = None
 
+    # Inputs whose values the workload recorded (BuildContext.recorded_input): before each call the timer copies
+    # the next recorded call's values in (next_values), outside the timed range and before the cache preparation.
+    value_variants: list = field(default_factory=list)
+    value_turn: int = 0
+
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)
+
+    def next_values(self) -> None:
+        """Put the next recorded call's values into the inputs that have them (the first call used the first)."""
+        if not self.value_variants:
+            return
+        self.value_turn += 1
+        for target, variants in self.value_variants:
+            target.copy_(variants[self.value_turn % len(variants)])
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor argument (tensor lists flattened), in call order."""
@@ -226,6 +243,9 @@ class BuildContext:
         self.line = line
         self.slots = parse_row_slots(row, path=path, line=line)
         self.generator = _device_generator(self.device, seed)
+        # Inputs built from the workload's recorded values (opperf.input_values): (the tensor the call reads, the
+        # variants replay copies into it before each call, one per recorded call in proportion).
+        self.value_variants: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
 
     # -- slot accessors
     def input_dtype(self, index: int) -> torch.dtype:
@@ -254,6 +274,54 @@ class BuildContext:
 
     def error(self, message: str, field_name: str = contract.INPUT_SHAPES) -> OpperfError:
         return OpperfError(message, path=self.path, row=self.line, field=field_name)
+
+    def recorded_input(self, index: int, shape: Sequence[int] | None, dtype: torch.dtype,
+                       op: str | None = None) -> torch.Tensor | None:
+        """The slot built from the values the workload recorded for it (`Profiling Input Values`), cycling through
+        the row's recorded calls; None where the row recorded none for this slot or they do not fit its shape."""
+        cell = self.row.get(contract.PROFILING_INPUT_VALUES)
+        op = op or (self.definition.type if self.definition else "")
+        if not cell or shape is None or self.input_strides(index) is not None:
+            return None
+        kind = recorded_kind(op, index)
+        pairs = input_values.slot_calls(cell, index, where=f"{self.path}:{self.line}: "
+                                                            f"{contract.PROFILING_INPUT_VALUES}")
+        if kind is None or not pairs:
+            return None
+        shape = tuple(int(d) for d in shape)
+        budget = max(1, VALUE_VARIANT_BYTES // max(math.prod(shape) * torch.empty((), dtype=dtype).element_size(), 1))
+        cycle = input_values.variant_cycle(pairs)
+        cycle = cycle[:budget] if len(cycle) > budget else cycle
+        built = [self._from_values(kind, values, shape, dtype, op) for values in cycle]
+        if any(b is None for b in built):
+            return None
+        target = built[0].clone()
+        self.value_variants.append((target, built))
+        return target
+
+    def _from_values(self, kind: str, values: list[int], shape: tuple[int, ...], dtype: torch.dtype,
+                     op: str) -> torch.Tensor | None:
+        count = math.prod(shape)
+        if kind == input_values.OFFSETS:
+            if len(values) != count or dtype.is_floating_point:
+                return None
+            return torch.tensor(values, dtype=dtype).reshape(shape).to(self.device)
+        counts = torch.tensor(values, dtype=torch.int64)
+        outside = count - int(counts.sum())
+        if outside < 0:
+            return None
+        if op == "histc":                    # a value inside each bin as often as it was counted, the rest above
+            levels = histogram_levels(self.scalar(2), self.scalar(3), len(values), dtype.is_floating_point)
+            if levels is None or any(c and level is None for c, level in zip(values, levels)):
+                return None
+            levels = torch.tensor([level if level is not None else 0 for level in levels], dtype=torch.float64)
+        else:                                # bincount: each value as often as it was counted
+            if outside:
+                return None
+            levels = torch.arange(len(values))
+        flat = torch.repeat_interleave(levels, torch.cat([counts, torch.tensor([outside])])[:len(levels)])
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(count))
+        return flat[order].to(dtype).reshape(shape).to(self.device)
 
     # -- makers
     def tensor(self, shape: Sequence[int], dtype: torch.dtype, values: str = "normal",
@@ -317,6 +385,34 @@ class BuildContext:
         return tensor
 
 
+def histogram_levels(low, high, bins: int, floating: bool) -> list[float | None] | None:
+    """A value inside each of histc's `bins` bins over [low, high] (its centre; for integers the smallest integer in
+    it, None where it holds none), then one above the range; None where the range is not explicit."""
+    if isinstance(low, bool) or isinstance(high, bool) or not isinstance(low, (int, float)) \
+            or not isinstance(high, (int, float)) or high <= low or bins < 1:
+        return None
+    width = (high - low) / bins
+    if floating:
+        return [low + (i + 0.5) * width for i in range(bins)] + [high + width]
+    levels = []
+    for i in range(bins):
+        value = math.ceil(low + i * width)
+        inside = value < low + (i + 1) * width or (i == bins - 1 and value <= high)
+        levels.append(float(value) if inside else None)
+    return levels + [float(math.floor(high) + 1)]
+
+
+def recorded_kind(op: str, index: int) -> str | None:
+    """How input slot `index` of aten op `op` was recorded (opperf.input_values), by its schema argument's name."""
+    recorded = input_values.RECORDED_ARGUMENTS.get(op)
+    if not recorded:
+        return None
+    packet = getattr(torch.ops.aten, op, None)
+    schema = getattr(getattr(packet, "default", None), "_schema", None)
+    arguments = schema.arguments if schema is not None else ()
+    return recorded.get(arguments[index].name) if index < len(arguments) else None
+
+
 class MetaBuildContext(BuildContext):
     """A BuildContext whose tensors are meta tensors: shapes, dtypes and strides only, no memory, no values
     (the schema check before a replay, the offline NPU check)."""
@@ -326,6 +422,9 @@ class MetaBuildContext(BuildContext):
         if strides is not None:
             return torch.empty_strided(shape, tuple(int(s) for s in strides), dtype=dtype, device="meta")
         return torch.empty(shape, dtype=dtype, device="meta")
+
+    def recorded_input(self, index, shape, dtype, op=None):
+        return None                      # values do not matter on meta tensors
 
     def index_tensor(self, shape, dtype, low, high, *, unique=False, sorted_values=False, strides=None,
                      field_name=contract.INPUT_SHAPES):
@@ -444,6 +543,9 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     if spec.role == "index":
         if shape is None:
             raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
+        recorded = ctx.recorded_input(index, shape, ctx.input_dtype(index))
+        if recorded is not None:
+            return recorded
         return ctx.index_tensor(shape, ctx.input_dtype(index), spec.low, _index_high(spec.high, ctx, index),
                                 unique=spec.unique, sorted_values=spec.sorted, strides=ctx.input_strides(index))
     # tensor
@@ -537,5 +639,7 @@ def build_case(definition: KernelDefinition, row: Mapping[str, str], device: str
         if not isinstance(case, ReplayCase):
             raise OpperfError(f"{definition.hook}.build_case returned {type(case).__name__}, not a ReplayCase",
                               path=definition.path, field="hook")
-        return case
-    return build_declarative_case(definition, ctx)
+    else:
+        case = build_declarative_case(definition, ctx)
+    case.value_variants = case.value_variants or ctx.value_variants
+    return case

@@ -110,6 +110,7 @@ class CpuWallClockTimer:
         samples = []
         clock = time.perf_counter_ns
         for _ in range(repeat_count):
+            case.next_values()
             start = clock()
             case.run()
             samples.append((clock() - start) / 1000.0)
@@ -152,6 +153,7 @@ class CpuProfilerTimer:
             case.run()
         name = self.session.range_name(key, repeat_count, "none")
         for _ in range(repeat_count):
+            case.next_values()
             with record_function(name):
                 case.run()
 
@@ -411,6 +413,7 @@ class CudaTimer:
         name = self.session.range_name(key, repeat_count, policy)
         started = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
+            cases[index % len(cases)].next_values()
             self.cache.prepare(views, neighbour)
             with record_function(name):
                 cases[index % len(cases)].run()
@@ -490,6 +493,7 @@ class CudaTimer:
         window_start = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
             self._heat(heaters)
+            cases[index % len(cases)].next_values()
             self.cache.prepare(views)
             with record_function(name):
                 cases[index % len(cases)].run()
@@ -508,6 +512,7 @@ class CudaTimer:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
         for index in range(repeat_count):
+            cases[index % len(cases)].next_values()
             self.cache.prepare(views, neighbour)
             starts[index].record()
             cases[index % len(cases)].run()
@@ -587,6 +592,7 @@ class SessionExecutionTimer:
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case) if self.cache else ([case], [], "none")
         for index in range(warmup_count + repeat_count):
+            cases[index % len(cases)].next_values()
             if self.cache:
                 self.cache.prepare(views)
             cases[index % len(cases)].run()

@@ -1,7 +1,8 @@
 """Run the reference decoder (or a transformers model from its config) under the back end's profiler and leave a
 raw profile for the parse stage.
 
-cpu/cuda: torch.profiler with record_shapes, exported as a Chrome trace (`trace.json`).
+cpu/cuda: torch.profiler with record_shapes, exported as a Chrome trace (`trace.json`), and beside it the input
+values a trace cannot hold (MoE splits, `input_values.json`, opperf.input_values), recorded in the first warm-up.
 npu: torch_npu.profiler, whose output directory holds `kernel_details.csv` (the format real
 vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 """
@@ -15,10 +16,12 @@ from pathlib import Path
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
+from opperf.input_values import INPUT_VALUES
 from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
 from opperf.log import get_logger, span
 from opperf.workload.model import DecoderDims, ReferenceDecoder
+from opperf.workload.values import ValueRecorder
 
 log = get_logger("workload")
 
@@ -142,9 +145,14 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
         vocab_size, description = dims.vocab_size, {"source": "reference", "model_dims": asdict(dims)}
     model.prepare_rope(plan.max_positions)
     token_ids = make_token_ids(plan, vocab_size, device)
+    recorder = ValueRecorder() if backend != "npu" else None
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
-        for _ in range(plan.warmup_iterations):
-            run_workload(model, plan, token_ids, device)
+        for iteration in range(plan.warmup_iterations):
+            if iteration == 0 and recorder is not None:
+                with recorder:         # the first warm-up also records the values a trace cannot hold
+                    run_workload(model, plan, token_ids, device)
+            else:
+                run_workload(model, plan, token_ids, device)
     with staged_directory(output_dir, replace_whole=True) as staging:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
@@ -153,6 +161,12 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
                 labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
             result["iterations"] = plan.profile_iterations
+        if recorder is not None:
+            if not plan.warmup_iterations:       # no warm-up to record in: one un-profiled pass after the profile
+                with span("workload.record_values", log), recorder:
+                    run_workload(model, plan, token_ids, device)
+            recorder.write(staging)
+            log.info("input values of %d calls recorded (%s)", len(recorder.calls), INPUT_VALUES)
         write_manifest(staging, description, plan, backend, dtype)
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir

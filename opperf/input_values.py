@@ -1,0 +1,150 @@
+"""Input values a trace cannot record: what a MoE router made of the tokens, as the workload ran it.
+
+torch.profiler records an input's shape, dtype and strides, never its values. For most ops the values do not
+change the kernel's time; for the ops below they do: `_grouped_mm`'s offsets are the tokens each expert got (a
+skewed split launches other tiles than a balanced one: up to 1.4× on a few hundred tokens), and a histogram's
+time follows how its ids pile up (bincount over the workload's skewed ids 7–12 % slower than over balanced ones).
+
+So the workload records them in an un-profiled pass of the same sequence (its first warm-up, or a pass after the
+profile), with a TorchDispatchMode that sees every aten call (opperf.workload.values), into `input_values.json`
+beside the trace. The parse joins them to the trace's calls by op and input shapes (the k-th call of a key gets the
+key's k-th recorded call, cyclically: a profile of N passes repeats one pass's sequence) and gives each row the
+`Profiling Input Values` column; replay builds the slot from them and cycles through the row's calls, so its mean
+is over the workload's own splits. Rows without the column (grid rows, NPU profiles) keep the balanced draw.
+
+Here, not beside the recorder: the parse and replay stages import this without the workload's model.
+
+Per call, a slot's text is a list of non-negative integers separated by spaces, of one `kind`:
+- `offsets`: the argument's own values (cumulative group ends, e.g. `_grouped_mm`'s `offs`);
+- `counts`: how many of the input's values fall in each bin (bincount: per value 0..max; histc: per bin of its
+  range, the values outside it being the tensor's other elements).
+A row's cell is `;`-aligned with Input Shapes; a slot holds the row's distinct calls as `values*calls`, joined
+by `|` (`3 8*5|2 8*5`: two splits, five calls each).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from opperf.errors import OpperfError
+
+INPUT_VALUES = "input_values.json"
+FORMAT_VERSION = 1
+OFFSETS, COUNTS = "offsets", "counts"
+# Per op (its aten name), the arguments whose values are recorded and how: schema argument name → kind.
+RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
+    "_grouped_mm": {"offs": OFFSETS},
+    "_scaled_grouped_mm": {"offs": OFFSETS},
+    "bincount": {"self": COUNTS},
+    "histc": {"self": COUNTS},
+}
+# At most this many distinct calls per slot are cycled through in replay (spread evenly over the recorded ones).
+MAX_VARIANTS = 64
+
+
+def format_values(values: Sequence[int]) -> str:
+    return " ".join(str(int(v)) for v in values)
+
+
+def parse_values(text: str, *, where: str = "") -> list[int]:
+    try:
+        values = [int(part) for part in text.split()]
+    except ValueError as exc:
+        raise OpperfError(f"{where}: {text[:60]!r} is not a list of integers") from exc
+    if any(v < 0 for v in values):
+        raise OpperfError(f"{where}: {text[:60]!r} holds a negative value")
+    return values
+
+
+def shapes_key(op: str, shapes: Sequence) -> tuple:
+    """The join key of a call: its op name and the shapes of its tensor inputs, in order (empty slots skipped,
+    as a trace's Input Dims and a dispatched call's arguments list them differently)."""
+    dims = tuple(tuple(int(d) for d in shape) for shape in shapes
+                 if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) for d in shape))
+    return op, dims
+
+
+class RecordedValues:
+    """`input_values.json` read back: per join key, its calls' slot texts in the order the pass ran them."""
+
+    def __init__(self, calls: Mapping[tuple, list[dict[int, str]]]):
+        self.calls = dict(calls)
+        self._seen: Counter = Counter()
+
+    @classmethod
+    def beside(cls, trace_path: str | Path) -> "RecordedValues | None":
+        path = Path(trace_path).parent / INPUT_VALUES
+        if not path.is_file():
+            return None
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise OpperfError(f"cannot read recorded input values: {exc}", path=path) from exc
+        if document.get("version") != FORMAT_VERSION or not isinstance(document.get("calls"), list):
+            raise OpperfError(f"not an input-values file of version {FORMAT_VERSION}", path=path, field="version")
+        calls: dict[tuple, list[dict[int, str]]] = {}
+        for number, call in enumerate(document["calls"]):
+            try:
+                key = shapes_key(call["op"], call["shapes"])
+                slots = {int(slot): str(text) for slot, text in call["slots"].items()}
+            except (KeyError, TypeError, ValueError) as exc:
+                raise OpperfError(f"call {number} lacks op, shapes or slots ({exc})", path=path, row=number) from exc
+            calls.setdefault(key, []).append(slots)
+        return cls(calls)
+
+    def next_call(self, op: str, input_dims: Sequence, slot_count: int) -> str | None:
+        """The `;`-aligned cell of the next trace call of this key (cyclic over the recorded ones), or None."""
+        key = shapes_key(op, input_dims)
+        recorded = self.calls.get(key)
+        if not recorded:
+            return None
+        slots = recorded[self._seen[key] % len(recorded)]
+        self._seen[key] += 1
+        if not slots or max(slots) >= slot_count:
+            return None
+        return ";".join(slots.get(index, "") for index in range(slot_count))
+
+
+def merge_calls(cells: Sequence[str]) -> str:
+    """A row's cell from its calls' cells: per slot, the distinct values with their call counts, first seen first."""
+    per_slot: list[Counter] = []
+    for cell in cells:
+        if not cell:
+            continue
+        parts = cell.split(";")
+        per_slot.extend(Counter() for _ in range(len(parts) - len(per_slot)))
+        for index, part in enumerate(parts):
+            if part:
+                per_slot[index][part] += 1
+    return ";".join("|".join(f"{values}*{count}" for values, count in slot.items()) for slot in per_slot)
+
+
+def slot_calls(cell: str, slot: int, *, where: str = "") -> list[tuple[list[int], int]]:
+    """One slot of a row's cell as (values, calls) pairs; [] where the slot holds nothing."""
+    parts = cell.split(";") if cell else []
+    if slot >= len(parts) or not parts[slot]:
+        return []
+    pairs = []
+    for entry in parts[slot].split("|"):
+        values, star, count = entry.rpartition("*")
+        if not star or not count.isdigit() or int(count) < 1:
+            raise OpperfError(f"{where}: slot {slot} entry {entry[:60]!r} is not `values*calls`")
+        pairs.append((parse_values(values, where=where), int(count)))
+    return pairs
+
+
+def variant_cycle(pairs: Sequence[tuple[list[int], int]]) -> list[list[int]]:
+    """The values to cycle through so that each recorded call's share of the timed calls is its share of the
+    row's calls (counts reduced by their common divisor; at most MAX_VARIANTS, spread evenly)."""
+    if not pairs:
+        return []
+    divisor = math.gcd(*(count for _, count in pairs))
+    cycle = [values for values, count in pairs for _ in range(count // divisor)]
+    if len(cycle) > MAX_VARIANTS:
+        step = len(cycle) / MAX_VARIANTS
+        cycle = [cycle[int(i * step)] for i in range(MAX_VARIANTS)]
+    return cycle

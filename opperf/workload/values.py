@@ -1,0 +1,79 @@
+"""Record the input values a trace cannot hold (opperf.input_values) while the workload runs un-profiled.
+
+A TorchDispatchMode sees every aten call below autograd, with its real tensors: for the ops of
+`RECORDED_ARGUMENTS` it reads the recorded arguments' values (one host sync per such call, in a pass that is
+not timed) and keeps them with the call's input shapes, the join key the parse stage matches trace calls by.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from opperf.input_values import COUNTS, FORMAT_VERSION, INPUT_VALUES, OFFSETS, RECORDED_ARGUMENTS, format_values
+
+
+def _counts(op: str, tensor: torch.Tensor, arguments: dict) -> list[int] | None:
+    """How many of the tensor's values fall in each bin the op counts them in."""
+    if op == "bincount":
+        if tensor.numel() == 0 or tensor.dtype.is_floating_point:
+            return None
+        return torch.bincount(tensor.reshape(-1).to(torch.int64).cpu()).tolist()
+    if op == "histc":
+        bins, low, high = int(arguments.get("bins", 100)), float(arguments.get("min", 0)), float(arguments.get("max", 0))
+        if low == high:          # the range is the data's own: keep it explicit, replay needs one
+            return None
+        return torch.histc(tensor.detach().float().cpu(), bins=bins, min=low, max=high).to(torch.int64).tolist()
+    return None
+
+
+class ValueRecorder(TorchDispatchMode):
+    """Within `with ValueRecorder() as recorder:`, every call of a recorded op adds an entry to `recorder.calls`:
+    `{"op", "shapes": [input shapes, schema order], "slots": {schema position: values text}}`."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[dict] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = func._schema.name.split("::")[-1]
+        recorded = RECORDED_ARGUMENTS.get(op)
+        if recorded:
+            self._record(op, func, args, kwargs, recorded)
+        return func(*args, **kwargs)
+
+    def _record(self, op, func, args, kwargs, recorded) -> None:
+        arguments = {}
+        for position, argument in enumerate(func._schema.arguments):
+            if position < len(args):
+                arguments[argument.name] = args[position]
+            elif argument.name in kwargs:
+                arguments[argument.name] = kwargs[argument.name]
+        names = [argument.name for argument in func._schema.arguments]
+        shapes = [list(value.shape) if isinstance(value, torch.Tensor) else [] for value in
+                  (arguments.get(name) for name in names)]
+        slots = {}
+        for name, kind in recorded.items():
+            tensor = arguments.get(name)
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if kind == OFFSETS and not tensor.dtype.is_floating_point and tensor.dim() == 1:
+                values = tensor.cpu().tolist()
+            elif kind == COUNTS:
+                values = _counts(op, tensor, arguments)
+            else:
+                values = None
+            if values is not None and all(v >= 0 for v in values):
+                slots[str(names.index(name))] = format_values(values)
+        if slots:
+            self.calls.append({"op": op, "shapes": shapes, "slots": slots})
+
+    def write(self, directory: str | Path) -> Path:
+        path = Path(directory) / INPUT_VALUES
+        document = {"version": FORMAT_VERSION, "calls": self.calls}
+        path.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
+        return path

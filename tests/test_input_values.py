@@ -1,0 +1,163 @@
+"""Input values a trace cannot record (opperf.input_values): recorded while the workload runs, joined to the trace's
+calls by the parse, cycled through by replay. The fixture is a real H100 profile of tiny_qwen2_moe (1 layer,
+prefill 8 and 24, an 8-token context and one decode step) with the input_values.json its first warm-up recorded."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.input_values import merge_calls, slot_calls, variant_cycle
+from opperf.workload.values import ValueRecorder
+
+FIXTURE = REPO / "tests" / "data" / "parse" / "cuda_tiny_qwen2_moe"
+
+
+def test_the_recorder_keeps_splits_and_histograms_with_their_shapes():
+    ids = torch.tensor([0, 1, 1, 3, 3, 3, 2, 0])
+    with ValueRecorder() as recorder:
+        torch.bincount(ids, minlength=4)
+        torch.histc(ids.float(), bins=4, min=0, max=3)
+        torch.histc(ids.float(), bins=4)            # the data's own range: not recorded
+        torch._grouped_mm(torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(2, 16, 8, dtype=torch.bfloat16),
+                          offs=torch.tensor([3, 8], dtype=torch.int32))
+        torch.add(ids, 1)                           # no recorded argument
+    assert recorder.calls == [
+        {"op": "bincount", "shapes": [[8], [], []], "slots": {"0": "2 2 1 3"}},
+        {"op": "histc", "shapes": [[8], [], [], []], "slots": {"0": "2 2 1 3"}},
+        {"op": "_grouped_mm", "shapes": [[8, 16], [2, 16, 8], [2], [], []], "slots": {"2": "3 8"}},
+    ]
+
+
+def test_a_row_keeps_its_distinct_calls_with_their_counts():
+    assert merge_calls([";;3 8;;", ";;3 8;;", ";;2 8;;", "", ";;3 8;;"]) == ";;3 8*3|2 8*1;;"
+    cell = ";;3 8*4|2 8*2;;"
+    assert slot_calls(cell, 2) == [([3, 8], 4), ([2, 8], 2)]
+    assert slot_calls(cell, 0) == [] and slot_calls(cell, 7) == []
+    # Each call's share of the timed calls is its share of the row's calls.
+    assert variant_cycle(slot_calls(cell, 2)) == [[3, 8], [3, 8], [2, 8]]
+    with pytest.raises(OpperfError, match=r"slot 2 entry '3 8' is not `values\*calls`"):
+        slot_calls(";;3 8;;", 2)
+    with pytest.raises(OpperfError, match="is not a list of integers"):
+        slot_calls(";;3 x*2;;", 2)
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    database = tmp_path_factory.mktemp("values") / "db"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "parse_kernel_details.py"), "--profiling-path",
+                           str(FIXTURE / "trace.json.gz"), "--database-path", str(database)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "input values of 12 calls from input_values.json" in done.stderr
+    return database
+
+
+def _rows(database, kernel_type):
+    with open(database / f"{kernel_type}.csv", newline="") as handle:
+        return {row["Input Shapes"]: row for row in csv.DictReader(handle)}
+
+
+def test_the_parse_gives_each_row_its_calls_values(parsed):
+    grouped = _rows(parsed, "_grouped_mm")
+    # The 8-token prefill and the decode context's 8-token prefill: one row, two different splits.
+    assert grouped["24,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;5 8 8 11 16 24*1|5 10 17 23 23 24*1;;"
+    assert grouped["72,32;6,32,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;17 25 37 47 60 72*1;;"
+    assert grouped["3,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;1 1 2 3 3 3*1;;"
+    histc = _rows(parsed, "histc")
+    assert histc["24;;;"][contract.PROFILING_INPUT_VALUES] == "5 3 0 3 5 8*1|5 5 7 6 0 1*1;;;"
+    assert contract.PROFILING_INPUT_VALUES not in next(iter(_rows(parsed, "mm").values()))
+
+
+def test_a_trace_without_recorded_values_parses_as_before(tmp_path):
+    shutil.copy(FIXTURE / "trace.json.gz", tmp_path / "trace.json.gz")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "parse_kernel_details.py"), "--profiling-path",
+                           str(tmp_path / "trace.json.gz"), "--database-path", str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert contract.PROFILING_INPUT_VALUES not in next(iter(_rows(tmp_path / "db", "_grouped_mm").values()))
+
+
+def test_a_bad_values_file_is_named(tmp_path):
+    shutil.copy(FIXTURE / "trace.json.gz", tmp_path / "trace.json.gz")
+    (tmp_path / "input_values.json").write_text('{"version": 1, "calls": [{"op": "histc"}]}')
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "parse_kernel_details.py"), "--profiling-path",
+                           str(tmp_path / "trace.json.gz"), "--database-path", str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and not (tmp_path / "db").exists()
+    assert "input_values.json" in done.stderr and "call 0 lacks op, shapes or slots" in done.stderr
+
+
+def _prepared(row, kernel_type):
+    from opperf.replay.engine import prepare_row
+    from opperf.replay.job import recipe_for
+    from opperf.replay.timing import CpuWallClockTimer
+
+    timer = CpuWallClockTimer()
+    prepared = prepare_row(recipe_for(kernel_type, "cpu", None), row, backend="cpu", device="cpu", timer=timer)
+    assert prepared.case is not None, getattr(prepared, "error", "")
+    return prepared, timer
+
+
+def test_replay_cycles_through_the_recorded_splits(parsed):
+    prepared, timer = _prepared(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"], "_grouped_mm")
+    assert prepared.recipe == ("schema aten::_grouped_mm.default; 1 input(s) with the workload's recorded values, "
+                               "2 call(s) cycled")
+    offsets = prepared.case.args[2]
+    seen = [offsets.tolist()]
+    for _ in range(3):
+        prepared.case.next_values()
+        seen.append(offsets.tolist())
+    assert seen == [[5, 8, 8, 11, 16, 24], [5, 10, 17, 23, 23, 24]] * 2
+    timer.measure(prepared.case, 0, 4, "row")
+    assert len(timer.collect()["row"].samples_us) == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_replay_rebuilds_a_histogram_input_with_its_recorded_counts(parsed, dtype):
+    # The workload's histc ran over int32 expert ids (CUDA takes them; the CPU kernel does not, so the tensor is
+    # checked here, not the call); a float input gets each bin's centre.
+    from opperf.replay.inputs import BuildContext
+    from opperf.replay.job import recipe_for
+
+    row = _rows(parsed, "histc")["24;;;"]
+    ctx = BuildContext(recipe_for("histc", "cpu", None), row, "cpu")
+    values = ctx.recorded_input(0, (24,), dtype, "histc")
+    assert values.dtype == dtype and len(ctx.value_variants) == 1
+    counts = [torch.histc(variant.float(), bins=6, min=0, max=5).int().tolist() for variant in ctx.value_variants[0][1]]
+    assert counts == [[5, 3, 0, 3, 5, 8], [5, 5, 7, 6, 0, 1]]
+    # Six bins over [0, 2] are a third wide: the second holds no integer but counted 3 ids, so the recorded values
+    # cannot be rebuilt for an int32 input and the balanced draw stays.
+    narrow = dict(row, **{"Input Scalars": ";6;0;2"})
+    assert BuildContext(recipe_for("histc", "cpu", None), narrow, "cpu").recorded_input(0, (24,), torch.int32,
+                                                                                       "histc") is None
+
+
+def test_a_defined_op_takes_recorded_ids_too():
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
+    from opperf.replay.engine import prepare_row
+    from opperf.replay.timing import CpuWallClockTimer
+
+    row = {"Input Shapes": "8;;", "Input Data Types": "DT_INT64;;", "Input Formats": "ND;;", "Output Shapes": "4",
+           "Output Data Types": "DT_INT64", "Output Formats": "ND", "Input Scalars": ";;4",
+           contract.PROFILING_INPUT_VALUES: "2 2 1 3*2;;"}
+    definition = load_definition(DEFAULT_DEFINITIONS_DIR / "torch" / "bincount.yaml")
+    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
+    assert torch.bincount(prepared.case.args[0]).tolist() == [2, 2, 1, 3]
+
+
+def test_values_that_do_not_fit_the_row_fall_back_to_the_balanced_draw(parsed):
+    row = dict(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"])
+    row[contract.PROFILING_INPUT_VALUES] = ";;5 8 24*1;;"       # 3 offsets for 6 experts
+    prepared, _ = _prepared(row, "_grouped_mm")
+    assert not prepared.case.value_variants and "recorded" not in prepared.recipe
+    assert prepared.case.args[2].tolist()[-1] == 24
