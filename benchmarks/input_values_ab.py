@@ -1,0 +1,87 @@
+"""The workload's recorded input values against replay's balanced draw: the table and JSON of one A/B run.
+
+`bash benchmarks/input_values_ab_run.sh` with TYPES set (on a GPU host of the device tool) replays the kernel types
+whose rows carry `Profiling Input Values` three times from the same parsed rows of each workload: `recorded`
+(seeds 0 and 1) and `balanced` (the column removed: replay draws a balanced router's split). This script reads
+those replayed CSVs (`types/<workload>/<run>_<type>.csv`) and reports, per workload and type, the gap of
+`Average Duration(us)` (replay) to `Profiling Average Duration(us)` (the workload): median, p90 and max over rows,
+time-weighted over the profiled calls, and the median ratio; and how far the two recorded replays differ.
+
+    python benchmarks/input_values_ab.py RESULTS_DIR --device "NVIDIA H100 80GB HBM3" --date 2026-11-24
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+
+RUNS = ("balanced", "recorded", "recorded_seed1")
+TYPES = ("bincount", "_grouped_mm", "histc")
+# Workloads the replay code was developed on (issue 18's meaning of `unseen`): the reference decoder's MoE.
+DEVELOPMENT = {"moe"}
+
+
+def _rows(path: Path) -> dict[tuple[str, str], tuple[float, float, int]]:
+    """(shapes, strides) → (replay µs, profiled µs, profiled calls) of every row with both times."""
+    found = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                found[(row["Input Shapes"], row.get("Input Strides", ""))] = (
+                    float(row["Average Duration(us)"]), float(row["Profiling Average Duration(us)"]),
+                    int(row["Profiling Sample Count"]))
+            except (KeyError, ValueError):
+                continue
+    return found
+
+
+def gaps(rows: dict) -> dict:
+    values = sorted(abs(replay / profiled - 1) for replay, profiled, _ in rows.values())
+    weighted = sum(abs(r - p) * c for r, p, c in rows.values()) / sum(p * c for _, p, c in rows.values())
+    return {"rows": len(values), "median_gap": statistics.median(values),
+            "p90_gap": values[int(0.9 * (len(values) - 1))], "max_gap": values[-1], "time_weighted_gap": weighted,
+            "median_ratio": statistics.median(r / p for r, p, _ in rows.values())}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, help="the directory holding types/<workload>/<run>_<type>.csv")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--date", required=True)
+    parser.add_argument("--environment", default="", help="driver, torch and CUDA versions, as one line")
+    parser.add_argument("--output", type=Path, help="JSON path (default: RESULTS/input_values_ab.json)")
+    args = parser.parse_args()
+    entries = []
+    print("| workload | type | rows | balanced: median / p90 / max gap, time-weighted (ratio) | recorded | "
+          "recorded, seed 1 | recorded vs seed 1 (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for directory in sorted((args.results / "types").iterdir()):
+        for kernel_type in TYPES:
+            paths = {run: directory / f"{run}_{kernel_type}.csv" for run in RUNS}
+            if not all(p.is_file() for p in paths.values()):
+                continue
+            rows = {run: _rows(path) for run, path in paths.items()}
+            runs = {run: gaps(rows[run]) for run in RUNS}
+            repeat = statistics.median(abs(rows["recorded"][k][0] / rows["recorded_seed1"][k][0] - 1)
+                                       for k in rows["recorded"] if k in rows["recorded_seed1"])
+            entries.append({"name": directory.name, "unseen": directory.name not in DEVELOPMENT, "type": kernel_type,
+                            **runs, "repeatability_median": repeat})
+            cells = [f"{100 * m['median_gap']:.1f} / {100 * m['p90_gap']:.1f} / {100 * m['max_gap']:.1f} %, "
+                     f"{100 * m['time_weighted_gap']:.1f} % ({m['median_ratio']:.3f})" for m in runs.values()]
+            print(f"| {directory.name} | {kernel_type} | {runs['recorded']['rows']} | {' | '.join(cells)} | "
+                  f"{100 * repeat:.1f} % |")
+    document = {"device": args.device, "date": args.date, "environment": args.environment,
+                "method": "scripts/replay.py per kernel type from the same parsed rows, default policies (insitu, "
+                          "after-gemm), 30 repetitions; gap of Average Duration to Profiling Average Duration",
+                "workloads": entries}
+    output = args.output or args.results / "input_values_ab.json"
+    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwritten to {output}")
+    return 0 if entries else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
