@@ -157,7 +157,10 @@ def test_a_defined_op_takes_recorded_ids_too():
 
 def test_values_that_do_not_fit_the_row_fall_back_to_the_balanced_draw(parsed):
     row = dict(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"])
-    row[contract.PROFILING_INPUT_VALUES] = ";;5 8 24*1;;"       # 3 offsets for 6 experts
-    prepared, _ = _prepared(row, "_grouped_mm")
-    assert not prepared.case.value_variants and "recorded" not in prepared.recipe
-    assert prepared.case.args[2].tolist()[-1] == 24
+    for cell in (";;5 8 24*1;;",                       # 3 offsets for 6 experts
+                 ";;5 8 8 11 16 30*1;;",               # past the 24 routed rows: out of bounds
+                 ";;5 8 4 11 16 24*1;;"):              # decreasing
+        row[contract.PROFILING_INPUT_VALUES] = cell
+        prepared, _ = _prepared(row, "_grouped_mm")
+        assert not prepared.case.value_variants and "recorded" not in prepared.recipe
+        assert prepared.case.args[2].tolist()[-1] == 24

@@ -276,9 +276,11 @@ class BuildContext:
         return OpperfError(message, path=self.path, row=self.line, field=field_name)
 
     def recorded_input(self, index: int, shape: Sequence[int] | None, dtype: torch.dtype,
-                       op: str | None = None) -> torch.Tensor | None:
+                       op: str | None = None, end: int | None = None) -> torch.Tensor | None:
         """The slot built from the values the workload recorded for it (`Profiling Input Values`), cycling through
-        the row's recorded calls; None where the row recorded none for this slot or they do not fit its shape."""
+        the row's recorded calls; None where the row recorded none for this slot or they do not fit its shape
+        (offsets: non-decreasing, within `end` where the caller knows the dimension they partition; a workload may
+        leave padding rows past the last group)."""
         cell = self.row.get(contract.PROFILING_INPUT_VALUES)
         op = op or (self.definition.type if self.definition else "")
         if not cell or shape is None or self.input_strides(index) is not None:
@@ -292,6 +294,9 @@ class BuildContext:
         budget = max(1, VALUE_VARIANT_BYTES // max(math.prod(shape) * torch.empty((), dtype=dtype).element_size(), 1))
         cycle = input_values.variant_cycle(pairs)
         cycle = cycle[:budget] if len(cycle) > budget else cycle
+        if kind == input_values.OFFSETS and any(values != sorted(values) or (end is not None and values
+                                                                             and values[-1] > end) for values in cycle):
+            return None
         built = [self._from_values(kind, values, shape, dtype, op) for values in cycle]
         if any(b is None for b in built):
             return None
@@ -423,7 +428,7 @@ class MetaBuildContext(BuildContext):
             return torch.empty_strided(shape, tuple(int(s) for s in strides), dtype=dtype, device="meta")
         return torch.empty(shape, dtype=dtype, device="meta")
 
-    def recorded_input(self, index, shape, dtype, op=None):
+    def recorded_input(self, index, shape, dtype, op=None, end=None):
         return None                      # values do not matter on meta tensors
 
     def index_tensor(self, shape, dtype, low, high, *, unique=False, sorted_values=False, strides=None,

@@ -272,7 +272,8 @@ class _Values:
     def tensor(self, argument, index: int) -> torch.Tensor:
         ctx = self.ctx
         shape, dtype, strides = ctx.input_shape(index), ctx.input_dtype(index), ctx.input_strides(index)
-        recorded = ctx.recorded_input(index, shape, dtype, self.op)
+        end = self.partitioned_size(argument.name) if self._is_offsets(argument.name) else None
+        recorded = ctx.recorded_input(index, shape, dtype, self.op, end)
         if recorded is not None:        # the workload's own values (a MoE split), cycled through per call
             built = recorded
         elif dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
