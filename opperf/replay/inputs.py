@@ -316,6 +316,8 @@ class BuildContext:
         if outside < 0:
             return None
         if op == "histc":                    # a value inside each bin as often as it was counted, the rest above
+            if self.scalar(1) != len(values):
+                return None
             levels = histogram_levels(self.scalar(2), self.scalar(3), len(values), dtype.is_floating_point)
             if levels is None or any(c and level is None for c, level in zip(values, levels)):
                 return None
