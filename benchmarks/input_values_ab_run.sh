@@ -1,62 +1,63 @@
 #!/bin/bash
 # The workload's recorded input values (MoE splits, opperf.input_values) against replay's balanced draw, on the same
-# profiles. Profile and parse WORKLOADS (PASSES passes each, input_values.json recorded beside each trace), replay
-# and report them (benchmarks/cuda_replay.py, default policies) from the parsed databases as they are ("recorded"),
-# then once more with the `Profiling Input Values` column removed ("balanced"), keeping both replayed databases:
-#   DEV=H100 WORKLOADS="hf_olmoe_64x8 hf_qwen2_moe_60x4 hf_mixtral_8x2" bash benchmarks/input_values_ab_run.sh
-# With TYPES="_grouped_mm histc bincount", only those kernel types are replayed (scripts/replay.py, per type), three
-# times each from the same parsed rows: recorded (seeds 0 and 1) and balanced.
+# profiles, on a GPU host of the device tool (.whl carried). Steps, each optional:
+#   1. profile and parse WORKLOADS (PASSES passes each, input_values.json recorded beside each trace) into /tmp/iv,
+#      unless SKIP_PROFILE is set (a later call on the same warm machine);
+#   2. with TYPES (e.g. "_grouped_mm histc bincount"): only those kernel types, replayed three times each from the
+#      same parsed rows (scripts/replay.py): recorded (seeds 0 and 1) and balanced (the column removed), into
+#      types/<workload>/<run>_<type>.csv; `python benchmarks/input_values_ab.py` makes the table;
+#   3. the whole chain (benchmarks/cuda_replay.py, default policies) for each of VARIANTS (default "recorded
+#      balanced"; none when TYPES is set): `recorded` from the parsed databases as they are, `balanced` after
+#      removing the column from them (so run it last), into <variant>/ and databases_<variant>.tar.gz.
+# Everything lands under $RES (default /tmp/ivres) and is packed into $OUT/input_values_<DEV>.tar.gz at the end
+# (the device tool returns a few files, not a tree). The device tool's 10-minute limit fits steps 1+3 for one
+# variant of three MoE workloads; run the other variant with SKIP_PROFILE in the next call:
+#   DEV=H200 VARIANTS=recorded bash benchmarks/input_values_ab_run.sh
+#   DEV=H200 SKIP_PROFILE=1 TYPES="_grouped_mm histc" VARIANTS=balanced bash benchmarks/input_values_ab_run.sh
 . benchmarks/device_setup.sh
-W=/tmp/iv; DEV=${DEV:-H100}; WORKLOADS=${WORKLOADS:-hf_olmoe_64x8 hf_qwen2_moe_60x4 hf_mixtral_8x2}
-if [ -z "${SKIP_PROFILE:-}" ]; then
-  profile_parse $W profile.log ${PASSES:-5} $WORKLOADS
-fi
-if [ -n "${TYPES:-}" ]; then
-  # Only the kernel types whose rows carry recorded values, each replayed three times from the same parsed rows:
-  # recorded (seeds 0 and 1: replay's own noise) and balanced (seed 0).
-  for w in $WORKLOADS; do
-    for t in $TYPES; do
-      rows=$(ls $W/$w/parsed/data/$DEV/torch/*/$t.csv 2>/dev/null | head -1); [ -n "$rows" ] || continue
-      version=$(basename $(dirname $rows)); mkdir -p $OUT/types/$w
-      python3 - $rows $W/$w/balanced_$t.csv <<'PY'
+W=/tmp/iv; DEV=${DEV:-H100}; RES=${RES:-/tmp/ivres}; mkdir -p $RES
+WORKLOADS=${WORKLOADS:-hf_olmoe_64x8 hf_qwen2_moe_60x4 hf_mixtral_8x2}
+VARIANTS=${VARIANTS-$([ -n "${TYPES:-}" ] || echo recorded balanced)}
+COLUMN="Profiling Input Values"
+
+without_values() {  # in-csv out-csv: the rows without the recorded values
+  python3 - "$1" "$2" "$COLUMN" <<'PY'
 import csv, sys
 with open(sys.argv[1], newline="") as handle:
     rows = list(csv.DictReader(handle))
-names = [name for name in rows[0] if name != "Profiling Input Values"]
+names = [name for name in (rows[0] if rows else []) if name != sys.argv[3]]
 with open(sys.argv[2], "w", newline="") as handle:
     writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
 PY
-      for run in recorded:0 recorded_seed1:1 balanced:0; do
-        name=${run%%:*}; source=$rows; [ $name = balanced ] && source=$W/$w/balanced_$t.csv
-        python scripts/replay.py --rows $source --kernel $t --backend cuda --version-dir $version \
-            --seed ${run##*:} --output $OUT/types/$w/${name}_$t.csv >> $OUT/types/$w/replay.log 2>&1
-        echo "$w $t $name: exit $?"
-      done
+}
+
+if [ -z "${SKIP_PROFILE:-}" ]; then
+  OUT=$RES profile_parse $W profile.log ${PASSES:-5} $WORKLOADS
+fi
+for t in ${TYPES:-}; do
+  for w in $WORKLOADS; do
+    rows=$(ls $W/$w/parsed/data/$DEV/torch/*/$t.csv 2>/dev/null | head -1); [ -n "$rows" ] || continue
+    version=$(basename $(dirname $rows)); mkdir -p $RES/types/$w
+    grep -q "$COLUMN" $rows && without_values $rows $W/$w/balanced_$t.csv || cp $rows $W/$w/balanced_$t.csv
+    for run in recorded:0 recorded_seed1:1 balanced:0; do
+      name=${run%%:*}; source=$rows; [ $name = balanced ] && source=$W/$w/balanced_$t.csv
+      python scripts/replay.py --rows $source --kernel $t --backend cuda --version-dir $version \
+          --seed ${run##*:} --output $RES/types/$w/${name}_$t.csv >> $RES/types/$w/replay.log 2>&1
+      echo "$w $t $name: exit $?"
     done
   done
-  exit 0
-fi
-for variant in recorded balanced; do
-  if [ $variant = balanced ]; then
-    python3 - $W <<'PY'
-import csv, pathlib, sys
-column = "Profiling Input Values"
-for path in pathlib.Path(sys.argv[1]).glob("*/parsed/data/**/*.csv"):
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if rows and column in rows[0]:
-        names = [name for name in rows[0] if name != column]
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore", lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
-        print("balanced:", path.name, len(rows), "rows without", column)
-PY
-  fi
-  timeout ${REPLAY_TIMEOUT:-280} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
-      --no-repeat --stages replay report --work-dir $W --output $OUT/$variant > $OUT/replay_$variant.log 2>&1
-  echo "$variant: replay exit $?"; sed -n '/Per workload/,/^## Gap/p' $OUT/$variant/cuda_replay.md | head -7
-  (cd /tmp && tar czf $OUT/databases_$variant.tar.gz $(for w in $WORKLOADS; do echo iv/$w/insitu/data; done))
 done
+for variant in $VARIANTS; do
+  if [ $variant = balanced ]; then
+    for path in $(grep -l "$COLUMN" $W/*/parsed/data/$DEV/torch/*/*.csv 2>/dev/null); do
+      without_values $path $path.tmp && mv $path.tmp $path && echo "balanced: $path"
+    done
+  fi
+  timeout ${REPLAY_TIMEOUT:-400} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
+      --no-repeat --stages replay report --work-dir $W --output $RES/$variant > $RES/replay_$variant.log 2>&1
+  echo "$variant: replay exit $?"; sed -n '/Per workload/,/^## Gap/p' $RES/$variant/cuda_replay.md | head -7
+  (cd /tmp && tar czf $RES/databases_$variant.tar.gz $(for w in $WORKLOADS; do echo iv/$w/insitu/data; done))
+done
+tar czf $OUT/input_values_$DEV.tar.gz -C $RES .
