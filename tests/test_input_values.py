@@ -166,3 +166,14 @@ def test_values_that_do_not_fit_the_row_fall_back_to_the_balanced_draw(parsed):
         prepared, _ = _prepared(row, "_grouped_mm")
         assert not prepared.case.value_variants and "recorded" not in prepared.recipe
         assert prepared.case.args[2].tolist()[-1] == 24
+
+
+def test_rotated_input_copies_cycle_through_the_recorded_splits_too(parsed):
+    from opperf.replay.timing import _clone_case
+
+    prepared, _ = _prepared(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"], "_grouped_mm")
+    copy = _clone_case(prepared.case)
+    offsets = copy.args[2]
+    assert offsets is not prepared.case.args[2] and copy.value_variants[0][0] is offsets
+    copy.next_values()
+    assert offsets.tolist() == [5, 10, 17, 23, 23, 24]

@@ -224,15 +224,22 @@ def _ops_in_ranges(ranges, ops):
 
 
 def _clone_case(case: ReplayCase) -> ReplayCase:
-    """A copy of the case with fresh tensor inputs (for cache input rotation)."""
+    """A copy of the case with fresh tensor inputs (for cache input rotation); an input with recorded values keeps
+    cycling through them in the copy."""
+    copies: dict[int, torch.Tensor] = {}
+
     def clone(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return value.clone()
+            copies[id(value)] = value.clone()
+            return copies[id(value)]
         if isinstance(value, (list, tuple)):
             return type(value)(clone(v) for v in value)
         return value
-    return ReplayCase(fn=case.fn, args=tuple(clone(a) for a in case.args),
+    copy = ReplayCase(fn=case.fn, args=tuple(clone(a) for a in case.args),
                       kwargs={k: clone(v) for k, v in case.kwargs.items()}, description=case.description)
+    copy.value_variants = [(copies[id(target)], variants) for target, variants in case.value_variants
+                           if id(target) in copies]
+    return copy
 
 
 def storage_bytes_view(tensor: torch.Tensor) -> torch.Tensor:
