@@ -37,6 +37,18 @@ def test_the_recorder_keeps_splits_and_histograms_with_their_shapes():
     ]
 
 
+def test_a_value_the_recorder_cannot_read_leaves_the_call_alone(monkeypatch):
+    def unreadable(*_):
+        raise RuntimeError("no host copy")
+
+    recorder = ValueRecorder()
+    monkeypatch.setattr(recorder, "_record", unreadable)
+    with recorder:
+        counts = torch.bincount(torch.tensor([0, 2, 2]))
+    assert counts.tolist() == [1, 0, 2] and not recorder.calls
+    assert recorder.failed == {"bincount": "RuntimeError: no host copy"}
+
+
 def test_a_row_keeps_its_distinct_calls_with_their_counts():
     assert merge_calls([";;3 8;;", ";;3 8;;", ";;2 8;;", "", ";;3 8;;"]) == ";;3 8*3|2 8*1;;"
     cell = ";;3 8*4|2 8*2;;"

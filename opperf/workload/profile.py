@@ -167,6 +167,8 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
                     run_workload(model, plan, token_ids, device)
             recorder.write(staging)
             log.info("input values of %d calls recorded (%s)", len(recorder.calls), INPUT_VALUES)
+            for op, reason in recorder.failed.items():
+                log.warning("input values of %s calls not recorded (replay draws them): %s", op, reason)
         write_manifest(staging, description, plan, backend, dtype)
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir

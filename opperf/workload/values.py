@@ -37,13 +37,17 @@ class ValueRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.calls: list[dict] = []
+        self.failed: dict[str, str] = {}     # op → the first reason its values could not be read (the call still runs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         op = func._schema.name.split("::")[-1]
         recorded = RECORDED_ARGUMENTS.get(op)
         if recorded:
-            self._record(op, func, args, kwargs, recorded)
+            try:
+                self._record(op, func, args, kwargs, recorded)
+            except Exception as exc:  # noqa: BLE001 — recording must never change what the workload runs
+                self.failed.setdefault(op, f"{type(exc).__name__}: {exc}"[:200])
         return func(*args, **kwargs)
 
     def _record(self, op, func, args, kwargs, recorded) -> None:
