@@ -137,14 +137,15 @@ def slot_calls(cell: str, slot: int, *, where: str = "") -> list[tuple[list[int]
     return pairs
 
 
-def variant_cycle(pairs: Sequence[tuple[list[int], int]]) -> list[list[int]]:
+def variant_cycle(pairs: Sequence[tuple[list[int], int]], limit: int = MAX_VARIANTS) -> list[list[int]]:
     """The values to cycle through so that each recorded call's share of the timed calls is its share of the
-    row's calls (counts reduced by their common divisor; at most MAX_VARIANTS, spread evenly)."""
+    row's calls (counts reduced by their common divisor; at most `limit`, spread evenly)."""
     if not pairs:
         return []
     divisor = math.gcd(*(count for _, count in pairs))
     cycle = [values for values, count in pairs for _ in range(count // divisor)]
-    if len(cycle) > MAX_VARIANTS:
-        step = len(cycle) / MAX_VARIANTS
-        cycle = [cycle[int(i * step)] for i in range(MAX_VARIANTS)]
+    limit = max(1, min(limit, MAX_VARIANTS))
+    if len(cycle) > limit:
+        step = len(cycle) / limit
+        cycle = [cycle[int(i * step)] for i in range(limit)]
     return cycle

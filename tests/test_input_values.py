@@ -56,6 +56,8 @@ def test_a_row_keeps_its_distinct_calls_with_their_counts():
     assert slot_calls(cell, 0) == [] and slot_calls(cell, 7) == []
     # Each call's share of the timed calls is its share of the row's calls.
     assert variant_cycle(slot_calls(cell, 2)) == [[3, 8], [3, 8], [2, 8]]
+    # Past a limit (the device memory the variants may take), the cycle keeps calls spread over the row's.
+    assert variant_cycle([([1], 1), ([2], 1), ([3], 1), ([4], 1)], limit=2) == [[1], [3]]
     with pytest.raises(OpperfError, match=r"slot 2 entry '3 8' is not `values\*calls`"):
         slot_calls(";;3 8;;", 2)
     with pytest.raises(OpperfError, match="is not a list of integers"):

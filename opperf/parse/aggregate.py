@@ -297,17 +297,16 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         if counter in frame.columns:
             values = frame.get_column(counter).cast(pl.Float64).to_numpy()      # nulls → NaN
             counter_means[counter] = groups.mean(values if everything_kept else values[kept])[0].astype(np.float64)
-    slot_medians = {}
-    for column in SLOT_MEDIAN_COLUMNS:
-        if column in frame.columns:
-            texts = frame.get_column(column).to_list()
-            slot_medians[column] = _slot_medians(texts if everything_kept else [texts[i] for i in kept], group_ids,
-                                                 len(first_rows))
+    def kept_texts(column: str) -> list[str]:
+        texts = frame.get_column(column).to_list()
+        return texts if everything_kept else [texts[i] for i in kept]
+
+    slot_medians = {column: _slot_medians(kept_texts(column), group_ids, len(first_rows))
+                    for column in SLOT_MEDIAN_COLUMNS if column in frame.columns}
     for column in SLOT_VALUES_COLUMNS:
         if column in frame.columns:
-            texts = frame.get_column(column).to_list()
             per_group: list[list[str]] = [[] for _ in range(len(first_rows))]
-            for text, group in zip(texts if everything_kept else [texts[i] for i in kept], group_ids):
+            for text, group in zip(kept_texts(column), group_ids):
                 if text:
                     per_group[group].append(text)
             slot_medians[column] = [merge_calls(cells) for cells in per_group]

@@ -53,7 +53,8 @@ from opperf.input_values import INPUT_VALUES, RECORDED_ARGUMENTS, RecordedValues
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
-from opperf.power_samples import GEMM_BEFORE, GEMM_WINDOW_US, gemm_time_before, power_weights, samples_at
+from opperf.power_samples import (GEMM_BEFORE, GEMM_WINDOW_US, gemm_time_before, op_base_name, power_weights,
+                                  samples_at)
 
 log = get_logger("parse.torch_trace")
 
@@ -538,7 +539,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
             row.update(zip(POWER_FIELDS, state) if state else ())
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
-        base_name = op.name.split("::")[-1]
+        base_name = op_base_name(op.name)
         if values is not None and base_name in RECORDED_ARGUMENTS and row[INPUT_SHAPES]:
             cell = values.next_call(base_name, op.args.get("Input Dims") or [], row[INPUT_SHAPES].count(";") + 1)
             if cell is None:

@@ -282,18 +282,18 @@ class BuildContext:
         (offsets: non-decreasing, within `end` where the caller knows the dimension they partition; a workload may
         leave padding rows past the last group)."""
         cell = self.row.get(contract.PROFILING_INPUT_VALUES)
-        op = op or (self.definition.type if self.definition else "")
         if not cell or shape is None or self.input_strides(index) is not None:
             return None
+        op = op or (self.definition.type if self.definition else "")
         kind = recorded_kind(op, index)
+        if kind is None:
+            return None
         pairs = input_values.slot_calls(cell, index, where=f"{self.path}:{self.line}: "
                                                             f"{contract.PROFILING_INPUT_VALUES}")
-        if kind is None or not pairs:
-            return None
         shape = tuple(int(d) for d in shape)
-        budget = max(1, VALUE_VARIANT_BYTES // max(math.prod(shape) * torch.empty((), dtype=dtype).element_size(), 1))
-        cycle = input_values.variant_cycle(pairs)
-        cycle = cycle[:budget] if len(cycle) > budget else cycle
+        cycle = input_values.variant_cycle(pairs, VALUE_VARIANT_BYTES // max(math.prod(shape) * dtype.itemsize, 1))
+        if not cycle:
+            return None
         if kind == input_values.OFFSETS and any(values != sorted(values) or (end is not None and values
                                                                              and values[-1] > end) for values in cycle):
             return None

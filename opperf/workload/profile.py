@@ -9,6 +9,7 @@ vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -148,10 +149,8 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
     recorder = ValueRecorder() if backend != "npu" else None
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for iteration in range(plan.warmup_iterations):
-            if iteration == 0 and recorder is not None:
-                with recorder:         # the first warm-up also records the values a trace cannot hold
-                    run_workload(model, plan, token_ids, device)
-            else:
+            # The first warm-up also records the values a trace cannot hold.
+            with recorder if iteration == 0 and recorder is not None else contextlib.nullcontext():
                 run_workload(model, plan, token_ids, device)
     with staged_directory(output_dir, replace_whole=True) as staging:
         with span("workload.profile", log, backend=backend) as result:

@@ -14,6 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opperf.input_values import COUNTS, FORMAT_VERSION, INPUT_VALUES, OFFSETS, RECORDED_ARGUMENTS, format_values
+from opperf.power_samples import op_base_name
 
 
 def _counts(op: str, tensor: torch.Tensor, arguments: dict) -> list[int] | None:
@@ -41,7 +42,7 @@ class ValueRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        op = func._schema.name.split("::")[-1]
+        op = op_base_name(func._schema.name)
         recorded = RECORDED_ARGUMENTS.get(op)
         if recorded:
             try:
