@@ -16,7 +16,12 @@ import argparse
 import csv
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_replay import gap_summary  # noqa: E402
 
 RUNS = ("balanced", "recorded", "recorded_seed1")
 TYPES = ("bincount", "_grouped_mm", "histc")
@@ -39,11 +44,9 @@ def _rows(path: Path) -> dict[tuple[str, str], tuple[float, float, int]]:
 
 
 def gaps(rows: dict) -> dict:
-    values = sorted(abs(replay / profiled - 1) for replay, profiled, _ in rows.values())
-    weighted = sum(abs(r - p) * c for r, p, c in rows.values()) / sum(p * c for _, p, c in rows.values())
-    return {"rows": len(values), "median_gap": statistics.median(values),
-            "p90_gap": values[int(0.9 * (len(values) - 1))], "max_gap": values[-1], "time_weighted_gap": weighted,
-            "median_ratio": statistics.median(r / p for r, p, _ in rows.values())}
+    """cuda_replay.py's summary of the rows (the same quantiles as its reports), with the largest gap."""
+    pairs = list(rows.values())
+    return {**gap_summary(pairs), "max_gap": max(abs(1 - r / p) for r, p, _ in pairs)}
 
 
 def main() -> int:
