@@ -387,7 +387,8 @@ def repeatability(first: list[dict], second: list[dict]) -> dict:
 
 
 def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) -> dict:
-    report = {"environment": env, "repeat_count": args.repeat_count, "default_policy": DEFAULT_CACHE_POLICY,
+    report = {"device": env.get("device"), "environment": env, "repeat_count": args.repeat_count,
+              "default_policy": DEFAULT_CACHE_POLICY,
               "power_policy": args.power_policy,
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
