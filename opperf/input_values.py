@@ -1,9 +1,12 @@
-"""Input values a trace cannot record: what a MoE router made of the tokens, as the workload ran it.
+"""Input values a trace cannot record: what a MoE router made of the tokens, and the masks, as the workload ran them.
 
 torch.profiler records an input's shape, dtype and strides, never its values. For most ops the values do not
 change the kernel's time; for the ops below they do: `_grouped_mm`'s offsets are the tokens each expert got (a
-skewed split launches other tiles than a balanced one: up to 1.4× on a few hundred tokens), and a histogram's
-time follows how its ids pile up (bincount over the workload's skewed ids 7–12 % slower than over balanced ones).
+skewed split launches other tiles than a balanced one: up to 1.4× on a few hundred tokens), a histogram's
+time follows how its ids pile up (bincount over the workload's skewed ids 7–12 % slower than over balanced ones),
+and a select's time how many of its mask's elements are True (`masked_fill_` skips loading `self` where the mask
+is True: over transformers' MoE sentinel mask, all False, 7 % slower than over a random one; an H100,
+benchmarks/results/mask_values/).
 
 So the workload records them in an un-profiled pass of the same sequence (its first warm-up, or a pass after the
 profile), with a TorchDispatchMode that sees every aten call (opperf.workload.values), into `input_values.json`
@@ -17,7 +20,8 @@ Here, not beside the recorder: the parse and replay stages import this without t
 Per call, a slot's text is a list of non-negative integers separated by spaces, of one `kind`:
 - `offsets`: the argument's own values (cumulative group ends, e.g. `_grouped_mm`'s `offs`);
 - `counts`: how many of the input's values fall in each bin (bincount: per value 0..max; histc: per bin of its
-  range, the values outside it being the tensor's other elements).
+  range, the values outside it being the tensor's other elements);
+- `mask`: one integer, how many elements of a bool mask are True (replay places them at random; all or none exactly).
 A row's cell is `;`-aligned with Input Shapes; a slot holds the row's distinct calls as `values*calls`, joined
 by `|` (`3 8*5|2 8*5`: two splits, five calls each).
 """
@@ -34,13 +38,19 @@ from opperf.errors import OpperfError
 
 INPUT_VALUES = "input_values.json"
 FORMAT_VERSION = 1
-OFFSETS, COUNTS = "offsets", "counts"
+OFFSETS, COUNTS, MASK = "offsets", "counts", "mask"
 # Per op (its aten name), the arguments whose values are recorded and how: schema argument name → kind.
 RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
     "_grouped_mm": {"offs": OFFSETS},
     "_scaled_grouped_mm": {"offs": OFFSETS},
     "bincount": {"self": COUNTS},
     "histc": {"self": COUNTS},
+    "masked_fill": {"mask": MASK},
+    "masked_fill_": {"mask": MASK},
+    "masked_scatter": {"mask": MASK},
+    "masked_scatter_": {"mask": MASK},
+    "masked_select": {"mask": MASK},
+    "where": {"condition": MASK},
 }
 # At most this many distinct calls per slot are cycled through in replay (spread evenly over the recorded ones).
 MAX_VARIANTS = 64
@@ -62,10 +72,12 @@ def parse_values(text: str, *, where: str = "") -> list[int]:
 
 def shapes_key(op: str, shapes: Sequence) -> tuple:
     """The join key of a call: its op name and the shapes of its tensor inputs, in order (empty slots skipped,
-    as a trace's Input Dims and a dispatched call's arguments list them differently)."""
+    as a trace's Input Dims and a dispatched call's arguments list them differently). An in-place op joins its
+    out-of-place form: the recorder sees `masked_fill` where the trace's kernel belongs to the `masked_fill_` it
+    runs, with the same inputs."""
     dims = tuple(tuple(int(d) for d in shape) for shape in shapes
                  if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) for d in shape))
-    return op, dims
+    return (op[:-1] if op.endswith("_") and not op.endswith("__") else op), dims
 
 
 class RecordedValues:

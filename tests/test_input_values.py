@@ -191,3 +191,53 @@ def test_rotated_input_copies_cycle_through_the_recorded_splits_too(parsed):
     assert offsets is not prepared.case.args[2] and copy.value_variants[0][0] is offsets
     copy.next_values()
     assert offsets.tolist() == [5, 10, 17, 23, 23, 24]
+
+
+def test_the_recorder_counts_the_true_elements_of_a_select_mask():
+    x = torch.randn(6, 4)
+    sentinel = torch.zeros(6, 1, dtype=torch.bool)
+    one_row = sentinel.clone()
+    one_row[2] = True
+    with ValueRecorder() as recorder:
+        x.masked_fill(one_row, 0.0)                 # out of place: the trace's kernel is its masked_fill_
+        x.masked_fill_(sentinel, 1.0)
+        torch.where(x > 0.5, x, torch.zeros_like(x))
+        torch.masked_select(x, x > 0.5)
+    positive = int((x > 0.5).sum())
+    assert recorder.calls == [
+        {"op": "masked_fill", "shapes": [[6, 4], [6, 1], []], "slots": {"1": "1"}},
+        {"op": "masked_fill_", "shapes": [[6, 4], [6, 1], []], "slots": {"1": "0"}},
+        {"op": "where", "shapes": [[6, 4], [6, 4], [6, 4]], "slots": {"0": str(positive)}},
+        {"op": "masked_select", "shapes": [[6, 4], [6, 4]], "slots": {"1": str(positive)}},
+    ]
+
+
+def test_an_in_place_trace_call_takes_the_values_of_its_out_of_place_call():
+    from opperf.input_values import RecordedValues, shapes_key
+
+    recorded = RecordedValues({shapes_key("masked_fill", [[6, 4], [6, 1], []]): [{1: "1"}, {1: "0"}]})
+    cells = [recorded.next_call("masked_fill_", [[6, 4], [6, 1], []], 3) for _ in range(3)]
+    assert cells == [";1;", ";0;", ";1;"]
+    assert recorded.next_call("masked_fill_", [[6, 4], [7, 1], []], 3) is None
+
+
+MASK_ROW = {"Input Shapes": "6,4;6,1;", "Input Data Types": "DT_FLOAT;DT_BOOL;", "Input Formats": "ND;ND;",
+            "Output Shapes": "6,4", "Output Data Types": "DT_FLOAT", "Output Formats": "ND", "Input Scalars": ";;0."}
+
+
+@pytest.mark.parametrize(("cell", "trues"), [(";0*3;", [0]), (";6*1;", [6]), (";2*1|0*1;", [2, 0])])
+def test_replay_builds_masks_with_the_recorded_number_of_true_elements(cell, trues):
+    prepared, _ = _prepared(dict(MASK_ROW, **{contract.PROFILING_INPUT_VALUES: cell}), "masked_fill_")
+    assert prepared.recipe.startswith("schema aten::masked_fill_.Scalar")
+    assert prepared.recipe.endswith(f"1 input(s) with the workload's recorded values, {len(trues)} call(s) cycled")
+    mask = prepared.case.args[1]
+    seen = []
+    for _ in trues:
+        seen.append(int(mask.sum()))
+        prepared.case.next_values()
+    assert mask.dtype == torch.bool and seen == trues
+
+
+def test_a_mask_count_past_the_mask_keeps_the_random_draw():
+    prepared, _ = _prepared(dict(MASK_ROW, **{contract.PROFILING_INPUT_VALUES: ";7*1;"}), "masked_fill_")
+    assert "recorded" not in prepared.recipe and not prepared.case.value_variants

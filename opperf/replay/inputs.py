@@ -311,6 +311,12 @@ class BuildContext:
             if len(values) != count or dtype.is_floating_point:
                 return None
             return torch.tensor(values, dtype=dtype).reshape(shape).to(self.device)
+        if kind == input_values.MASK:        # as many True as the workload's mask held, at seeded random places
+            if len(values) != 1 or values[0] > count or dtype != torch.bool:
+                return None
+            flat = torch.zeros(count, dtype=torch.bool)
+            flat[torch.randperm(count, generator=torch.Generator().manual_seed(count))[:values[0]]] = True
+            return flat.reshape(shape).to(self.device)
         counts = torch.tensor(values, dtype=torch.int64)
         outside = count - int(counts.sum())
         if outside < 0:
@@ -415,7 +421,10 @@ def recorded_kind(op: str, index: int) -> str | None:
     if not recorded:
         return None
     packet = getattr(torch.ops.aten, op, None)
-    schema = getattr(getattr(packet, "default", None), "_schema", None)
+    # The overloads of one op share the recorded arguments' positions (masked_fill_.Scalar/.Tensor: self, mask).
+    overloads = packet.overloads() if packet is not None else []
+    overload = "default" if "default" in overloads else (overloads[0] if overloads else None)
+    schema = getattr(getattr(packet, overload), "_schema", None) if overload else None
     arguments = schema.arguments if schema is not None else ()
     return recorded.get(arguments[index].name) if index < len(arguments) else None
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.input_values import COUNTS, FORMAT_VERSION, INPUT_VALUES, OFFSETS, RECORDED_ARGUMENTS, format_values
+from opperf.input_values import (COUNTS, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, RECORDED_ARGUMENTS,
+                                 format_values)
 from opperf.power_samples import op_base_name
 
 
@@ -70,6 +71,8 @@ class ValueRecorder(TorchDispatchMode):
                 values = tensor.cpu().tolist()
             elif kind == COUNTS:
                 values = _counts(op, tensor, arguments)
+            elif kind == MASK and tensor.dtype == torch.bool:
+                values = [int(tensor.count_nonzero())]
             else:
                 values = None
             if values is not None and all(v >= 0 for v in values):
