@@ -71,7 +71,7 @@ def parsed(tmp_path_factory):
                            str(FIXTURE / "trace.json.gz"), "--database-path", str(database)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "input values of 12 calls from input_values.json" in done.stderr
+    assert "input values of 48 calls from input_values.json" in done.stderr
     return database
 
 
@@ -82,12 +82,18 @@ def _rows(database, kernel_type):
 
 def test_the_parse_gives_each_row_its_calls_values(parsed):
     grouped = _rows(parsed, "_grouped_mm")
-    # The 8-token prefill and the decode context's 8-token prefill: one row, two different splits.
-    assert grouped["24,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;5 8 8 11 16 24*1|5 10 17 23 23 24*1;;"
-    assert grouped["72,32;6,32,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;17 25 37 47 60 72*1;;"
-    assert grouped["3,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;1 1 2 3 3 3*1;;"
+    # The 8-token prefill and the decode context's 8-token prefill, two layers each: one row, four splits.
+    assert grouped["24,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == (
+        ";;5 10 13 19 22 24*1|5 7 11 15 23 24*1|5 8 13 18 22 24*1|4 8 10 14 21 24*1;;")
+    assert grouped["72,32;6,32,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;11 25 42 52 57 72*1|15 19 37 46 65 72*1;;"
+    assert grouped["3,64;6,64,64;6;;"][contract.PROFILING_INPUT_VALUES] == ";;1 1 2 2 3 3*1|0 0 1 2 3 3*1;;"
     histc = _rows(parsed, "histc")
-    assert histc["24;;;"][contract.PROFILING_INPUT_VALUES] == "5 3 0 3 5 8*1|5 5 7 6 0 1*1;;;"
+    assert histc["24;;;"][contract.PROFILING_INPUT_VALUES] == "5 5 3 6 3 2*1|5 2 4 4 8 1*1|5 3 5 5 4 2*1|4 4 2 4 7 3*1;;;"
+    # transformers' sentinel masks, all False: the trace's masked_fill_ kernels (12 of them run by masked_fill, the
+    # call the recorder sees) each got their call's count.
+    masks = _rows(parsed, "masked_fill_")
+    assert {shapes: row[contract.PROFILING_INPUT_VALUES] for shapes, row in masks.items()} == {
+        "24,64;24,1;": ";0*12;", "72,64;72,1;": ";0*6;", "3,64;3,1;": ";0*6;"}
     assert contract.PROFILING_INPUT_VALUES not in next(iter(_rows(parsed, "mm").values()))
 
 
@@ -124,13 +130,13 @@ def _prepared(row, kernel_type):
 def test_replay_cycles_through_the_recorded_splits(parsed):
     prepared, timer = _prepared(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"], "_grouped_mm")
     assert prepared.recipe == ("schema aten::_grouped_mm.default; 1 input(s) with the workload's recorded values, "
-                               "2 call(s) cycled")
+                               "4 call(s) cycled")
     offsets = prepared.case.args[2]
     seen = [offsets.tolist()]
-    for _ in range(3):
+    for _ in range(7):
         prepared.case.next_values()
         seen.append(offsets.tolist())
-    assert seen == [[5, 8, 8, 11, 16, 24], [5, 10, 17, 23, 23, 24]] * 2
+    assert seen == [[5, 10, 13, 19, 22, 24], [5, 7, 11, 15, 23, 24], [5, 8, 13, 18, 22, 24], [4, 8, 10, 14, 21, 24]] * 2
     timer.measure(prepared.case, 0, 4, "row")
     assert len(timer.collect()["row"].samples_us) == 4
 
@@ -147,8 +153,8 @@ def test_replay_rebuilds_a_histogram_input_with_its_recorded_counts(parsed, dtyp
     values = ctx.recorded_input(0, (24,), dtype, "histc")
     assert values.dtype == dtype and len(ctx.value_variants) == 1
     counts = [torch.histc(variant.float(), bins=6, min=0, max=5).int().tolist() for variant in ctx.value_variants[0][1]]
-    assert counts == [[5, 3, 0, 3, 5, 8], [5, 5, 7, 6, 0, 1]]
-    # Six bins over [0, 2] are a third wide: the second holds no integer but counted 3 ids, so the recorded values
+    assert counts == [[5, 5, 3, 6, 3, 2], [5, 2, 4, 4, 8, 1], [5, 3, 5, 5, 4, 2], [4, 4, 2, 4, 7, 3]]
+    # Six bins over [0, 2] are a third wide: the second holds no integer but counted ids, so the recorded values
     # cannot be rebuilt for an int32 input and the balanced draw stays.
     # So can counts of another number of bins than the row's.
     for scalars in (";6;0;2", ";5;0;5"):
@@ -190,7 +196,7 @@ def test_rotated_input_copies_cycle_through_the_recorded_splits_too(parsed):
     offsets = copy.args[2]
     assert offsets is not prepared.case.args[2] and copy.value_variants[0][0] is offsets
     copy.next_values()
-    assert offsets.tolist() == [5, 10, 17, 23, 23, 24]
+    assert offsets.tolist() == [5, 7, 11, 15, 23, 24]
 
 
 def test_the_recorder_counts_the_true_elements_of_a_select_mask():
