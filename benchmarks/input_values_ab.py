@@ -1,11 +1,13 @@
-"""The workload's recorded input values against replay's balanced draw: the table and JSON of one A/B run.
+"""The workload's recorded input values against replay's own draw: the table and JSON of one A/B run.
 
 `bash benchmarks/input_values_ab_run.sh` with TYPES set (on a GPU host of the device tool) replays the kernel types
 whose rows carry `Profiling Input Values` three times from the same parsed rows of each workload: `recorded`
-(seeds 0 and 1) and `balanced` (the column removed: replay draws a balanced router's split). This script reads
-those replayed CSVs (`types/<workload>/<run>_<type>.csv`) and reports, per workload and type, the gap of
-`Average Duration(us)` (replay) to `Profiling Average Duration(us)` (the workload): median, p90 and max over rows,
-time-weighted over the profiled calls, and the median ratio; and how far the two recorded replays differ.
+(seeds 0 and 1) and `balanced` (the column removed: replay draws a balanced router's split, a random mask). This
+script reads those replayed CSVs (`types/<workload>/<run>_<type>.csv`) and reports, per workload and type, the gap
+of `Average Duration(us)` (replay) to `Profiling Average Duration(us)` (the workload): median, p90 and max over
+rows, time-weighted over the profiled calls, and the median ratio; and how far the two recorded replays differ.
+With `--databases DIR`, it also summarises whole replayed databases (`DIR/<workload>/insitu/data/...`, as the
+script packs them) the same way, per workload, when a run's report stage did not finish.
 
     python benchmarks/input_values_ab.py RESULTS_DIR --device "NVIDIA H100 80GB HBM3" --date 2026-11-24
 """
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_replay import gap_summary  # noqa: E402
 
 RUNS = ("balanced", "recorded", "recorded_seed1")
-TYPES = ("bincount", "_grouped_mm", "histc")
+TYPES = ("bincount", "_grouped_mm", "histc", "masked_fill_", "where")
 # Workloads the replay code was developed on (issue 18's meaning of `unseen`): the reference decoder's MoE.
 DEVELOPMENT = {"moe"}
 
@@ -43,6 +45,20 @@ def _rows(path: Path) -> dict[tuple[str, str], tuple[float, float, int]]:
     return found
 
 
+def database_summary(directory: Path) -> dict:
+    """Every replayed row of one workload's database (all kernel types), as cuda_replay.py reports a workload."""
+    pairs = []
+    for path in sorted(directory.glob("insitu/data/*/*/*/*.csv")):
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                try:
+                    pairs.append((float(row["Average Duration(us)"]), float(row["Profiling Average Duration(us)"]),
+                                  int(row["Profiling Sample Count"])))
+                except (KeyError, ValueError):
+                    continue
+    return {"name": directory.name, "unseen": directory.name not in DEVELOPMENT, **gap_summary(pairs)}
+
+
 def gaps(rows: dict) -> dict:
     """cuda_replay.py's summary of the rows (the same quantiles as its reports), with the largest gap."""
     pairs = list(rows.values())
@@ -56,6 +72,7 @@ def main() -> int:
     parser.add_argument("--date", required=True)
     parser.add_argument("--environment", default="", help="driver, torch and CUDA versions, as one line")
     parser.add_argument("--output", type=Path, help="JSON path (default: RESULTS/input_values_ab.json)")
+    parser.add_argument("--databases", type=Path, help="a directory of replayed databases, one per workload")
     args = parser.parse_args()
     entries = []
     print("| workload | type | rows | balanced: median / p90 / max gap, time-weighted (ratio) | recorded | "
@@ -76,10 +93,14 @@ def main() -> int:
                      f"{100 * m['time_weighted_gap']:.1f} % ({m['median_ratio']:.3f})" for m in runs.values()]
             print(f"| {directory.name} | {kernel_type} | {runs['recorded']['rows']} | {' | '.join(cells)} | "
                   f"{100 * repeat:.1f} % |")
+    chains = [database_summary(directory) for directory in sorted(args.databases.iterdir())] if args.databases else []
+    for chain in chains:
+        print(f"\n{chain['name']}: {chain['rows']} rows, median / p90 / time-weighted gap "
+              f"{100 * chain['median_gap']:.1f} / {100 * chain['p90_gap']:.1f} / {100 * chain['time_weighted_gap']:.1f} %")
     document = {"device": args.device, "date": args.date, "environment": args.environment,
                 "method": "scripts/replay.py per kernel type from the same parsed rows, default policies (insitu, "
                           "after-gemm), 30 repetitions; gap of Average Duration to Profiling Average Duration",
-                "workloads": entries}
+                "workloads": entries, **({"chains": chains} if chains else {})}
     output = args.output or args.results / "input_values_ab.json"
     output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"\nwritten to {output}")
