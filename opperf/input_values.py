@@ -4,9 +4,11 @@ torch.profiler records an input's shape, dtype and strides, never its values. Fo
 change the kernel's time; for the ops below they do: `_grouped_mm`'s offsets are the tokens each expert got (a
 skewed split launches other tiles than a balanced one: up to 1.4× on a few hundred tokens), a histogram's
 time follows how its ids pile up (bincount over the workload's skewed ids 7–12 % slower than over balanced ones),
-and a select's time how many of its mask's elements are True (`masked_fill_` skips loading `self` where the mask
+a select's time how many of its mask's elements are True (`masked_fill_` skips loading `self` where the mask
 is True: over transformers' MoE sentinel mask, all False, 7 % slower than over a random one; an H100,
-benchmarks/results/mask_values/).
+benchmarks/results/mask_values/), and a gather's how many distinct rows its index reads (a MoE layer restores its
+token order with a permutation, every row read once; indices drawn with replacement read fewer, some twice, from
+L2).
 
 So the workload records them in an un-profiled pass of the same sequence (its first warm-up, or a pass after the
 profile), with a TorchDispatchMode that sees every aten call (opperf.workload.values), into `input_values.json`
@@ -21,7 +23,8 @@ Per call, a slot's text is a list of non-negative integers separated by spaces, 
 - `offsets`: the argument's own values (cumulative group ends, e.g. `_grouped_mm`'s `offs`);
 - `counts`: how many of the input's values fall in each bin (bincount: per value 0..max; histc: per bin of its
   range, the values outside it being the tensor's other elements);
-- `mask`: one integer, how many elements of a bool mask are True (replay places them at random; all or none exactly).
+- `mask`: one integer, how many elements of a bool mask are True (replay places them at random; all or none exactly);
+- `distinct`: one integer, how many distinct values an index holds (the first member of an index list).
 A row's cell is `;`-aligned with Input Shapes; a slot holds the row's distinct calls as `values*calls`, joined
 by `|` (`3 8*5|2 8*5`: two splits, five calls each).
 """
@@ -38,7 +41,7 @@ from opperf.errors import OpperfError
 
 INPUT_VALUES = "input_values.json"
 FORMAT_VERSION = 1
-OFFSETS, COUNTS, MASK = "offsets", "counts", "mask"
+OFFSETS, COUNTS, MASK, DISTINCT = "offsets", "counts", "mask", "distinct"
 # Per op (its aten name), the arguments whose values are recorded and how: schema argument name → kind.
 RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
     "_grouped_mm": {"offs": OFFSETS},
@@ -51,6 +54,10 @@ RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
     "masked_scatter_": {"mask": MASK},
     "masked_select": {"mask": MASK},
     "where": {"condition": MASK},
+    "index": {"indices": DISTINCT},
+    "index_put": {"indices": DISTINCT},
+    "index_put_": {"indices": DISTINCT},
+    "_index_put_impl_": {"indices": DISTINCT},
 }
 # At most this many distinct calls per slot are cycled through in replay (spread evenly over the recorded ones).
 MAX_VARIANTS = 64
@@ -70,14 +77,19 @@ def parse_values(text: str, *, where: str = "") -> list[int]:
     return values
 
 
+# The recorder sees the op a program calls; a trace gives the kernel to the op that launched it, inside that one.
+# Both take the same tensors. An in-place op also joins its out-of-place form (`masked_fill` runs `masked_fill_`).
+JOINED_OPS = {"index_put": "_index_put_impl"}
+
+
 def shapes_key(op: str, shapes: Sequence) -> tuple:
-    """The join key of a call: its op name and the shapes of its tensor inputs, in order (empty slots skipped,
-    as a trace's Input Dims and a dispatched call's arguments list them differently). An in-place op joins its
-    out-of-place form: the recorder sees `masked_fill` where the trace's kernel belongs to the `masked_fill_` it
-    runs, with the same inputs."""
+    """The join key of a call: its op name (in-place and out-of-place alike, `JOINED_OPS` followed) and the shapes
+    of its tensor inputs, in order (empty slots skipped, as a trace's Input Dims and a dispatched call's arguments
+    list them differently)."""
     dims = tuple(tuple(int(d) for d in shape) for shape in shapes
                  if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) for d in shape))
-    return (op[:-1] if op.endswith("_") and not op.endswith("__") else op), dims
+    name = op[:-1] if op.endswith("_") and not op.endswith("__") else op
+    return JOINED_OPS.get(name, name), dims
 
 
 class RecordedValues:

@@ -247,3 +247,39 @@ def test_replay_builds_masks_with_the_recorded_number_of_true_elements(cell, tru
 def test_a_mask_count_past_the_mask_keeps_the_random_draw():
     prepared, _ = _prepared(dict(MASK_ROW, **{contract.PROFILING_INPUT_VALUES: ";7*1;"}), "masked_fill_")
     assert "recorded" not in prepared.recipe and not prepared.case.value_variants
+
+
+def test_the_recorder_counts_the_distinct_rows_an_index_reads():
+    x = torch.randn(8, 4)
+    permutation = torch.randperm(8)
+    with ValueRecorder() as recorder:
+        x[permutation]                              # a MoE layer restoring its token order: every row once
+        x[torch.tensor([0, 0, 1, 1, 2, 2])]         # each token twice (top-2)
+        torch.zeros(8)[permutation] = torch.arange(8.0)
+        x[:, torch.tensor([1, 2])]                  # the list's first member is None: not recorded
+    assert recorder.calls == [
+        {"op": "index", "shapes": [[8, 4], []], "slots": {"1": "8"}},
+        {"op": "index", "shapes": [[8, 4], []], "slots": {"1": "3"}},
+        {"op": "index_put_", "shapes": [[8], [], [8], []], "slots": {"1": "8"}},
+    ]
+    from opperf.input_values import RecordedValues, shapes_key
+
+    # The trace gives index_put_'s kernel to the _index_put_impl_ inside it.
+    recorded = RecordedValues({shapes_key("index_put_", [[8], [], [8], []]): [{1: "8"}]})
+    assert recorded.next_call("_index_put_impl_", [[8], [], [8], [], []], 5) == ";8;;;"
+
+
+INDEX_ROW = {"Input Shapes": "4096,64;4096", "Input Data Types": "DT_FLOAT;DT_INT64", "Input Formats": "ND;ND",
+             "Output Shapes": "4096,64", "Output Data Types": "DT_FLOAT", "Output Formats": "ND"}
+
+
+@pytest.mark.parametrize("distinct", [4096, 1024])
+def test_replay_builds_an_index_with_the_recorded_number_of_distinct_rows(distinct):
+    row = dict(INDEX_ROW, **{contract.PROFILING_INPUT_VALUES: f";{distinct}*2"})
+    prepared, _ = _prepared(row, "index")
+    assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
+    index = prepared.case.args[1][0]
+    assert index.shape == (4096,) and int(index.max()) < 4096 and torch.unique(index).numel() == distinct
+    # Without the column, replay draws with replacement: about 63 % of the rows.
+    drawn = _prepared(INDEX_ROW, "index")[0].case.args[1][0]
+    assert 0.55 < torch.unique(drawn).numel() / 4096 < 0.7

@@ -279,8 +279,8 @@ class BuildContext:
                        op: str | None = None, end: int | None = None) -> torch.Tensor | None:
         """The slot built from the values the workload recorded for it (`Profiling Input Values`), cycling through
         the row's recorded calls; None where the row recorded none for this slot or they do not fit its shape
-        (offsets: non-decreasing, within `end` where the caller knows the dimension they partition; a workload may
-        leave padding rows past the last group)."""
+        (offsets: non-decreasing, within `end` where the caller knows the dimension they partition, a workload may
+        leave padding rows past the last group; distinct indices: `end` is the dimension they index)."""
         cell = self.row.get(contract.PROFILING_INPUT_VALUES)
         if not cell or shape is None or self.input_strides(index) is not None:
             return None
@@ -297,7 +297,7 @@ class BuildContext:
         if kind == input_values.OFFSETS and any(values != sorted(values) or (end is not None and values
                                                                              and values[-1] > end) for values in cycle):
             return None
-        built = [self._from_values(kind, values, shape, dtype, op) for values in cycle]
+        built = [self._from_values(kind, values, shape, dtype, op, end) for values in cycle]
         if any(b is None for b in built):
             return None
         target = built[0].clone()
@@ -305,18 +305,27 @@ class BuildContext:
         return target
 
     def _from_values(self, kind: str, values: list[int], shape: tuple[int, ...], dtype: torch.dtype,
-                     op: str) -> torch.Tensor | None:
+                     op: str, end: int | None = None) -> torch.Tensor | None:
         count = math.prod(shape)
         if kind == input_values.OFFSETS:
             if len(values) != count or dtype.is_floating_point:
                 return None
             return torch.tensor(values, dtype=dtype).reshape(shape).to(self.device)
+        generator = torch.Generator().manual_seed(count)
         if kind == input_values.MASK:        # as many True as the workload's mask held, at seeded random places
             if len(values) != 1 or values[0] > count or dtype != torch.bool:
                 return None
             flat = torch.zeros(count, dtype=torch.bool)
-            flat[torch.randperm(count, generator=torch.Generator().manual_seed(count))[:values[0]]] = True
+            flat[torch.randperm(count, generator=generator)[:values[0]]] = True
             return flat.reshape(shape).to(self.device)
+        if kind == input_values.DISTINCT:    # that many distinct indices below `end`, each at least once, shuffled
+            if (len(values) != 1 or end is None or not 0 < values[0] <= min(count, end) or dtype.is_floating_point
+                    or dtype == torch.bool):
+                return None
+            chosen = torch.randperm(end, generator=generator)[:values[0]]
+            extra = chosen[torch.randint(0, values[0], (count - values[0],), generator=generator)]
+            flat = torch.cat([chosen, extra])[torch.randperm(count, generator=generator)]
+            return flat.to(dtype).reshape(shape).to(self.device)
         counts = torch.tensor(values, dtype=torch.int64)
         outside = count - int(counts.sum())
         if outside < 0:

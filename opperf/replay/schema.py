@@ -378,7 +378,10 @@ class _Values:
             return self.tensor(argument, index)
         source = self.shape_of("self") or ()
         high = source[position] if position < len(source) else max(self.other_dims(argument.name) or [2])
-        built = ctx.index_tensor(shape, dtype, 0, high, strides=ctx.input_strides(index))
+        # The workload's number of distinct indices where it was recorded (a permutation reads every row once).
+        built = ctx.recorded_input(index, shape, dtype, self.op, high) if position == 0 else None
+        if built is None:
+            built = ctx.index_tensor(shape, dtype, 0, high, strides=ctx.input_strides(index))
         self.warm.append(built)
         return built
 

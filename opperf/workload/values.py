@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.input_values import (COUNTS, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, RECORDED_ARGUMENTS,
+from opperf.input_values import (COUNTS, DISTINCT, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, RECORDED_ARGUMENTS,
                                  format_values)
 from opperf.power_samples import op_base_name
 
@@ -65,6 +65,8 @@ class ValueRecorder(TorchDispatchMode):
         slots = {}
         for name, kind in recorded.items():
             tensor = arguments.get(name)
+            if kind == DISTINCT and isinstance(tensor, (list, tuple)) and tensor:
+                tensor = tensor[0]          # an index list's first member: the row's slot right after self
             if not isinstance(tensor, torch.Tensor):
                 continue
             if kind == OFFSETS and not tensor.dtype.is_floating_point and tensor.dim() == 1:
@@ -73,6 +75,8 @@ class ValueRecorder(TorchDispatchMode):
                 values = _counts(op, tensor, arguments)
             elif kind == MASK and tensor.dtype == torch.bool:
                 values = [int(tensor.count_nonzero())]
+            elif kind == DISTINCT and not tensor.dtype.is_floating_point and tensor.dtype != torch.bool:
+                values = [int(torch.unique(tensor).numel())]
             else:
                 values = None
             if values is not None and all(v >= 0 for v in values):
