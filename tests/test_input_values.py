@@ -71,7 +71,7 @@ def parsed(tmp_path_factory):
                            str(FIXTURE / "trace.json.gz"), "--database-path", str(database)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "input values of 48 calls from input_values.json" in done.stderr
+    assert "input values of 80 calls from input_values.json" in done.stderr
     return database
 
 
@@ -94,6 +94,13 @@ def test_the_parse_gives_each_row_its_calls_values(parsed):
     masks = _rows(parsed, "masked_fill_")
     assert {shapes: row[contract.PROFILING_INPUT_VALUES] for shapes, row in masks.items()} == {
         "24,64;24,1;": ";0*12;", "72,64;72,1;": ";0*6;", "3,64;3,1;": ";0*6;"}
+    # The dispatch reads every token (the 8-token prefill's 8 rows, 3 times each), then restores the order with
+    # permutations: index through them, and index_put_ (the trace's _index_put_impl_) building the inverse.
+    index = _rows(parsed, "index")
+    assert index["8,64;24"][contract.PROFILING_INPUT_VALUES] == ";8*4"
+    assert index["24,64;72"][contract.PROFILING_INPUT_VALUES] == ";24*2"
+    assert index["72,64;72"][contract.PROFILING_INPUT_VALUES] == ";72*2"
+    assert _rows(parsed, "_index_put_impl_")["72;72;72;;"][contract.PROFILING_INPUT_VALUES] == ";72*2;;;"
     assert contract.PROFILING_INPUT_VALUES not in next(iter(_rows(parsed, "mm").values()))
 
 

@@ -99,8 +99,12 @@ def test_the_profile_records_the_routers_splits_beside_the_trace(moe_database):
 
     recorded = json.loads((moe_database.parent / "profile" / "input_values.json").read_text())
     calls = recorded["calls"]
-    # Per layer and forward pass: the router's histogram, then the two expert GEMMs over the same split.
-    assert {call["op"] for call in calls} == {"histc", "_grouped_mm"}
+    # Per layer and forward pass: the router's histogram, the two expert GEMMs over the same split, and the gathers
+    # and the scatter that sort the tokens by expert and back.
+    assert {call["op"] for call in calls} == {"histc", "_grouped_mm", "index", "index_put_"}
+    # Every one of them reads every row of what it indexes: the tokens (each top-k times), then permutations.
+    indexed = [(call["shapes"][0][0], int(call["slots"]["1"])) for call in calls if call["op"].startswith("index")]
+    assert indexed and all(rows == distinct for rows, distinct in indexed)
     tokens = [call["shapes"][0][0] for call in calls if call["op"] == "_grouped_mm"]
     offsets = [list(map(int, call["slots"]["2"].split())) for call in calls if call["op"] == "_grouped_mm"]
     assert all(len(o) == 6 and o == sorted(o) and o[-1] == n for o, n in zip(offsets, tokens))
