@@ -12,7 +12,6 @@ the workload: the kernels' device time from a torch.profiler (CUPTI) session, me
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from device_result import write_device_result  # noqa: E402
+from device_result import mean_device_us, probe_arguments, write_device_result  # noqa: E402
 
 
 def cat_time(tokens: int, half: int, aliased: bool, transposed: bool, repeats: int = 40, warmup: int = 10) -> float:
@@ -49,19 +48,11 @@ def cat_time(tokens: int, half: int, aliased: bool, transposed: bool, repeats: i
             with record_function("timed_cat"):
                 torch.cat((a, b), dim=-1)
         torch.cuda.synchronize()
-    times = [event.self_device_time_total / event.count for event in prof.key_averages() if event.key == "aten::cat"]
-    if not times:
-        raise RuntimeError("the profiler recorded no aten::cat kernel")
-    return times[0]
+    return mean_device_us(prof, "aten::cat")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "alias"))
-    parser.add_argument("--trials", type=int, default=5, help="alternating trials per case (default 5)")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("alias_probe.py needs a CUDA device")
+    args = probe_arguments(__doc__, REPO / "benchmarks" / "results" / "alias", 5, argv)
     rows = []
     print(f"{'tokens':>7} {'half':>5} {'layout':>10} {'aliased us':>11} {'distinct us':>12} {'distinct/aliased':>17}")
     for transposed in (True, False):

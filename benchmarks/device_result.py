@@ -21,3 +21,24 @@ def write_device_result(directory: str | Path, script: str, **fields) -> Path:
     path.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def probe_arguments(description: str, output: Path, trials: int, argv: list[str] | None = None):
+    """A CUDA probe's command line (`--output`, `--trials`), refused where no CUDA device is visible."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default=str(output))
+    parser.add_argument("--trials", type=int, default=trials, help=f"alternating trials per case (default {trials})")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{Path(sys.argv[0]).name} needs a CUDA device")
+    return args
+
+
+def mean_device_us(prof, op: str) -> float:
+    """Mean device time (µs) per call of `op` (`aten::cat`) in a finished torch.profiler session: its kernels'."""
+    times = [event.self_device_time_total / event.count for event in prof.key_averages() if event.key == op]
+    if not times:
+        raise RuntimeError(f"the profiler recorded no {op} kernel")
+    return times[0]

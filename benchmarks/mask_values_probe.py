@@ -15,7 +15,6 @@ and all True: the kernel's device time from a torch.profiler (CUPTI) session, me
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from device_result import write_device_result  # noqa: E402
+from device_result import mean_device_us, probe_arguments, write_device_result  # noqa: E402
 
 MASKS = ("false", "random", "true")
 SHAPES = ((1024, 2048), (16384, 2048), (65536, 2048), (262144, 2048), (16384, 28672), (65536, 28672))
@@ -55,19 +54,11 @@ def fill_time(shape: tuple[int, int], kind: str, repeats: int = 10) -> float:
             target = source[index]
             target.masked_fill_(mask, 0.0)
         torch.cuda.synchronize()
-    times = [e.self_device_time_total / e.count for e in prof.key_averages() if e.key == "aten::masked_fill_"]
-    if not times:
-        raise RuntimeError("the profiler recorded no aten::masked_fill_ kernel")
-    return times[0]
+    return mean_device_us(prof, "aten::masked_fill_")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "mask_values"))
-    parser.add_argument("--trials", type=int, default=3, help="alternating trials per case (default 3)")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("mask_values_probe.py needs a CUDA device")
+    args = probe_arguments(__doc__, REPO / "benchmarks" / "results" / "mask_values", 3, argv)
     rows = []
     print(f"{'shape':>14} " + " ".join(f"{kind + ' us':>11}" for kind in MASKS) + f" {'random/false':>13}")
     for shape in SHAPES:
