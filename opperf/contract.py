@@ -84,7 +84,8 @@ INPUT_STRIDES = "Input Strides"
 # cache state keeps resident what an LRU cache of the device's L2 size would still hold (opperf.replay.residency).
 PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(MiB)"
 # Per input slot, `;`-aligned with Input Shapes: the values of inputs whose values set the kernel's time (MoE
-# splits: `_grouped_mm`'s offsets, a histogram's ids), recorded in an un-profiled pass of the workload, as the
+# splits: `_grouped_mm`'s offsets, a histogram's ids; a select's number of True mask elements; an index's number of
+# distinct values), recorded in an un-profiled pass of the workload, as the
 # row's distinct calls `values*calls` joined by `|` (opperf.input_values); replay cycles through them.
 PROFILING_INPUT_VALUES = "Profiling Input Values"
 

@@ -1,4 +1,4 @@
-"""Input values a trace cannot record: what a MoE router made of the tokens, and the masks, as the workload ran them.
+"""Input values a trace cannot record: a MoE router's split, masks and indices, as the workload ran them.
 
 torch.profiler records an input's shape, dtype and strides, never its values. For most ops the values do not
 change the kernel's time; for the ops below they do: `_grouped_mm`'s offsets are the tokens each expert got (a

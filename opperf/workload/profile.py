@@ -2,7 +2,8 @@
 raw profile for the parse stage.
 
 cpu/cuda: torch.profiler with record_shapes, exported as a Chrome trace (`trace.json`), and beside it the input
-values a trace cannot hold (MoE splits, `input_values.json`, opperf.input_values), recorded in the first warm-up.
+values a trace cannot hold (MoE splits, masks, distinct indices: `input_values.json`, opperf.input_values),
+recorded in the first warm-up.
 npu: torch_npu.profiler, whose output directory holds `kernel_details.csv` (the format real
 vLLM-Ascend profiles come in), parsed exactly like a user's profile.
 """
