@@ -24,7 +24,8 @@ Per call, a slot's text is a list of non-negative integers separated by spaces, 
 - `counts`: how many of the input's values fall in each bin (bincount: per value 0..max; histc: per bin of its
   range, the values outside it being the tensor's other elements);
 - `mask`: one integer, how many elements of a bool mask are True (replay places them at random; all or none exactly);
-- `distinct`: one integer, how many distinct values an index holds (the first member of an index list).
+- `distinct`: one integer, how many distinct values an index holds (`index_select`'s and `index_add(_)`'s `index`, the
+  first member of `index`'s and `index_put(_)`'s index list).
 A row's cell is `;`-aligned with Input Shapes; a slot holds the row's distinct calls as `values*calls`, joined
 by `|` (`3 8*5|2 8*5`: two splits, five calls each).
 """
@@ -55,6 +56,9 @@ RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
     "masked_select": {"mask": MASK},
     "where": {"condition": MASK},
     "index": {"indices": DISTINCT},
+    "index_select": {"index": DISTINCT},
+    "index_add": {"index": DISTINCT},
+    "index_add_": {"index": DISTINCT},
     "index_put": {"indices": DISTINCT},
     "index_put_": {"indices": DISTINCT},
     "_index_put_impl_": {"indices": DISTINCT},

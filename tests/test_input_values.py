@@ -290,3 +290,26 @@ def test_replay_builds_an_index_with_the_recorded_number_of_distinct_rows(distin
     # Without the column, replay draws with replacement: about 63 % of the rows.
     drawn = _prepared(INDEX_ROW, "index")[0].case.args[1][0]
     assert 0.55 < torch.unique(drawn).numel() / 4096 < 0.7
+
+
+def test_defined_index_ops_take_the_recorded_number_of_distinct_rows():
+    # The reference decoder's MoE: index_select through `order` (a permutation), index_add_ through `tokens`.
+    hidden, order = torch.randn(16, 8), torch.randperm(16)
+    with ValueRecorder() as recorder:
+        hidden.index_select(0, order)
+        torch.zeros(4, 8).index_add_(0, order // 4, hidden)
+    assert recorder.calls == [
+        {"op": "index_select", "shapes": [[16, 8], [], [16]], "slots": {"2": "16"}},
+        {"op": "index_add_", "shapes": [[4, 8], [], [16], [16, 8], []], "slots": {"2": "4"}},
+    ]
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
+    from opperf.replay.engine import prepare_row
+    from opperf.replay.timing import CpuWallClockTimer
+
+    row = {"Input Shapes": "4096,64;;4096", "Input Data Types": "DT_FLOAT;;DT_INT64", "Input Formats": "ND;;ND",
+           "Output Shapes": "4096,64", "Output Data Types": "DT_FLOAT", "Output Formats": "ND", "Input Scalars": ";0;",
+           contract.PROFILING_INPUT_VALUES: ";;4096*3"}
+    definition = load_definition(DEFAULT_DEFINITIONS_DIR / "torch" / "index_select.yaml")
+    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
+    assert sorted(prepared.case.args[2].tolist()) == list(range(4096))

@@ -568,11 +568,12 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     if spec.role == "index":
         if shape is None:
             raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
-        recorded = ctx.recorded_input(index, shape, ctx.input_dtype(index))
+        high = _index_high(spec.high, ctx, index)
+        recorded = ctx.recorded_input(index, shape, ctx.input_dtype(index), end=high if spec.low == 0 else None)
         if recorded is not None:
             return recorded
-        return ctx.index_tensor(shape, ctx.input_dtype(index), spec.low, _index_high(spec.high, ctx, index),
-                                unique=spec.unique, sorted_values=spec.sorted, strides=ctx.input_strides(index))
+        return ctx.index_tensor(shape, ctx.input_dtype(index), spec.low, high, unique=spec.unique,
+                                sorted_values=spec.sorted, strides=ctx.input_strides(index))
     # tensor
     if shape is None:
         # A 0-d tensor has no shape text: use the value the trace recorded; else, past the first (self) slot,
