@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_replay import gap_summary  # noqa: E402
 
 RUNS = ("balanced", "recorded", "recorded_seed1")
-TYPES = ("bincount", "_grouped_mm", "histc", "masked_fill_", "where", "index", "_index_put_impl_")
+TYPES = ("bincount", "_grouped_mm", "histc", "masked_fill_", "where", "index", "_index_put_impl_", "index_select",
+         "index_add_")
 # Workloads the replay code was developed on (issue 18's meaning of `unseen`): the reference decoder's MoE.
 DEVELOPMENT = {"moe"}
 
