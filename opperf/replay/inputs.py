@@ -430,12 +430,14 @@ def recorded_kind(op: str, index: int) -> str | None:
     if not recorded:
         return None
     packet = getattr(torch.ops.aten, op, None)
-    # The overloads of one op share the recorded arguments' positions (masked_fill_.Scalar/.Tensor: self, mask).
-    overloads = packet.overloads() if packet is not None else []
-    overload = "default" if "default" in overloads else (overloads[0] if overloads else None)
-    schema = getattr(getattr(packet, overload), "_schema", None) if overload else None
-    arguments = schema.arguments if schema is not None else ()
-    return recorded.get(arguments[index].name) if index < len(arguments) else None
+    # The tensor overloads of one op share the recorded arguments' positions (masked_fill_.Scalar/.Tensor: self,
+    # mask); others do not (index.str), so the first overload that has a recorded argument there decides.
+    overloads = sorted(packet.overloads(), key=lambda name: name != "default") if packet is not None else []
+    for overload in overloads:
+        arguments = getattr(getattr(packet, overload), "_schema").arguments
+        if index < len(arguments) and arguments[index].name in recorded:
+            return recorded[arguments[index].name]
+    return None
 
 
 class MetaBuildContext(BuildContext):
