@@ -1,9 +1,10 @@
 #!/bin/bash
-# The workload's recorded input values (MoE splits, opperf.input_values) against replay's balanced draw, on the same
-# profiles, on a GPU host of the device tool (.whl carried). Steps, each optional:
+# The workload's recorded input values (MoE splits, masks, distinct indices: opperf.input_values) against replay's own
+# draw, on the same profiles, on a GPU host of the device tool (.whl carried). Steps, each optional:
 #   1. profile and parse WORKLOADS (PASSES passes each, input_values.json recorded beside each trace) into /tmp/iv,
 #      unless SKIP_PROFILE is set (a later call on the same warm machine);
-#   2. with TYPES (e.g. "_grouped_mm histc bincount"): only those kernel types, replayed three times each from the
+#   2. with TYPES (e.g. "_grouped_mm histc bincount", "masked_fill_", "index _index_put_impl_"): only those kernel
+#      types, replayed three times each from the
 #      same parsed rows (scripts/replay.py): recorded (seeds 0 and 1) and balanced (the column removed), into
 #      types/<workload>/<run>_<type>.csv; `python benchmarks/input_values_ab.py` makes the table;
 #   3. the whole chain (benchmarks/cuda_replay.py, default policies) for each of VARIANTS (default "recorded
