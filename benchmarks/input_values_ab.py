@@ -32,31 +32,26 @@ TYPES = ("bincount", "_grouped_mm", "histc", "masked_fill_", "where", "index", "
 DEVELOPMENT = {"moe"}
 
 
-def _rows(path: Path) -> dict[tuple[str, str], tuple[float, float, int]]:
-    """(shapes, strides) → (replay µs, profiled µs, profiled calls) of every row with both times."""
-    found = {}
+def _timed_rows(path: Path):
+    """((shapes, strides), (replay µs, profiled µs, profiled calls)) of every row of a replayed CSV with both times."""
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
             try:
-                found[(row["Input Shapes"], row.get("Input Strides", ""))] = (
-                    float(row["Average Duration(us)"]), float(row["Profiling Average Duration(us)"]),
-                    int(row["Profiling Sample Count"]))
+                yield ((row["Input Shapes"], row.get("Input Strides", "")),
+                       (float(row["Average Duration(us)"]), float(row["Profiling Average Duration(us)"]),
+                        int(row["Profiling Sample Count"])))
             except (KeyError, ValueError):
                 continue
-    return found
+
+
+def _rows(path: Path) -> dict[tuple[str, str], tuple[float, float, int]]:
+    """(shapes, strides) → (replay µs, profiled µs, profiled calls): rows of two runs matched by signature."""
+    return dict(_timed_rows(path))
 
 
 def database_summary(directory: Path) -> dict:
     """Every replayed row of one workload's database (all kernel types), as cuda_replay.py reports a workload."""
-    pairs = []
-    for path in sorted(directory.glob("insitu/data/*/*/*/*.csv")):
-        with open(path, newline="") as handle:
-            for row in csv.DictReader(handle):
-                try:
-                    pairs.append((float(row["Average Duration(us)"]), float(row["Profiling Average Duration(us)"]),
-                                  int(row["Profiling Sample Count"])))
-                except (KeyError, ValueError):
-                    continue
+    pairs = [pair for path in sorted(directory.glob("insitu/data/*/*/*/*.csv")) for _, pair in _timed_rows(path)]
     return {"name": directory.name, "unseen": directory.name not in DEVELOPMENT, **gap_summary(pairs)}
 
 

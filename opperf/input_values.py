@@ -43,25 +43,21 @@ from opperf.errors import OpperfError
 INPUT_VALUES = "input_values.json"
 FORMAT_VERSION = 1
 OFFSETS, COUNTS, MASK, DISTINCT = "offsets", "counts", "mask", "distinct"
-# Per op (its aten name), the arguments whose values are recorded and how: schema argument name → kind.
+# Per op (its join name, `join_name`: an in-place op and its out-of-place form are one entry), the arguments whose
+# values are recorded and how: schema argument name → kind.
 RECORDED_ARGUMENTS: dict[str, dict[str, str]] = {
     "_grouped_mm": {"offs": OFFSETS},
     "_scaled_grouped_mm": {"offs": OFFSETS},
     "bincount": {"self": COUNTS},
     "histc": {"self": COUNTS},
     "masked_fill": {"mask": MASK},
-    "masked_fill_": {"mask": MASK},
     "masked_scatter": {"mask": MASK},
-    "masked_scatter_": {"mask": MASK},
     "masked_select": {"mask": MASK},
     "where": {"condition": MASK},
     "index": {"indices": DISTINCT},
     "index_select": {"index": DISTINCT},
     "index_add": {"index": DISTINCT},
-    "index_add_": {"index": DISTINCT},
-    "index_put": {"indices": DISTINCT},
-    "index_put_": {"indices": DISTINCT},
-    "_index_put_impl_": {"indices": DISTINCT},
+    "_index_put_impl": {"indices": DISTINCT},      # index_put(_) too (JOINED_OPS)
 }
 # At most this many distinct calls per slot are cycled through in replay (spread evenly over the recorded ones).
 MAX_VARIANTS = 64
@@ -86,14 +82,24 @@ def parse_values(text: str, *, where: str = "") -> list[int]:
 JOINED_OPS = {"index_put": "_index_put_impl"}
 
 
+def join_name(op: str) -> str:
+    """The name a recorded call and a trace call of aten op `op` meet under: in-place and out-of-place alike,
+    `JOINED_OPS` followed."""
+    name = op[:-1] if op.endswith("_") and not op.endswith("__") else op
+    return JOINED_OPS.get(name, name)
+
+
+def recorded_arguments(op: str) -> dict[str, str]:
+    """Argument name → kind of what is recorded of aten op `op`'s calls (empty: nothing)."""
+    return RECORDED_ARGUMENTS.get(join_name(op), {})
+
+
 def shapes_key(op: str, shapes: Sequence) -> tuple:
-    """The join key of a call: its op name (in-place and out-of-place alike, `JOINED_OPS` followed) and the shapes
-    of its tensor inputs, in order (empty slots skipped, as a trace's Input Dims and a dispatched call's arguments
-    list them differently)."""
+    """The join key of a call: its join name and the shapes of its tensor inputs, in order (empty slots skipped,
+    as a trace's Input Dims and a dispatched call's arguments list them differently)."""
     dims = tuple(tuple(int(d) for d in shape) for shape in shapes
                  if isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) for d in shape))
-    name = op[:-1] if op.endswith("_") and not op.endswith("__") else op
-    return JOINED_OPS.get(name, name), dims
+    return join_name(op), dims
 
 
 class RecordedValues:

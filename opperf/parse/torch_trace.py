@@ -49,7 +49,7 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
-from opperf.input_values import INPUT_VALUES, RECORDED_ARGUMENTS, RecordedValues
+from opperf.input_values import INPUT_VALUES, RecordedValues, recorded_arguments
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
@@ -540,7 +540,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
         base_name = op_base_name(op.name)
-        if values is not None and base_name in RECORDED_ARGUMENTS and row[INPUT_SHAPES]:
+        if values is not None and recorded_arguments(base_name) and row[INPUT_SHAPES]:
             cell = values.next_call(base_name, op.args.get("Input Dims") or [], row[INPUT_SHAPES].count(";") + 1)
             if cell is None:
                 conversion.outcomes[VALUES_NOT_RECORDED] += 1

@@ -342,7 +342,7 @@ class BuildContext:
                 return None
             levels = torch.arange(len(values))
         flat = torch.repeat_interleave(levels, torch.cat([counts, torch.tensor([outside])])[:len(levels)])
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(count))
+        order = torch.randperm(count, generator=generator)
         return flat[order].to(dtype).reshape(shape).to(self.device)
 
     # -- makers
@@ -426,7 +426,7 @@ def histogram_levels(low, high, bins: int, floating: bool) -> list[float | None]
 
 def recorded_kind(op: str, index: int) -> str | None:
     """How input slot `index` of aten op `op` was recorded (opperf.input_values), by its schema argument's name."""
-    recorded = input_values.RECORDED_ARGUMENTS.get(op)
+    recorded = input_values.recorded_arguments(op)
     if not recorded:
         return None
     packet = getattr(torch.ops.aten, op, None)

@@ -1,8 +1,9 @@
 """Record the input values a trace cannot hold (opperf.input_values) while the workload runs un-profiled.
 
-A TorchDispatchMode sees every aten call below autograd, with its real tensors: for the ops of
-`RECORDED_ARGUMENTS` it reads the recorded arguments' values (one host sync per such call, in a pass that is
-not timed) and keeps them with the call's input shapes, the join key the parse stage matches trace calls by.
+A TorchDispatchMode sees every aten call below autograd, with its real tensors: for the ops with recorded
+arguments (opperf.input_values.recorded_arguments) it reads those arguments' values (one host sync per such call,
+in a pass that is not timed) and keeps them with the call's input shapes, the join key the parse stage matches
+trace calls by.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.input_values import (COUNTS, DISTINCT, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, RECORDED_ARGUMENTS,
-                                 format_values)
+from opperf.input_values import (COUNTS, DISTINCT, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, format_values,
+                                 recorded_arguments)
 from opperf.power_samples import op_base_name
 
 
@@ -44,7 +45,7 @@ class ValueRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         op = op_base_name(func._schema.name)
-        recorded = RECORDED_ARGUMENTS.get(op)
+        recorded = recorded_arguments(op)
         if recorded:
             try:
                 self._record(op, func, args, kwargs, recorded)
