@@ -291,6 +291,42 @@ def gap_summary(pairs: list[tuple[float, float, int]]) -> dict:
             "profiled_time_share": sum(p * n for _, p, n in pairs)}
 
 
+# Issue 18's acceptance, per workload and device: the headline gaps, repeatability, the median gap of every kernel
+# type with at least TYPE_SHARE of the workload's time, and the median replay/profiled of its large elementwise rows.
+TARGETS = {"median_gap": 0.03, "p90_gap": 0.12, "time_weighted_gap": 0.03, "repeatability_median": 0.01}
+TYPE_SHARE, TYPE_MEDIAN_GAP = 0.01, 0.05
+LARGE_ROW_US, LARGE_RATIO = 20.0, (0.97, 1.03)
+# Memory-bound TensorIterator kernels (and the copies and concatenations that behave like them): the rows whose
+# in-workload time the GPU's power and clock state moves most (docs/replay.md, "The remaining error, by cause").
+ELEMENTWISE_TYPES = frozenset(
+    "abs add add_ bitwise_and bitwise_not bitwise_or cat clamp clamp_ clone copy_ cos div div_ eq exp fill_ ge gelu "
+    "gt le lt masked_fill masked_fill_ maximum minimum mul mul_ ne neg pow reciprocal relu rsqrt sigmoid silu sin "
+    "sqrt sub sub_ tanh where _to_copy".split())
+
+
+def large_elementwise(rows: list[dict]) -> dict:
+    """Median replay/profiled of the elementwise rows whose in-workload mean is at least LARGE_ROW_US."""
+    ratios = [_number(r.get(contract.REPLAY_AVERAGE)) / _number(r.get(contract.PROFILING_AVERAGE)) for r in rows
+              if r["_type"] in ELEMENTWISE_TYPES and _number(r.get(contract.REPLAY_AVERAGE))
+              and (_number(r.get(contract.PROFILING_AVERAGE)) or 0) >= LARGE_ROW_US]
+    return {"large_elementwise_rows": len(ratios), "large_elementwise_ratio": quantile(ratios, 0.5)}
+
+
+def gates(entry: dict, per_type: dict) -> dict:
+    """Issue 18's gates for one workload's entry (with `repeatability_median` and `large_elementwise_ratio`) and its
+    per-type summary: {gate: {"value", "target", "met"}}, `met` None where the value is missing."""
+    result = {name: {"value": entry.get(name), "target": target,
+                     "met": None if entry.get(name) is None else entry[name] <= target}
+              for name, target in TARGETS.items()}
+    over = {name: t["median_gap"] for name, t in per_type.items()
+            if t["profiled_time_share"] >= TYPE_SHARE and (t["median_gap"] or 0) > TYPE_MEDIAN_GAP}
+    result["type_median_gap"] = {"value": over, "target": TYPE_MEDIAN_GAP, "met": not over}
+    ratio = entry.get("large_elementwise_ratio")
+    result["large_elementwise_ratio"] = {"value": ratio, "target": list(LARGE_RATIO),
+                                         "met": None if ratio is None else LARGE_RATIO[0] <= ratio <= LARGE_RATIO[1]}
+    return result
+
+
 def analyse_run(rows: list[dict]) -> dict:
     pairs, per_type, statuses, worst = [], {}, {}, []
     for row in rows:
@@ -353,7 +389,7 @@ def workload_entry(work: Path, name: str, args) -> dict:
             "schema_rows": schema["rows"], "schema_median_gap": schema["median_gap"],
             "schema_p90_gap": schema["p90_gap"], "schema_time_weighted_gap": schema["time_weighted_gap"],
             "cat_rows": cat["rows"], "cat_median_gap": cat["median_gap"],
-            "cat_max_gap": max(cat_gaps) if cat_gaps else None,
+            "cat_max_gap": max(cat_gaps) if cat_gaps else None, **large_elementwise(rows),
             "not_replayed": {t: {**e, "status": sorted(e["status"])} for t, e in sorted(not_ok.items())}}
 
 
@@ -412,6 +448,11 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
     second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)] \
         if args.repeat else []
     report["repeatability"] = repeatability(first, second)
+    for entry in report["workloads"]:
+        name = entry["name"]
+        entry["repeatability_median"] = repeatability(
+            [r for r in first if r["_workload"] == name], [r for r in second if r["_workload"] == name])["median"]
+        entry["gates"] = gates(entry, report["per_workload"][name][DEFAULT_CACHE_POLICY]["per_type"])
     replay_wall = sum(wall.get("replay", {}).get(f"{n}/{DEFAULT_CACHE_POLICY}", 0) for n in args.workloads)
     replayed = sum(1 for r in first if _number(r.get(contract.REPLAY_AVERAGE)) is not None)
     kernel_s = sum(_number(r.get(contract.REPLAY_AVERAGE)) * args.repeat_count / 1e6 for r in first
@@ -441,6 +482,32 @@ def _ratio(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _gate_cell(gate: dict | None, text: str) -> str:
+    if gate is None or gate["met"] is None:
+        return "-"
+    return text if gate["met"] else f"**{text}** ✗"
+
+
+def gates_table(workloads: list[dict], device: str | None = None) -> list[str]:
+    """Markdown rows of issue 18's gates, one per workload entry with `gates` (bold ✗: not met)."""
+    lead = "| device " if device is not None else ""
+    lines = [f"{lead}| workload | unseen | median ≤ 3 % | p90 ≤ 12 % | time-weighted ≤ 3 % | repeatability ≤ 1 % | "
+             "types ≥ 1 % of time over a 5 % median | large elementwise ratio 0.97–1.03 | all met |",
+             f"{'|---' if device is not None else ''}|---|---|---|---|---|---|---|---|---|"]
+    for w in workloads:
+        g = w.get("gates") or {}
+        over = (g.get("type_median_gap") or {}).get("value") or {}
+        types = ", ".join(f"{t} {100 * v:.1f} %" for t, v in sorted(over.items())) or "none"
+        met = [gate["met"] for gate in g.values()]
+        verdict = "yes" if met and all(met) else ("-" if not met or None in met else "no")
+        lines.append(f"{f'| {device} ' if device is not None else ''}| {w['name']} | {w['unseen']} | "
+                     + " | ".join(_gate_cell(g.get(k), _pct(w.get(k))) for k in (*TARGETS,))
+                     + f" | {_gate_cell(g.get('type_median_gap'), types)} | "
+                     f"{_gate_cell(g.get('large_elementwise_ratio'), _ratio(w.get('large_elementwise_ratio')))} "
+                     f"({w.get('large_elementwise_rows', '-')} rows) | {verdict} |")
+    return lines
+
+
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# CUDA replay accuracy ({env['device']}, {env['date'][:10]})", "",
@@ -463,6 +530,7 @@ def markdown(report: dict) -> str:
                      f"{_pct(w['trace_time_attributed'])} | {_pct(w['median_gap'])} | {_pct(w['p90_gap'])} | "
                      f"{_pct(w['time_weighted_gap'])} | {w['schema_rows']} ({_pct(w['schema_median_gap'])}) | "
                      f"{w['cat_rows']} ({_pct(w['cat_median_gap'])} / {_pct(w['cat_max_gap'])}) |")
+    lines += ["", "## Issue 18's gates (default policy)", "", *gates_table(report["workloads"])]
     lines += ["", "## Gap to the in-workload time, per cache policy (profiled rows of both workloads)", "",
               "| policy | rows | median gap | p90 gap | time-weighted gap | median replay/profiled |",
               "|---|---|---|---|---|---|"]
