@@ -435,7 +435,7 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
             rows = read_rows(database_dir(work, name, run_name, args))
             for row in rows:
                 row["_workload"] = name
-            report["per_workload"].setdefault(name, {})[run_name] = analyse_run(rows)
+            report["per_workload"].setdefault(name, {})[run_name] = {**analyse_run(rows), **large_elementwise(rows)}
             merged += [{**r, "_line": f"{name}:{r['_line']}"} for r in rows]
         report["policies"][run_name] = analyse_run(merged)
     default = report["policies"][DEFAULT_CACHE_POLICY]
@@ -453,6 +453,10 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
         entry["repeatability_median"] = repeatability(
             [r for r in first if r["_workload"] == name], [r for r in second if r["_workload"] == name])["median"]
         entry["gates"] = gates(entry, report["per_workload"][name][DEFAULT_CACHE_POLICY]["per_type"])
+    # The same gates under each other cache policy (its own replay; the default's repeatability).
+    report["policy_gates"] = {
+        run_name: [_policy_entry(w, report["per_workload"][w["name"]][run_name]) for w in report["workloads"]]
+        for run_name in args.policies if run_name != DEFAULT_CACHE_POLICY}
     replay_wall = sum(wall.get("replay", {}).get(f"{n}/{DEFAULT_CACHE_POLICY}", 0) for n in args.workloads)
     replayed = sum(1 for r in first if _number(r.get(contract.REPLAY_AVERAGE)) is not None)
     kernel_s = sum(_number(r.get(contract.REPLAY_AVERAGE)) * args.repeat_count / 1e6 for r in first
@@ -464,6 +468,15 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
                    "replayed_rows": replayed, "replay_wall_s": replay_wall,
                    "kernel_time_share": kernel_s / replay_wall if replay_wall else None})
     return report
+
+
+def _policy_entry(workload: dict, run: dict) -> dict:
+    """A workload's gates under another cache policy: that run's numbers, the default policy's repeatability."""
+    entry = {**_headline(run), "name": workload["name"], "unseen": workload["unseen"],
+             "repeatability_median": workload["repeatability_median"],
+             "large_elementwise_rows": run["large_elementwise_rows"],
+             "large_elementwise_ratio": run["large_elementwise_ratio"]}
+    return {**entry, "gates": gates(entry, run["per_type"])}
 
 
 def _tagged(rows: list[dict], name: str) -> list[dict]:
@@ -531,6 +544,8 @@ def markdown(report: dict) -> str:
                      f"{_pct(w['time_weighted_gap'])} | {w['schema_rows']} ({_pct(w['schema_median_gap'])}) | "
                      f"{w['cat_rows']} ({_pct(w['cat_median_gap'])} / {_pct(w['cat_max_gap'])}) |")
     lines += ["", "## Issue 18's gates (default policy)", "", *gates_table(report["workloads"])]
+    for run_name, entries in report.get("policy_gates", {}).items():
+        lines += ["", f"The same under `{run_name}` (repeatability: the default policy's):", "", *gates_table(entries)]
     lines += ["", "## Gap to the in-workload time, per cache policy (profiled rows of both workloads)", "",
               "| policy | rows | median gap | p90 gap | time-weighted gap | median replay/profiled |",
               "|---|---|---|---|---|---|"]

@@ -137,3 +137,37 @@ def test_rows_measured_in_one_batch_all_get_their_outcome(tmp_path):
     assert written[contract.REPLAY_STATUS].tolist() == [STATUS_OK] * 5
     assert written[contract.REPLAY_SAMPLE_COUNT].tolist() == ["2"] * 5
     assert json.dumps(job.status_counts()) == '{"ok": 5}'
+
+
+def test_insitu_rewrites_warm_inputs_from_twins_and_keeps_their_values():
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    storage = torch.randn(10, 8)
+    gate, up = storage[:, :4], storage[:, 4:]
+    case = ReplayCase(fn=torch.add, args=(gate, up), warm=(gate, up))
+    _, views, text = state.plan(case)
+    assert len(views) == 2 and text.startswith("insitu: flush (read 2 MiB), then 2 warm input(s)")
+    assert "rewritten into L2, 2 by a copy from a twin (its producer's reads interleaved), 0 in place" in text
+    before = storage.clone()
+    storage.zero_()                          # the twins were taken at plan time: prepare restores those bytes
+    state.prepare(views)
+    assert torch.equal(storage[:, :4], before[:, :4]) and torch.equal(storage, before)
+    inplace = CacheState(torch.device("cpu"), "insitu-inplace", 1 << 20)
+    _, views, text = inplace.plan(case)
+    assert len(views) == 2 and "rewritten into L2 in place" in text
+    storage.zero_()
+    inplace.prepare(views)                   # no twins: the bytes stay as they are
+    assert not storage.any()
+
+
+def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewrite():
+    offsets = torch.tensor([1, 3, 4], dtype=torch.int32)
+    tokens = torch.randn(4, 8)
+    case = ReplayCase(fn=torch.add, args=(tokens, offsets), warm=(tokens, offsets),
+                      value_variants=[(offsets, [torch.tensor([1, 3, 4], dtype=torch.int32),
+                                                 torch.tensor([2, 2, 4], dtype=torch.int32)])])
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    _, views, text = state.plan(case)
+    assert len(views) == 2 and "1 by a copy from a twin (its producer's reads interleaved), 1 in place" in text
+    case.next_values()                       # the second recorded call's offsets, then the cache preparation
+    state.prepare(views)
+    assert offsets.tolist() == [2, 2, 4]     # not put back to the first call's values by a twin

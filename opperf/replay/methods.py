@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from opperf.power_samples import POWER_DRAWING_OPS, op_base_name
 
-CACHE_POLICIES = ("insitu", "flush", "rotate", "none")
+CACHE_POLICIES = ("insitu", "insitu-inplace", "flush", "rotate", "none")
 DEFAULT_CACHE_POLICY = "insitu"
 
 METHOD_CPU_WALL = "cpu wall clock (perf_counter_ns) per call"

@@ -1,0 +1,85 @@
+#!/usr/bin/env python
+"""Two cache policies on the same parsed rows: the table and JSON of one `benchmarks/cache_policy_ab_run.sh` run.
+
+The run leaves, per workload, the databases replayed under each policy (`ab/<workload>/<policy>/data/...`). This
+reads them and compares the policies on the rows both replayed (a run cut off by the device tool's time limit leaves
+the later policy's last kernel types replayed by the earlier database's policy; those rows are left out, and the
+row counts say so): median / p90 / time-weighted gap, the median ratio of the large elementwise rows, and the kernel
+types with at least 1 % of the workload's time whose median gap is over 5 % (issue 18's gates but repeatability).
+
+    python benchmarks/cache_policy_ab.py DIR --policies insitu-inplace insitu --device "NVIDIA H200" --date 2026-11-25
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cuda_replay import _pct, analyse_run, gates, large_elementwise, read_rows  # noqa: E402
+
+REPLAY_L2_POLICY = "Replay L2 Policy"
+
+
+def replayed_under(rows: list[dict], policy: str) -> set[tuple[str, int]]:
+    """(type, line) of the rows whose `Replay L2 Policy` names this policy."""
+    return {(r["_type"], r["_line"]) for r in rows if (r.get(REPLAY_L2_POLICY) or "").split(":")[0] == policy}
+
+
+def compare(workload: Path, policies: list[str]) -> dict | None:
+    runs = {}
+    for policy in policies:
+        directories = sorted(workload.glob(f"{policy}/data/*/*/*"))
+        if not directories:
+            return None
+        runs[policy] = read_rows(directories[0])
+    common = set.intersection(*(replayed_under(rows, policy) for policy, rows in runs.items()))
+    entry = {"name": workload.name, "rows": len(common), "policies": {}}
+    for policy, rows in runs.items():
+        chosen = [r for r in rows if (r["_type"], r["_line"]) in common]
+        summary = {**analyse_run(chosen), **large_elementwise(chosen)}
+        summary.pop("worst_rows")
+        over = gates(summary, summary["per_type"])["type_median_gap"]["value"]
+        entry["policies"][policy] = {**summary, "types_over": over}
+    return entry
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, help="the run's directory (holding ab/<workload>/<policy>/data)")
+    parser.add_argument("--policies", nargs=2, default=["insitu-inplace", "insitu"],
+                        help="the two policies, as the run named them (runs before 2026-11-25 02:15 UTC called today's insitu "
+                        "insitu-copy and today's insitu-inplace insitu)")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--date", required=True)
+    parser.add_argument("--note", default="", help="what differs about this run (code, cut-offs)")
+    parser.add_argument("--output", type=Path, help="JSON path (default: RESULTS/cache_policy_ab.json)")
+    args = parser.parse_args()
+    entries = [e for w in sorted((args.results / "ab").iterdir()) if (e := compare(w, args.policies))]
+    first, second = args.policies
+    print(f"| workload | rows | {first}: median / p90 / time-weighted, large ratio, types over 5 % | {second} |")
+    print("|---|---|---|---|")
+    for entry in entries:
+        cells = []
+        for policy in args.policies:
+            m = entry["policies"][policy]
+            over = ", ".join(f"{t} {100 * v:.1f} %" for t, v in sorted(m["types_over"].items())) or "none"
+            ratio = m["large_elementwise_ratio"]
+            cells.append(f"{_pct(m['median_gap'])} / {_pct(m['p90_gap'])} / {_pct(m['time_weighted_gap'])}, "
+                         f"{'-' if ratio is None else f'{ratio:.3f}'}, {over}")
+        print(f"| {entry['name']} | {entry['rows']} | {' | '.join(cells)} |")
+    document = {"device": args.device, "date": args.date, "policies": args.policies, "note": args.note,
+                "method": "benchmarks/cache_policy_ab_run.sh: every row replayed under each policy on one machine, "
+                          "30 repetitions, after-gemm; rows both policies replayed",
+                "workloads": entries}
+    output = args.output or args.results / "cache_policy_ab.json"
+    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwritten to {output}")
+    return 0 if entries else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
