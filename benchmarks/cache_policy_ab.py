@@ -13,13 +13,12 @@ types with at least 1 % of the workload's time whose median gap is over 5 % (iss
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import _pct, analyse_run, gates, large_elementwise, read_rows  # noqa: E402
+from cuda_replay import _pct, analyse_run, gates, large_elementwise, read_rows, write_summary  # noqa: E402
 
 REPLAY_L2_POLICY = "Replay L2 Policy"
 
@@ -75,10 +74,7 @@ def main() -> int:
                 "method": "benchmarks/cache_policy_ab_run.sh: every row replayed under each policy on one machine, "
                           "30 repetitions, after-gemm; rows both policies replayed",
                 "workloads": entries}
-    output = args.output or args.results / "cache_policy_ab.json"
-    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"\nwritten to {output}")
-    return 0 if entries else 1
+    return write_summary(args.output or args.results / "cache_policy_ab.json", document, bool(entries))
 
 
 if __name__ == "__main__":

@@ -470,6 +470,13 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
     return report
 
 
+def write_summary(path: Path, document: dict, found: bool) -> int:
+    """Write a benchmark summary's JSON, say where; exit status 1 when it found nothing to summarise."""
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwritten to {path}")
+    return 0 if found else 1
+
+
 def _policy_entry(workload: dict, run: dict) -> dict:
     """A workload's gates under another cache policy: that run's numbers, the default policy's repeatability."""
     entry = {**_headline(run), "name": workload["name"], "unseen": workload["unseen"],

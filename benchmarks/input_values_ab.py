@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import gap_summary  # noqa: E402
+from cuda_replay import gap_summary, write_summary  # noqa: E402
 
 RUNS = ("balanced", "recorded", "recorded_seed1")
 TYPES = ("bincount", "_grouped_mm", "histc", "masked_fill_", "where", "index", "_index_put_impl_", "index_select",
@@ -97,10 +96,7 @@ def main() -> int:
                 "method": "scripts/replay.py per kernel type from the same parsed rows, default policies (insitu, "
                           "after-gemm), 30 repetitions; gap of Average Duration to Profiling Average Duration",
                 "workloads": entries, **({"chains": chains} if chains else {})}
-    output = args.output or args.results / "input_values_ab.json"
-    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    print(f"\nwritten to {output}")
-    return 0 if entries else 1
+    return write_summary(args.output or args.results / "input_values_ab.json", document, bool(entries))
 
 
 if __name__ == "__main__":
