@@ -27,8 +27,11 @@ The JSON's top-level `workloads` list has one entry per workload: `name`, `sourc
 `trace_time_attributed` (share of the trace's device time the parse put into rows, trace_attribution.json),
 `median_gap`, `p90_gap`, `time_weighted_gap` (default policy), `schema_rows` / `schema_median_gap` (rows replayed
 from their op's schema, no definition), `cat_rows` / `cat_median_gap` / `cat_max_gap`, and `unseen` (true: the
-workload played no part in developing the replay code, issue 18). A transformers trace is parsed without its
-workload.json (renamed workload_info.json), as a user's trace comes.
+workload played no part in developing the replay code, issue 18), `large_elementwise_rows` / `_ratio` (median
+replay/profiled of the elementwise rows of 20 µs or more), `repeatability_median` (the workload's two replays) and
+`gates` (issue 18's acceptance: TARGETS, per-type medians, the large elementwise ratio; each value, target and
+whether it is met; `policy_gates` has the same under every other cache policy replayed). A transformers trace is
+parsed without its workload.json (renamed workload_info.json), as a user's trace comes.
 
 Stages can run separately (`--stages profile parse` on one call, `--stages replay report` on a later
 one with the same --work-dir), so the whole benchmark fits machines held for a few minutes at a time.
