@@ -171,3 +171,16 @@ def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewri
     case.next_values()                       # the second recorded call's offsets, then the cache preparation
     state.prepare(views)
     assert offsets.tolist() == [2, 2, 4]     # not put back to the first call's values by a twin
+
+
+def test_config_schema_offers_exactly_the_cache_policies_replay_knows():
+    import yaml
+
+    from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY
+
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "config" / "config.schema.yaml"
+    schema = yaml.safe_load(path.read_text(encoding="utf-8"))
+    l2 = schema["properties"]["replay"]["properties"]["l2_policy"]
+    assert l2["enum"] == list(CACHE_POLICIES) and l2["default"] == DEFAULT_CACHE_POLICY == "insitu"
