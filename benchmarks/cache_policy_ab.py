@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import _pct, analyse_run, gates, large_elementwise, read_rows, write_summary  # noqa: E402
+from cuda_replay import _pct, analyse_run, gates, large_elementwise, quantile, read_rows, write_summary  # noqa: E402
 
 REPLAY_L2_POLICY = "Replay L2 Policy"
 
@@ -46,6 +48,31 @@ def compare(workload: Path, policies: list[str]) -> dict | None:
     return entry
 
 
+def signature_durations(directory: Path) -> dict[tuple, float]:
+    """(type, shapes, strides, scalars) -> replayed mean (µs) of one database: rows matched across databases."""
+    return {(r["_type"], r.get("Input Shapes", ""), r.get("Input Strides", ""), r.get("Input Scalars", "")):
+            float(r["Average Duration(us)"]) for r in read_rows(directory) if r.get("Average Duration(us)")}
+
+
+def across_machines(results: Path, policy: str, against: list[Path]) -> dict:
+    """Per workload, how far this run's replay under `policy` is from the chain's own replay of the same rows (another
+    machine of the kind; `against`: those chains' databases_recorded.tar.gz)."""
+    out = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for index, path in enumerate(against):
+            with tarfile.open(path) as archive:
+                archive.extractall(Path(scratch) / str(index), filter="data")
+        for workload in sorted((results / "ab").iterdir()):
+            mine = sorted(workload.glob(f"{policy}/data/*/*/*"))
+            theirs = sorted(Path(scratch).glob(f"**/{workload.name}/insitu/data/*/*/*"))
+            if not mine or not theirs:
+                continue
+            a, b = signature_durations(mine[0]), signature_durations(theirs[0])
+            diffs = [abs(1 - a[k] / b[k]) for k in a if k in b]
+            out[workload.name] = {"rows": len(diffs), "median": quantile(diffs, 0.5), "p90": quantile(diffs, 0.9)}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, help="the run's directory (holding ab/<workload>/<policy>/data)")
@@ -56,6 +83,8 @@ def main() -> int:
     parser.add_argument("--date", required=True)
     parser.add_argument("--note", default="", help="what differs about this run (code, cut-offs)")
     parser.add_argument("--output", type=Path, help="JSON path (default: RESULTS/cache_policy_ab.json)")
+    parser.add_argument("--against", nargs="+", type=Path, help="the databases_recorded.tar.gz the rows came from: how "
+                        "far the first policy's replay is from those chains' (another machine), per workload")
     args = parser.parse_args()
     entries = [e for w in sorted((args.results / "ab").iterdir()) if (e := compare(w, args.policies))]
     first, second = args.policies
@@ -70,7 +99,11 @@ def main() -> int:
             cells.append(f"{_pct(m['median_gap'])} / {_pct(m['p90_gap'])} / {_pct(m['time_weighted_gap'])}, "
                          f"{'-' if ratio is None else f'{ratio:.3f}'}, {over}")
         print(f"| {entry['name']} | {entry['rows']} | {' | '.join(cells)} |")
-    document = {"device": args.device, "date": args.date, "policies": args.policies, "note": args.note,
+    machines = across_machines(args.results, first, args.against) if args.against else {}
+    for name, m in machines.items():
+        print(f"{name}: {first} here against the chain's replay on another machine, {m['rows']} rows: median "
+              f"{_pct(m['median'])}, p90 {_pct(m['p90'])}")
+    document = {"device": args.device, "across_machines": machines, "date": args.date, "policies": args.policies, "note": args.note,
                 "method": "benchmarks/cache_policy_ab_run.sh: every row replayed under each policy on one machine, "
                           "30 repetitions, after-gemm; rows both policies replayed",
                 "workloads": entries}
