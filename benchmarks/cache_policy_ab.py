@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import _pct, analyse_run, gates, large_elementwise, quantile, read_rows, write_summary  # noqa: E402
+from cuda_replay import (WORKLOADS, _pct, analyse_run, gates, large_elementwise, quantile, read_rows,  # noqa: E402
+                         write_summary)
 
 REPLAY_L2_POLICY = "Replay L2 Policy"
 
@@ -38,7 +39,8 @@ def compare(workload: Path, policies: list[str]) -> dict | None:
             return None
         runs[policy] = read_rows(directories[0])
     common = set.intersection(*(replayed_under(rows, policy) for policy, rows in runs.items()))
-    entry = {"name": workload.name, "rows": len(common), "policies": {}}
+    known = WORKLOADS.get(workload.name)
+    entry = {"name": workload.name, "unseen": known.unseen if known else None, "rows": len(common), "policies": {}}
     for policy, rows in runs.items():
         chosen = [r for r in rows if (r["_type"], r["_line"]) in common]
         summary = {**analyse_run(chosen), **large_elementwise(chosen)}
