@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import (WORKLOADS, _pct, analyse_run, gates, large_elementwise, quantile, read_rows,  # noqa: E402
-                         write_summary)
+from cuda_replay import (WORKLOADS, _pct, analyse_run, gates, large_elementwise, quantile,  # noqa: E402
+                         replayed_rows, unpacked, write_summary)
 
 REPLAY_L2_POLICY = "Replay L2 Policy"
 
@@ -32,12 +31,9 @@ def replayed_under(rows: list[dict], policy: str) -> set[tuple[str, int]]:
 
 
 def compare(workload: Path, policies: list[str]) -> dict | None:
-    runs = {}
-    for policy in policies:
-        directories = sorted(workload.glob(f"{policy}/data/*/*/*"))
-        if not directories:
-            return None
-        runs[policy] = read_rows(directories[0])
+    runs = {policy: replayed_rows(workload, policy) for policy in policies}
+    if not all(runs.values()):
+        return None
     common = set.intersection(*(replayed_under(rows, policy) for policy, rows in runs.items()))
     known = WORKLOADS.get(workload.name)
     entry = {"name": workload.name, "unseen": known.unseen if known else None, "rows": len(common), "policies": {}}
@@ -50,10 +46,10 @@ def compare(workload: Path, policies: list[str]) -> dict | None:
     return entry
 
 
-def signature_durations(directory: Path) -> dict[tuple, float]:
-    """(type, shapes, strides, scalars) -> replayed mean (µs) of one database: rows matched across databases."""
+def signature_durations(rows: list[dict]) -> dict[tuple, float]:
+    """(type, shapes, strides, scalars) -> replayed mean (µs) of one database's rows: rows matched across databases."""
     return {(r["_type"], r.get("Input Shapes", ""), r.get("Input Strides", ""), r.get("Input Scalars", "")):
-            float(r["Average Duration(us)"]) for r in read_rows(directory) if r.get("Average Duration(us)")}
+            float(r["Average Duration(us)"]) for r in rows if r.get("Average Duration(us)")}
 
 
 def across_machines(results: Path, policy: str, against: list[Path]) -> dict:
@@ -61,15 +57,14 @@ def across_machines(results: Path, policy: str, against: list[Path]) -> dict:
     machine of the kind; `against`: those chains' databases_recorded.tar.gz)."""
     out = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for index, path in enumerate(against):
-            with tarfile.open(path) as archive:
-                archive.extractall(Path(scratch) / str(index), filter="data")
+        roots = [unpacked(path, Path(scratch) / str(index)) for index, path in enumerate(against)]
         for workload in sorted((results / "ab").iterdir()):
-            mine = sorted(workload.glob(f"{policy}/data/*/*/*"))
-            theirs = sorted(Path(scratch).glob(f"**/{workload.name}/insitu/data/*/*/*"))
+            mine = replayed_rows(workload, policy)
+            theirs = [row for root in roots for directory in sorted(root.glob(f"**/{workload.name}"))
+                      for row in replayed_rows(directory, "insitu")]
             if not mine or not theirs:
                 continue
-            a, b = signature_durations(mine[0]), signature_durations(theirs[0])
+            a, b = signature_durations(mine), signature_durations(theirs)
             diffs = [abs(1 - a[k] / b[k]) for k in a if k in b]
             out[workload.name] = {"rows": len(diffs), "median": quantile(diffs, 0.5), "p90": quantile(diffs, 0.9)}
     return out
@@ -105,7 +100,8 @@ def main() -> int:
     for name, m in machines.items():
         print(f"{name}: {first} here against the chain's replay on another machine, {m['rows']} rows: median "
               f"{_pct(m['median'])}, p90 {_pct(m['p90'])}")
-    document = {"device": args.device, "across_machines": machines, "date": args.date, "policies": args.policies, "note": args.note,
+    document = {"device": args.device, "date": args.date, "policies": args.policies, "note": args.note,
+                "across_machines": machines,
                 "method": "benchmarks/cache_policy_ab_run.sh: every row replayed under each policy on one machine, "
                           "30 repetitions, after-gemm; rows both policies replayed",
                 "workloads": entries}

@@ -53,6 +53,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -274,6 +275,21 @@ def read_rows(database: Path) -> list[dict]:
     return rows
 
 
+def replayed_rows(workload_dir: Path, policy: str) -> list[dict]:
+    """The rows of one workload's database replayed under `policy` (`<workload_dir>/<policy>/data/<device>/torch/
+    <version>/*.csv`, as the replay stage and the *_run.sh scripts leave them); [] when there is none."""
+    return [row for directory in sorted(workload_dir.glob(f"{policy}/data/*/*/*")) for row in read_rows(directory)]
+
+
+def unpacked(path: Path, scratch: Path) -> Path:
+    """A directory of replayed databases: `path` itself, or the .tar.gz it names unpacked into `scratch`."""
+    if path.is_dir():
+        return path
+    with tarfile.open(path) as archive:
+        archive.extractall(scratch, filter="data")
+    return scratch
+
+
 def quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -473,7 +489,7 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
     return report
 
 
-def write_summary(path: Path, document: dict, found: bool) -> int:
+def write_summary(path: Path, document: dict | list, found: bool) -> int:
     """Write a benchmark summary's JSON, say where; exit status 1 when it found nothing to summarise."""
     path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"\nwritten to {path}")

@@ -36,22 +36,23 @@ BLOCK = 1024          # elements per block of the vectorised kernel for 2-byte d
 TYPES = ("rsqrt", "add", "neg", "clone", "_to_copy")
 
 
-def whole_blocks(value: float) -> bool:
-    return int(value) % BLOCK == 0
+def crosses(point) -> bool:
+    """Whether a holdout point's target and neighbours lie on both sides of the block boundary."""
+    return len({int(value) % BLOCK == 0 for value in (point.value, point.lower, point.upper)}) > 1
 
 
 def split(points) -> dict:
     """Counts and p90s of the legal points, all and by whether they cross the block boundary."""
     legal = [p for p in points if p.legal]
-    crossing = [p for p in legal if len({whole_blocks(p.value), whole_blocks(p.lower), whole_blocks(p.upper)}) > 1]
-    same = [p for p in legal if p not in crossing]
+    crossing = [p for p in legal if crosses(p)]
+    same = [p for p in legal if not crosses(p)]
 
     def p90(group):
         return float(np.percentile([p.relative_error for p in group], 90)) if group else None
 
     over = [p for p in legal if p.relative_error > 0.10]
     return {"points": len(legal), "p90": p90(legal), "over_10pct": len(over),
-            "over_10pct_crossing": sum(1 for p in over if p in crossing),
+            "over_10pct_crossing": sum(1 for p in over if crosses(p)),
             "crossing": len(crossing), "crossing_p90": p90(crossing), "same_side": len(same), "same_side_p90": p90(same),
             "worst": [{"value": p.value, "lower": p.lower, "upper": p.upper, "error": round(p.relative_error, 4),
                        "bucket": p.bucket} for p in sorted(over, key=lambda p: -p.relative_error)[:5]]}

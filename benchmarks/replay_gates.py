@@ -26,13 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_replay import DEFAULT_CACHE_POLICY, gates, gates_table, large_elementwise, read_rows  # noqa: E402
+from cuda_replay import (DEFAULT_CACHE_POLICY, gates, gates_table, large_elementwise, replayed_rows,  # noqa: E402
+                         unpacked, write_summary)
 
 
 def _database_rows(root: Path, workload: str) -> list[dict]:
     """The replayed rows of one workload under root (its default-policy database, found at any depth)."""
-    directories = sorted({path.parent for path in root.glob(f"**/{workload}/{DEFAULT_CACHE_POLICY}/data/*/*/*/*.csv")})
-    return [row for directory in directories for row in read_rows(directory)]
+    return [row for directory in sorted(root.glob(f"**/{workload}")) for row in
+            replayed_rows(directory, DEFAULT_CACHE_POLICY)]
 
 
 def evaluate(report: dict, databases: Path | None) -> list[dict]:
@@ -51,15 +52,6 @@ def evaluate(report: dict, databases: Path | None) -> list[dict]:
     return entries
 
 
-def _unpacked(path: Path, scratch: Path) -> Path:
-    """A directory of replayed databases: path itself, or the .tar.gz unpacked into scratch."""
-    if path.is_dir():
-        return path
-    with tarfile.open(path) as archive:
-        archive.extractall(scratch, filter="data")
-    return scratch
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", nargs="+", help="cuda_replay.json files, each optionally =DATABASES (a directory "
@@ -72,7 +64,7 @@ def main() -> int:
         try:
             report = json.loads(Path(path).read_text(encoding="utf-8"))
             with tempfile.TemporaryDirectory() as scratch:
-                entries = evaluate(report, _unpacked(Path(databases), Path(scratch)) if databases else None)
+                entries = evaluate(report, unpacked(Path(databases), Path(scratch)) if databases else None)
         except (OSError, ValueError, KeyError, tarfile.TarError) as error:
             print(f"{argument}: not a cuda_replay.json report with its databases ({error!r})", file=sys.stderr)
             return 1
@@ -82,8 +74,7 @@ def main() -> int:
     for result in document:
         print("\n".join(gates_table(result["workloads"], device=result["device"])[2:]))
     if args.json:
-        args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        print(f"\nwritten to {args.json}")
+        write_summary(args.json, document, True)
     return 0
 
 
