@@ -17,7 +17,8 @@
 #   DEV=H200 VARIANTS=recorded bash benchmarks/input_values_ab_run.sh
 #   DEV=H200 SKIP_PROFILE=1 TYPES="_grouped_mm histc" VARIANTS=balanced bash benchmarks/input_values_ab_run.sh
 . benchmarks/device_setup.sh
-W=/tmp/iv; DEV=${DEV:-H100}; RES=${RES:-/tmp/ivres}; mkdir -p $RES
+W=/tmp/iv; DEV=${DEV:-H100}; RES=${RES:-/tmp/ivres}
+rm -rf $RES && mkdir -p $RES     # W stays for SKIP_PROFILE; RES holds only this call's results (no stale report packed)
 WORKLOADS=${WORKLOADS:-hf_olmoe_64x8 hf_qwen2_moe_60x4 hf_mixtral_8x2}
 VARIANTS=${VARIANTS-$([ -n "${TYPES:-}" ] || echo recorded balanced)}
 COLUMN="Profiling Input Values"
