@@ -27,6 +27,7 @@ from opperf.database.interpolation import (
     holdout_errors,
     holdout_summary,
     interpolate,
+    layout_class,
     single_axis,
 )
 from opperf.database.runtime import runtime_nz_to_nd
@@ -278,3 +279,62 @@ def test_rows_that_broadcast_other_operands_are_another_bucket():
     assert (three.status, three.latency_us) == ("INTERPOLATED", pytest.approx(linear(3, 2, 2.530167, 4, 2.499233)))
     without_two = interpolate({"mul": rows[rows["Input Shapes"] != '"1,2,257,128;1,1,257,128"']}, mul(2), mapping)
     assert without_two.status == "ILLEGAL" and "broadcast operands" in without_two.reason
+
+
+# --- execution branches (rows a holdout may not combine: interpolation.execution_branch) ------------------------
+
+def _generic_rows(shapes_latency: dict[str, float], strides: dict[str, str] | None = None) -> pd.DataFrame:
+    return pd.DataFrame([{"OP State": "eager", "Accelerator Core": "CUDA", "Input Shapes": f'"{shape}"',
+                          "Input Data Types": "DT_BF16", "Input Formats": "ND", "Output Shapes": f'"{shape}"',
+                          "Output Data Types": "DT_BF16", "Output Formats": "ND", "Duration(us)": str(us),
+                          "Input Strides": (strides or {}).get(shape, "")}
+                         for shape, us in shapes_latency.items()])
+
+
+def _mapping(kernel_type: str, category: str, backend: str | None = "cuda") -> dict:
+    mapping = {"operator_mappings": {f"aten.{kernel_type}.default": {"kernel_type": kernel_type, "category": category}}}
+    if backend:
+        mapping["opperf"] = {"backend": backend, "kernel_types": {kernel_type: {"category": category}}}
+    return mapping
+
+
+def test_the_vectorised_kernels_tail_is_another_branch_than_whole_blocks():
+    """rsqrt of (1, N, 1) bf16, replayed on an H100 (benchmarks/results/cuda_database/): whole 1,024-element blocks
+    run PyTorch's vectorised loop only (4,096: 1.19 µs), any remainder also its scalar tail (4,095: 1.49 µs). 4,096
+    predicted from 4,095 and 4,097 mixes the two and is ILLEGAL; 3,000 from 2,049 and 4,095 (all with a tail) is
+    legal. Only CUDA declares the block: the same rows of a CPU database are one branch."""
+    latency = {1000: 1.5606, 1023: 1.566933, 1024: 1.256467, 1025: 1.230867, 2047: 1.4529, 2048: 1.218267,
+               2049: 1.276667, 3000: 1.5018, 4095: 1.4891, 4096: 1.192467, 4097: 1.273433}
+    rows = _generic_rows({f"1,{n},1": us for n, us in latency.items()})
+    points = {p.value: p for p in holdout_errors(rows, "rsqrt", _mapping("rsqrt", "elementwise"))}
+    whole = points[4096.0]
+    assert (whole.lower, whole.upper, whole.legal, whole.crosses_branch) == (4095.0, 4097.0, False, True)
+    assert whole.relative_error == pytest.approx(abs(linear(4096, 4095, 1.4891, 4097, 1.273433) - 1.192467) / 1.192467)
+    tail = points[3000.0]
+    assert (tail.lower, tail.upper, tail.legal, tail.crosses_branch) == (2049.0, 4095.0, True, False)
+    assert tail.predicted_us == pytest.approx(linear(3000, 2049, 1.276667, 4095, 1.4891))
+    assert sorted(v for v, p in points.items() if p.legal) == [3000.0]
+    for mapping in (_mapping("rsqrt", "elementwise", "cpu"), _mapping("rsqrt", "elementwise", None),
+                    _mapping("rsqrt", "reduction")):
+        assert all(p.legal and not p.crosses_branch for p in holdout_errors(rows, "rsqrt", mapping))
+
+
+def test_rows_read_through_another_buffer_layout_are_another_branch():
+    """neg of a rope slice (1, h, 6000, 64) of DeepSeek-V3's fused buffer, one row per TP size, replayed on an H100:
+    h = 2, 4, 8 read a buffer 10x the slice's width, h = 16, 32, 64 one 1.25x. 16 heads predicted from 8 and 32
+    (19.1 µs against 14.9) crosses layouts and is ILLEGAL; 32 from 16 and 64, and 4 from 2 and 8, are legal."""
+    latency = {1: 2.581433, 2: 3.638533, 4: 5.833733, 8: 10.4142, 16: 14.878267, 32: 36.830833, 64: 69.701067}
+    token_stride = {1: 1280, 2: 2560, 4: 5120, 8: 10240, 16: 2560, 32: 5120, 64: 10240}
+    rows = _generic_rows({f"1,{h},6000,64": us for h, us in latency.items()},
+                         {f"1,{h},6000,64": f"{6000 * s},128,{s},1" for h, s in token_stride.items()})
+    points = {p.value: p for p in holdout_errors(rows, "neg", _mapping("neg", "elementwise"))}
+    assert (points[16.0].legal, points[16.0].crosses_branch) == (False, True)
+    assert points[16.0].predicted_us == pytest.approx(linear(16, 8, 10.4142, 32, 36.830833))
+    assert points[32.0].legal and points[32.0].relative_error == pytest.approx(
+        abs(linear(32, 16, 14.878267, 64, 69.701067) - 36.830833) / 36.830833)
+    assert points[4.0].legal and not points[2.0].legal       # h = 1 has no heads dim to read through: its own layout
+    assert layout_class((1, 2, 6000, 64), (15360000, 128, 2560, 1)) == ((3, 1.0), (1, 2.0), (2, 10.0))
+    assert layout_class((1, 8, 6000, 64), (61440000, 128, 10240, 1)) == ((3, 1.0), (1, 2.0), (2, 10.0))
+    assert layout_class((1, 16, 6000, 64), (15360000, 128, 2560, 1)) == ((3, 1.0), (1, 2.0), (2, 1.25))
+    assert layout_class((4, 8), (8, 1)) == layout_class((4, 8), None) == "packed"
+    assert layout_class((4, 8), (0, 1)) == ((0, 0.0), (1, 1.0))               # broadcast along dim 0

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 import yaml
 
-from opperf.contract import TORCH_TO_PROFILER_DTYPE
+from opperf.contract import (TORCH_TO_PROFILER_DTYPE, dtype_bytes, is_contiguous, is_known_dtype, parse_strides,
+                             split_slots)
 from opperf.database.runtime import RUNTIME_QUERY_DTYPE, _logical, is_block_padded, strip_batch
 from opperf.errors import OpperfError
 
@@ -1137,6 +1138,7 @@ class HoldoutPoint:
     legal: bool
     latency_column: str
     bucket: str
+    crosses_branch: bool = False          # illegal because a neighbour ran another execution branch
 
 
 def mapping_for_kernel(kernel_type: str, op_mapping: Mapping) -> Mapping:
@@ -1150,6 +1152,59 @@ def mapping_for_kernel(kernel_type: str, op_mapping: Mapping) -> Mapping:
         if kernel_type in (entry.get("alternate_kernel_types") or []):
             return entry
     return {"kernel_type": kernel_type}
+
+
+# --- execution branches: what the standard's bucket also holds fixed, read from a row --------------------------
+#
+# The V1 standard's interpolation bucket is the strict signature less the interpolated axis, and the strict
+# signature keeps "the runtime metadata that selects an execution branch"; it forbids interpolating across
+# branches. Two such fields are in our rows but not in the runtime's key, and both were measured to change the
+# kernel's time in steps a line between neighbours cannot follow (benchmarks/results/cuda_database/README.md):
+# - the memory layout of each input (Input Strides): rows of one runtime key along an axis come from other TP
+#   sizes, whose fused buffers the op reads through other strides (neg of a rope slice, 16 heads: 14.9 µs read
+#   at 1.25x the packed row width, predicted 19.1 µs from 8 and 32 heads read at 10x and 1.25x);
+# - for packed inputs on CUDA, whether the element count fills whole blocks of PyTorch's vectorised elementwise
+#   kernel (128 threads x 16-byte vectors: 2,048 bytes; 1,024 bf16 elements, measured on an H100): the rest
+#   runs the scalar tail path (add/rsqrt of 4,096 bf16 elements 1.2 µs, of 4,095 or 4,097 1.3–1.5 µs).
+# Holdout points whose neighbours lie on another branch are ILLEGAL, like those combining buckets.
+
+VECTOR_BLOCK_BYTES = {"cuda": 2048}
+# Definition categories whose CUDA kernels are TensorIterator loops (vectorised when every operand is packed).
+VECTORISED_CATEGORIES = frozenset({"elementwise", "activation", "memory"})
+
+
+def layout_class(shape: Sequence[int], strides: Sequence[int] | None) -> tuple | str:
+    """A size-independent name for a tensor's memory layout: 'packed', or the dims (size > 1) innermost first
+    with each one's stride relative to the extent of the dim inside it (1: packed against it; 10: one row in
+    ten of a wider buffer; 0: broadcast). Rows of one layout family keep it as the interpolated axis grows."""
+    if strides is None or len(strides) != len(shape) or is_contiguous(shape, strides):
+        return "packed"
+    dims = sorted((i for i, size in enumerate(shape) if size > 1), key=lambda i: (strides[i], -i))
+    family, inner = [], 1
+    for i in dims:
+        family.append((i, round(strides[i] / inner, 4) if inner else 0.0))
+        inner = strides[i] * shape[i] if strides[i] else inner
+    return tuple(family)
+
+
+def execution_branch(row: Mapping[str, Any], backend: str | None, category: str | None) -> tuple:
+    """(each input's layout class, whether a packed CUDA loop fills whole vector blocks or None)."""
+    shapes = parse_runtime_shapes(_text(row.get("Input Shapes", "")))
+    try:
+        slots = split_slots(_text(row.get("Input Strides", "")))
+        strides = [parse_strides(slot) for slot in slots]
+    except OpperfError:
+        strides = []
+    strides += [None] * (len(shapes) - len(strides))
+    layouts = tuple(layout_class(shape, stride) for shape, stride in zip(shapes, strides))
+    block = VECTOR_BLOCK_BYTES.get(backend or "")
+    outputs = parse_runtime_shapes(_text(row.get("Output Shapes", "")))
+    out_dtypes = parse_runtime_names(_text(row.get("Output Data Types", "")))
+    whole_blocks = None
+    if (block and category in VECTORISED_CATEGORIES and outputs and out_dtypes and is_known_dtype(out_dtypes[0])
+            and all(layout == "packed" for layout in layouts)):
+        whole_blocks = (_numel(outputs[0]) or 0) * dtype_bytes(out_dtypes[0]) % block == 0
+    return layouts, whole_blocks
 
 
 def holdout_errors(rows: pd.DataFrame, kernel_type: str, op_mapping: Mapping | None = None) -> list[HoldoutPoint]:
@@ -1180,15 +1235,20 @@ def holdout_errors(rows: pd.DataFrame, kernel_type: str, op_mapping: Mapping | N
         raise OpperfError(f"the runtime cannot interpolate {exc}") from exc
     axis = path.axis_groups_for(kernel_type)[0][0]
     override = path.override(kernel_type)
+    opperf = op_mapping.get("opperf") if isinstance(op_mapping.get("opperf"), Mapping) else {}
+    kernel_entry = (opperf.get("kernel_types") or {}).get(kernel_type) or {}
+    table = rows.to_dict("records")
+    branches = {line: execution_branch(table[line - 2], opperf.get("backend"), kernel_entry.get("category"))
+                for line in {line for p in points for line in p.lines}} if table else {}
     records = []
     for group in _group(points).values():
         for label, subset in _latency_subsets(group):
-            records += _holdout_subset(path, subset, axis, override, kernel_type, label)
+            records += _holdout_subset(path, subset, axis, override, kernel_type, label, branches)
     return records
 
 
 def _holdout_subset(path: _Path, subset: list[Point], axis: str, override: Mapping, kernel_type: str,
-                    label: str) -> list[HoldoutPoint]:
+                    label: str, branches: Mapping[int, tuple]) -> list[HoldoutPoint]:
     matchers = {"q_tokens": _q_tokens_match} if isinstance(path, _AttentionPath) else None
     transform = (isinstance(path, _AttentionPath)
                  and override.get("axis_transform", override.get("shape_transform")) in {"sqrt", "sqrt_seq"})
@@ -1213,10 +1273,12 @@ def _holdout_subset(path: _Path, subset: list[Point], axis: str, override: Mappi
             held = _Target(kernel_type, target_axes, left_out[0].regime, bucket=left_out[0].bucket,
                            shapes=left_out[0].shapes)
             legal = path.legal(held, step) is None and all(p.bucket == left_out[0].bucket for p in step.used)
+            branch = {branches.get(line) for p in left_out for line in p.lines}
+            crosses = len(branch | {branches.get(line) for p in step.used for line in p.lines}) > 1
             records.append(HoldoutPoint(
                 kernel_type, tuple(sorted(p.line for p in left_out)), axis, value, low, high, actual, step.latency_us,
-                abs(step.latency_us - actual) / actual, legal, left_out[0].latency_column,
-                ", ".join(f"{k}={v}" for k, v in left_out[0].regime if k != "kernel_type")))
+                abs(step.latency_us - actual) / actual, legal and not crosses, left_out[0].latency_column,
+                ", ".join(f"{k}={v}" for k, v in left_out[0].regime if k != "kernel_type"), legal and crosses))
     return records
 
 

@@ -31,16 +31,21 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
     add_layout_rows(database, checks)
     kernels = {kernel_type: check.as_dict() for kernel_type, check in checks.items()}
     document = load_op_mapping(database)
-    all_errors = []
+    all_errors, all_crossing = [], []
     for kernel_type, table in tables.items():
-        points = [p for p in holdout_errors(table, kernel_type, document) if p.legal]
+        predicted = holdout_errors(table, kernel_type, document)
+        points = [p for p in predicted if p.legal]
+        crossing = [p for p in predicted if p.crosses_branch]
         all_errors += points
+        all_crossing += crossing
         worst = sorted(points, key=lambda p: -p.relative_error)[:WORST_SHOWN]
         kernels[kernel_type]["holdout"] = {
             **holdout_summary(points),
             "worst": [{"lines": list(p.lines), "axis": p.axis, "value": p.value, "actual_us": p.actual_us,
                        "predicted_us": round(p.predicted_us, 4), "relative_error": round(p.relative_error, 4),
-                       "bucket": p.bucket} for p in worst]}
+                       "bucket": p.bucket} for p in worst],
+            # Left out as ILLEGAL: a neighbour ran another execution branch (interpolation.execution_branch).
+            "cross_branch": holdout_summary(crossing)}
     totals = {
         "rows": sum(c.rows for c in checks.values()),
         "rows_with_duration": sum(c.rows_with_duration for c in checks.values()),
@@ -54,6 +59,7 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
     passed = (totals["findable"] + totals["not_modelled"] + totals["unmapped"] == totals["rows_with_duration"]
               and totals["duplicate_runtime_keys"] == 0)
     totals["holdout"] = holdout_summary(all_errors)
+    totals["holdout"]["cross_branch"] = holdout_summary(all_crossing)
     result = {"database": str(database), "passed": passed, "totals": totals, "kernel_types": kernels}
     if density_settings is not None:
         result["density"] = _density(database, density_settings, density_standard, kernels)
@@ -95,12 +101,25 @@ def _consumer(database: Path, recorded) -> dict:
                          "scenarios": a.recorded.scenarios[:3], "reason": a.reason} for a in failing]}
 
 
+def _crossing_cell(summary: dict | None) -> str:
+    return f"{summary['count']} ({_percent(summary['p90'])})" if summary and summary["count"] else "0"
+
+
+def _crossing_sentence(summary: dict | None) -> str:
+    if not summary or not summary["count"]:
+        return ""
+    return (f"; {summary['count']} more predictions used a neighbour that ran another execution branch (another "
+            f"memory layout, or the vectorised kernel's tail against whole blocks) and are ILLEGAL under the "
+            f"standard (their median {_percent(summary['median'])}, p90 {_percent(summary['p90'])})")
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The per-kernel-type table, plain text (markdown-compatible)."""
     lines = [f"# Database check: {result['database']}", "",
              "| kernel type | rows | layout rows | with duration | findable | duplicate keys | holdout points "
-             "| holdout median | holdout p90 | density (buckets meeting the standard) | mapped ops |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| holdout median | holdout p90 | cross-branch points (p90) | density (buckets meeting the standard) "
+             "| mapped ops |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for kernel_type, k in result["kernel_types"].items():
         findable = f"{k['findable']}" + (f" (+{k['not_modelled']} not modelled)" if k["not_modelled"] else "")
         findable += " (unmapped)" if k["unmapped"] else ""
@@ -108,6 +127,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"| {kernel_type} | {k['rows']} | {k['layout_rows'] if k['layout_rows'] is not None else '-'} "
                      f"| {k['rows_with_duration']} | {findable} | {k['duplicate_runtime_keys']} "
                      f"| {holdout['count']} | {_percent(holdout['median'])} | {_percent(holdout['p90'])} "
+                     f"| {_crossing_cell(holdout.get('cross_branch'))} "
                      f"| {_density_cell(k.get('density'), 'density' in result)} "
                      f"| {', '.join(k['mapped_ops']) or '(none)'} |")
     t = result["totals"]
@@ -118,7 +138,8 @@ def format_table(result: dict[str, Any]) -> str:
               + ("PASSED" if result["passed"] else "FAILED"),
               "", f"Holdout interpolation error (each interior replayed row predicted from its neighbours by the "
               f"runtime's rule, legal interpolations only): {t['holdout']['count']} points, median "
-              f"{_percent(t['holdout']['median'])}, p90 {_percent(t['holdout']['p90'])}"]
+              f"{_percent(t['holdout']['median'])}, p90 {_percent(t['holdout']['p90'])}"
+              + _crossing_sentence(t["holdout"].get("cross_branch"))]
     if "density" in result:
         density = result["density"]
         failing = [a for a in density["axes"] if a["failures"]]
