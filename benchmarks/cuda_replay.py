@@ -198,11 +198,19 @@ def replay_runs(args) -> list[str]:
     return [*args.policies, *([REPEAT_RUN] if args.repeat else [])]
 
 
+def runs_to_replay(args) -> list[str]:
+    """The runs this call replays: all, or those named by --replay-runs (a workload too long for one call of the
+    device tool replays `insitu` in one call and `insitu-repeat` in the next, on the same work directory; the
+    report reads every run's database there)."""
+    chosen = getattr(args, "replay_runs", None)
+    return [run for run in replay_runs(args) if not chosen or run in chosen]
+
+
 def stage_replay(work: Path, args) -> dict:
     timings = {}
     for name in args.workloads:
         parsed = database_dir(work, name, "parsed", args)
-        for run_name in replay_runs(args):
+        for run_name in runs_to_replay(args):
             policy = run_name.removesuffix("-repeat")
             target = database_dir(work, name, run_name, args)
             if target.exists():
@@ -629,7 +637,13 @@ def main() -> int:
     parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
                         help="a second replay under the default policy (another seed) for repeatability "
                              "(--no-repeat: skip it, half the replay time)")
+    parser.add_argument("--replay-runs", nargs="+", metavar="RUN",
+                        help="replay only these runs (policy names, insitu-repeat); the others keep the databases an "
+                             "earlier call left in --work-dir, and the report reads them all")
     args = parser.parse_args()
+    unknown_runs = sorted(set(args.replay_runs or ()) - set(replay_runs(args)) - {DEFAULT_CACHE_POLICY})
+    if unknown_runs:
+        parser.error(f"--replay-runs {unknown_runs}: not among this call's runs {replay_runs(args)}")
     smoke = args.backend == "cpu"
     args.catalog = SMOKE_WORKLOADS if smoke else WORKLOADS
     args.workloads = args.workloads or sorted(args.catalog)

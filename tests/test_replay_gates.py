@@ -70,3 +70,14 @@ def test_replay_gates_fills_an_older_report_from_its_databases(cuda_replay, tmp_
     assert all(gate["met"] for gate in entry["gates"].values())
     [bare] = replay_gates.evaluate({**report, "repeatability": {"rows": 0, "median": None}}, None)
     assert bare["gates"]["large_elementwise_ratio"]["met"] is None and bare["gates"]["repeatability_median"]["met"] is None
+
+
+def test_a_call_can_replay_some_runs_and_report_them_all(cuda_replay):
+    """A workload too long for one device call replays `insitu`, then `insitu-repeat` in the next call."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(policies=["insitu", "flush"], repeat=True, replay_runs=None)
+    assert cuda_replay.runs_to_replay(args) == cuda_replay.replay_runs(args) == ["insitu", "flush", "insitu-repeat"]
+    args.replay_runs = ["insitu-repeat"]
+    assert cuda_replay.runs_to_replay(args) == ["insitu-repeat"]
+    assert cuda_replay.replay_runs(args) == ["insitu", "flush", "insitu-repeat"]      # what the report reads
