@@ -1190,9 +1190,9 @@ def layout_class(shape: Sequence[int], strides: Sequence[int] | None) -> tuple |
 def execution_branch(row: Mapping[str, Any], backend: str | None, category: str | None) -> tuple:
     """(each input's layout class, whether a packed CUDA loop fills whole vector blocks or None)."""
     shapes = parse_runtime_shapes(_text(row.get("Input Shapes", "")))
-    try:
-        slots = split_slots(_text(row.get("Input Strides", "")))
-        strides = [parse_strides(slot) for slot in slots]
+    cell = row.get("Input Strides")
+    try:                                  # an empty cell (NaN where pandas read it) or unreadable text: packed
+        strides = [parse_strides(slot) for slot in split_slots(cell)] if isinstance(cell, str) else []
     except OpperfError:
         strides = []
     strides += [None] * (len(shapes) - len(strides))
