@@ -219,6 +219,7 @@ def stage_replay(work: Path, args) -> dict:
             command = [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", args.backend,
                        "--device", args.device, "--repeat-count", str(args.repeat_count), "--l2-policy", policy,
                        "--seed", str(1 if run_name == REPEAT_RUN else 0), "--power-policy", args.power_policy,
+                       "--heater-min-power", str(args.heater_min_power),
                        "--reports-dir", str(work / name / run_name / "reports")]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"replay_{run_name}.log")
     return timings
@@ -452,7 +453,7 @@ def repeatability(first: list[dict], second: list[dict]) -> dict:
 def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) -> dict:
     report = {"device": env.get("device"), "environment": env, "repeat_count": args.repeat_count,
               "default_policy": DEFAULT_CACHE_POLICY,
-              "power_policy": args.power_policy,
+              "power_policy": args.power_policy, "heater_min_power_w": args.heater_min_power,
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
               "policies": {}, "per_workload": {}, "fixed_cost": fixed, "stage_wall_s": wall}
@@ -559,8 +560,10 @@ def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# CUDA replay accuracy ({env['device']}, {env['date'][:10]})", "",
              f"{env['nvidia_smi']}; torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}; "
-             f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}, power policy {report.get('power_policy', 'cooldown')}. "
-             f"Produced by `python benchmarks/cuda_replay.py` (see its docstring for the definitions).", "",
+             f"L2 {env['l2_cache_bytes'] // 1024} KiB. Repeat count {report['repeat_count']}, power policy {report.get('power_policy', 'cooldown')}"
+             + (f" (no heater under {report['heater_min_power_w']:.0f} W profiled)" if report.get("heater_min_power_w")
+                else "") + ". "
+             "Produced by `python benchmarks/cuda_replay.py` (see its docstring for the definitions).", "",
              "| workload | source | model | layers | prefill | decode batches (context, steps) | passes profiled |",
              "|---|---|---|---|---|---|---|"]
     passes = {w["name"]: w.get("profile_iterations") for w in report["workloads"]}
@@ -630,6 +633,8 @@ def main() -> int:
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
                         help="scripts/replay.py --power-policy of every replay run (recorded in the JSON)")
+    parser.add_argument("--heater-min-power", type=float, default=0.0, metavar="W",
+                        help="scripts/replay.py --heater-min-power of every replay run (recorded in the JSON)")
     parser.add_argument("--profile-iterations", type=int, default=1,
                         help="passes of each workload under the profiler (scripts/profile_workload.py; recorded in "
                              "the JSON): more passes average each row's profiled time over more calls")

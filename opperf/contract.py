@@ -54,6 +54,7 @@ REPLAY_P90 = "Replay P90 Duration(us)"
 REPLAY_CV = "Replay CV"
 REPLAY_SM_CLOCK = "Replay SM Clock(MHz)"     # NVML, median over the timed calls (cuda)
 PROFILED_SM_CLOCK = "Profiling Average SM Clock(MHz)"   # NVML beside the profile (opperf.workload.power)
+PROFILED_POWER = "Profiling Average Power(W)"          # the same sampler: the GPU's power around the row's calls
 # How long one GEMM right before each call would leave the GPU in the state the workload's GEMM/attention history
 # did (opperf.power_samples.gemm_time_before), mean over the row's calls (a cuda trace; parse stage)
 PROFILED_GEMM_BEFORE = "Profiling Average Equivalent GEMM Before(us)"

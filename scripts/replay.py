@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "clock is down to it, except long GEMM/attention calls; after-long-gemm: after-gemm, and "
                           "before each long call a GEMM block as long as the workload's GEMM history before it amounts to "
                           "(Profiling Average Equivalent GEMM Before(us)) (all recorded per row in Replay L2 Policy)")
+    how.add_argument("--heater-min-power", type=float, default=0.0, metavar="W",
+                     help="cuda: no heater GEMM before a short call the workload ran while the GPU drew less than W "
+                          "watts (Profiling Average Power(W)): a nearly idle GPU, as in a loop of tiny expert kernels "
+                          "(benchmarks/results/heater_ab/). Default 0: every short call gets one")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

@@ -161,6 +161,35 @@ def test_after_long_gemm_heats_only_long_calls_that_followed_gemms():
     assert not heated("after-gemm", 44_400.0, 5488.0) and not heated("match-clock", 44_400.0, 5488.0)
 
 
+def test_heater_min_power_skips_the_heater_where_the_workload_ran_near_idle(tmp_path):
+    """--heater-min-power W: no heater before a short call the workload ran while the GPU drew less than W (the
+    reference MoE's expert loop at 134-174 W: benchmarks/results/heater_ab/); rows without a profiled power, and
+    the default 0, keep it. The setting reaches the worker's timer through its command line."""
+    from types import SimpleNamespace
+
+    from opperf import contract
+    from opperf.power_samples import FIELDS
+    from opperf.replay.isolation import WorkerSettings
+    from opperf.replay.job import ReplaySettings
+    from opperf.replay.timing import CudaTimer
+    from opperf.replay.worker import build_parser
+
+    assert contract.profiling_counter_column(FIELDS[1]) == contract.PROFILED_POWER
+
+    def rested(limit, power):
+        return CudaTimer.rested_in_workload(SimpleNamespace(heater_min_power_w=limit),
+                                            SimpleNamespace(profiled_power_w=power))
+
+    assert rested(180.0, 155.0) and not rested(180.0, 189.0) and not rested(180.0, None)
+    assert not rested(0.0, 155.0)                                  # the default: every short call is heated
+    command = WorkerSettings("rows.csv", "mul", "mul.yaml", "cuda", 30, 3, heater_min_power_w=180.0).command(
+        tmp_path / "indices", tmp_path / "progress")
+    args = build_parser().parse_args(command[3:])
+    assert args.heater_min_power == 180.0
+    with pytest.raises(OpperfError, match="--heater-min-power"):
+        ReplaySettings(backend="cuda", heater_min_power_w=-1.0).validate()
+
+
 def test_the_gemm_history_before_each_call_as_one_gemm():
     """The GEMM/attention history before each span, weighted by exp(-age / 25 ms), as the length of one GEMM
     ending at the span's start: a GEMM right before counts whole, one that ended earlier for less."""

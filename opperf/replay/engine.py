@@ -207,6 +207,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
                    f"{max(len(v) for _, v in case.value_variants)} call(s) cycled")
     # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
     case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
+    case.profiled_power_w = duration_value(row.get(contract.PROFILED_POWER))
     case.gemm_before_us = duration_value(row.get(contract.PROFILED_GEMM_BEFORE))
     case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
     case.sets_own_clock = sets_own_clock(definition.category, definition.schema_op)

@@ -67,6 +67,7 @@ class ReplayCase:
     warm: tuple | None = None
     recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
     target_clock_mhz: float | None = None  # the SM clock the row's kernels ran at in the workload (power policy)
+    profiled_power_w: float | None = None  # the GPU's power around the row's calls in the workload (NVML)
     profiled_us: float | None = None       # the call's device time in the workload (Profiling Average Duration)
     # id(tensor) → MiB the workload touched since that input's last use (the row's Profiling Input Reuse
     # Distance, opperf.replay.residency): where set, insitu holds in L2 what an LRU cache would, not `warm`.

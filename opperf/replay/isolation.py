@@ -47,6 +47,7 @@ class WorkerSettings:
     l2_policy: str = DEFAULT_CACHE_POLICY
     cuda_timing: str = "kernel"
     power_policy: str = DEFAULT_POWER_POLICY
+    heater_min_power_w: float = 0.0
     seed: int = 0
     cpu_threads: int | None = None
     cpu_timing: str = DEFAULT_CPU_TIMING
@@ -58,7 +59,7 @@ class WorkerSettings:
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
                    "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing,
-                   "--power-policy", self.power_policy,
+                   "--power-policy", self.power_policy, "--heater-min-power", repr(self.heater_min_power_w),
                    "--cpu-timing", self.cpu_timing, "--seed", str(self.seed),
                    "--timing-batch-rows", str(self.timing_batch_rows)]
         if self.memory_budget_bytes is not None:

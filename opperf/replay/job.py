@@ -62,6 +62,7 @@ class ReplaySettings:
         return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
     cuda_timing: str = "kernel"
     power_policy: str = DEFAULT_POWER_POLICY
+    heater_min_power_w: float = 0.0
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
@@ -81,6 +82,9 @@ class ReplaySettings:
             raise OpperfError(f"must be > 0, got {self.timeout_s}", field="--timeout-s")
         if self.cpu_timing not in CPU_TIMINGS:
             raise OpperfError(f"{self.cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
+        if not 0 <= self.heater_min_power_w < float("inf"):
+            raise OpperfError(f"must be a power in watts >= 0, got {self.heater_min_power_w}",
+                              field="--heater-min-power")
 
 
 @dataclass
@@ -137,7 +141,8 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
-                            power_policy=settings.power_policy, timing_batch_rows=settings.timing_batch_rows,
+                            power_policy=settings.power_policy, heater_min_power_w=settings.heater_min_power_w,
+                            timing_batch_rows=settings.timing_batch_rows,
                             cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)

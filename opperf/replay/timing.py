@@ -375,7 +375,8 @@ class CudaTimer:
     COOLDOWN_MIN_US = 200.0
 
     def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
-                 primary: str = "kernel", power_policy: str = DEFAULT_POWER_POLICY):
+                 primary: str = "kernel", power_policy: str = DEFAULT_POWER_POLICY,
+                 heater_min_power_w: float = 0.0):
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
@@ -401,6 +402,7 @@ class CudaTimer:
             raise OpperfError("--power-policy match-clock reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
         self.power_policy = power_policy
+        self.heater_min_power_w = heater_min_power_w
         self._heaters: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}    # by size n (n^3 GEMM)
         self._long_heater_us = 0.0
 
@@ -428,6 +430,9 @@ class CudaTimer:
         elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
+        elif self.power_policy != "cooldown" and self.rested_in_workload(case):
+            policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
+                       f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
         elif self.power_policy != "cooldown":
             neighbour = self._heat
             policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
@@ -450,6 +455,13 @@ class CudaTimer:
         if self.power is not None:
             self.synchronize()
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
+
+    def rested_in_workload(self, case: ReplayCase) -> bool:
+        """Whether the workload ran this short call on a nearly idle GPU (its profiled power under
+        --heater-min-power): the heater before it would put replay in a state the workload never had (the
+        reference MoE's expert loop at 134-174 W replays 1.09x with it and 0.99x without, while rows run at
+        189 W and more want it: benchmarks/results/heater_ab/)."""
+        return case.profiled_power_w is not None and case.profiled_power_w < self.heater_min_power_w
 
     def _held_at_clock(self, case: ReplayCase, call_us: float) -> bool:
         """Whether match-clock holds this call at the clock the workload ran it at (below the replay's): every
@@ -633,14 +645,16 @@ class SessionExecutionTimer:
 
 def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
                cuda_primary: str = "kernel", cpu_threads: int | None = None,
-               cpu_timing: str = DEFAULT_CPU_TIMING, power_policy: str = DEFAULT_POWER_POLICY):
+               cpu_timing: str = DEFAULT_CPU_TIMING, power_policy: str = DEFAULT_POWER_POLICY,
+               heater_min_power_w: float = 0.0):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
         if cpu_timing not in CPU_TIMINGS:
             raise OpperfError(f"timing {cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
         return CpuProfilerTimer(cpu_threads) if cpu_timing == "profiler" else CpuWallClockTimer(cpu_threads)
     if backend == "cuda":
-        return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary, power_policy=power_policy)
+        return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary, power_policy=power_policy,
+                         heater_min_power_w=heater_min_power_w)
     if backend == "npu":
         def synchronize():
             torch.npu.synchronize()     # torch_npu registers torch.npu on import

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS)
     parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
     parser.add_argument("--power-policy", default=DEFAULT_POWER_POLICY, choices=POWER_POLICIES)
+    parser.add_argument("--heater-min-power", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
     parser.add_argument("--cpu-timing", default=DEFAULT_CPU_TIMING, choices=CPU_TIMINGS)
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
                                        "line": exc.row}) + "\n")
         return 0
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
-                       power_policy=args.power_policy,
+                       power_policy=args.power_policy, heater_min_power_w=args.heater_min_power,
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
     format_cast = format_cast_for(args.backend)
     ready = time.perf_counter()
