@@ -202,8 +202,7 @@ def runs_to_replay(args) -> list[str]:
     """The runs this call replays: all, or those named by --replay-runs (a workload too long for one call of the
     device tool replays `insitu` in one call and `insitu-repeat` in the next, on the same work directory; the
     report reads every run's database there)."""
-    chosen = getattr(args, "replay_runs", None)
-    return [run for run in replay_runs(args) if not chosen or run in chosen]
+    return [run for run in replay_runs(args) if not args.replay_runs or run in args.replay_runs]
 
 
 def stage_replay(work: Path, args) -> dict:
@@ -646,9 +645,6 @@ def main() -> int:
                         help="replay only these runs (policy names, insitu-repeat); the others keep the databases an "
                              "earlier call left in --work-dir, and the report reads them all")
     args = parser.parse_args()
-    unknown_runs = sorted(set(args.replay_runs or ()) - set(replay_runs(args)) - {DEFAULT_CACHE_POLICY})
-    if unknown_runs:
-        parser.error(f"--replay-runs {unknown_runs}: not among this call's runs {replay_runs(args)}")
     smoke = args.backend == "cpu"
     args.catalog = SMOKE_WORKLOADS if smoke else WORKLOADS
     args.workloads = args.workloads or sorted(args.catalog)
@@ -660,6 +656,9 @@ def main() -> int:
     args.dtype = "float32" if smoke else "bfloat16"
     if DEFAULT_CACHE_POLICY not in args.policies:
         args.policies.insert(0, DEFAULT_CACHE_POLICY)
+    unknown_runs = sorted(set(args.replay_runs or ()) - set(replay_runs(args)))
+    if unknown_runs:
+        parser.error(f"--replay-runs {unknown_runs}: not among this call's runs {replay_runs(args)}")
     work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     wall_path = work / "stage_wall.json"

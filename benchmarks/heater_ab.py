@@ -37,7 +37,7 @@ def rows(workload_dir: Path, types: set[str]) -> pd.DataFrame:
         if csv.stem in types:
             frame = pd.read_csv(csv)
             if {PROFILED, REPLAYED} <= set(frame.columns):
-                frames.append(frame.assign(kernel_type=csv.stem))
+                frames.append(frame)
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[PROFILED, REPLAYED])
     frame = frame[frame[PROFILED].notna() & frame[REPLAYED].notna()]
     return frame.assign(ratio=frame[REPLAYED] / frame[PROFILED])
@@ -58,7 +58,8 @@ def compare(run: Path, policies: tuple[str, str]) -> list[dict]:
         if not all(d.is_dir() for d in dirs):
             continue
         every = {csv.stem for d in dirs for csv in d.glob("*/*.csv")}
-        types = every.intersection(*[finished_types(d) or every for d in dirs])
+        logged = [finished_types(d) for d in dirs]
+        types = every.intersection(*[every if done is None else done for done in logged])
         frames = [rows(d, types) for d in dirs]
         power = frames[0][POWER] if POWER in frames[0] else pd.Series(dtype=float)
         results.append({"run": run.name, "workload": workload, "kernel_types": sorted(types),

@@ -1165,7 +1165,7 @@ def mapping_for_kernel(kernel_type: str, op_mapping: Mapping) -> Mapping:
 #   at 1.25x the packed row width, predicted 19.1 µs from 8 and 32 heads read at 10x and 1.25x);
 # - for packed inputs on CUDA, whether the element count fills whole blocks of PyTorch's vectorised elementwise
 #   kernel (128 threads x 16-byte vectors: 2,048 bytes; 1,024 bf16 elements, measured on an H100): the rest
-#   runs the scalar tail path (add/rsqrt of 4,096 bf16 elements 1.2 µs, of 4,095 or 4,097 1.3–1.5 µs).
+#   runs the scalar tail path (rsqrt of 4,096 bf16 elements 1.19 µs, of 4,095 1.49 µs, of 4,097 1.27 µs).
 # Holdout points whose neighbours lie on another branch are ILLEGAL, like those combining buckets.
 
 VECTOR_BLOCK_BYTES = {"cuda": 2048}
@@ -1176,7 +1176,8 @@ VECTORISED_CATEGORIES = frozenset({"elementwise", "activation", "memory"})
 def layout_class(shape: Sequence[int], strides: Sequence[int] | None) -> tuple | str:
     """A size-independent name for a tensor's memory layout: 'packed', or the dims (size > 1) innermost first
     with each one's stride relative to the extent of the dim inside it (1: packed against it; 10: one row in
-    ten of a wider buffer; 0: broadcast). Rows of one layout family keep it as the interpolated axis grows."""
+    ten of a wider buffer; 0: broadcast). Rows of one layout family keep it as the interpolated axis grows, which
+    grid.templates.Layout (the buffer's excess in elements, for building rows) does not: it grows with the TP size."""
     if strides is None or len(strides) != len(shape) or is_contiguous(shape, strides):
         return "packed"
     dims = sorted((i for i, size in enumerate(shape) if size > 1), key=lambda i: (strides[i], -i))

@@ -430,12 +430,13 @@ class CudaTimer:
         elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
-        elif self.power_policy != "cooldown" and self.rested_in_workload(case):
-            policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
-                       f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
         elif self.power_policy != "cooldown":
-            neighbour = self._heat
-            policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
+            if self.rested_in_workload(case):
+                policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
+                           f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
+            else:
+                neighbour = self._heat
+                policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
         if self.primary == "event":
             self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s, neighbour),
                                                METHOD_CUDA_EVENT, policy)
