@@ -87,9 +87,10 @@ def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
     rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])
     finalise_kernel_csv(rows, "mm", database / "mm.csv")
     finalise_kernel_csv(rows, "unknown_op", database / "unknown_op.csv")
+    finalise_kernel_csv(rows, "clone", database / "clone.csv")
     output = database / "op_mapping.yaml"
-    build_op_mapping([database / "mm.csv", database / "unknown_op.csv"], "CPU", repo / "config" / "devices.yaml",
-                     repo / "config" / "kernels", output, collected_at="2026-11-22")
+    build_op_mapping([database / "mm.csv", database / "unknown_op.csv", database / "clone.csv"], "CPU",
+                     repo / "config" / "devices.yaml", repo / "config" / "kernels", output, collected_at="2026-11-22")
     document = yaml.safe_load(output.read_text())
     # The peer runtime's keys, first, in its spelling; opperf's own under `opperf`.
     assert list(document)[:4] == ["version", "device", "pytorch_version", "collection_date"]
@@ -102,6 +103,9 @@ def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
     assert own["kernel_types"]["mm"]["replay_api"] == mm_definition["api"]
     assert own["kernel_types"]["mm"]["rows"] == 1
     assert own["kernel_types"]["unknown_op"]["replay_api"] is None
+    # A copy's definition says it runs as a device memcpy when dense (the holdout's branch); others say nothing.
+    assert own["kernel_types"]["clone"]["memcpy_when_dense"] is True
+    assert "memcpy_when_dense" not in own["kernel_types"]["mm"]
     assert document["operator_mappings"]["aten.mm.default"] == {"kernel_type": "mm", "alternate_kernel_types": [],
                                                                 "category": "matmul"}
 

@@ -8,6 +8,7 @@ upper coordinates. tests/test_interpolation_msmodeling.py checks the same model 
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import statistics
@@ -24,6 +25,7 @@ from opperf.database.interpolation import (
     Query,
     TensorSpec,
     as_runtime_reads,
+    execution_branch,
     holdout_errors,
     holdout_summary,
     interpolate,
@@ -35,6 +37,7 @@ from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 
 DATA = Path(__file__).parent / "data" / "runtime_db"
+REPO = Path(__file__).resolve().parents[1]
 BF16 = torch.bfloat16
 
 
@@ -338,3 +341,65 @@ def test_rows_read_through_another_buffer_layout_are_another_branch():
     assert layout_class((1, 16, 6000, 64), (15360000, 128, 2560, 1)) == ((3, 1.0), (1, 2.0), (2, 1.25))
     assert layout_class((4, 8), (8, 1)) == layout_class((4, 8), None) == "packed"
     assert layout_class((4, 8), (0, 1)) == ((0, 0.0), (1, 1.0))               # broadcast along dim 0
+
+
+def test_a_dense_copys_memcpy_path_is_its_branch():
+    """clone of DeepSeek-V3's (1, h, 1, 1000, 56) rope slice, heads-major over a (1000, h, 56) buffer (dense, not
+    packed), replayed on an H100 (benchmarks/results/cuda_database/, lines 169-248): ATen copies it with one device
+    memcpy, whose path is set by the byte count (benchmarks/results/memcpy_tail/). h = 8 is under 1 MiB; h = 16
+    (1,792,000 B) is past it with a remainder of 4 KiB pages (3.94 µs); h = 32, 64, 128 are whole pages (2.26 µs
+    at h = 32). Predicting 16 or 32 across that boundary is ILLEGAL; 64 from 32 and 128 is legal. Without the
+    definition's `memcpy_when_dense` (another op's rows, a CPU database) they are one branch, as before."""
+    latency = {8: 1.573333, 16: 3.939233, 32: 2.2625, 64: 3.875367, 128: 6.7841}
+    rows = _generic_rows({f"1,{h},1,1000,56": us for h, us in latency.items()},
+                         {f"1,{h},1,1000,56": f"{56000 * h},56,{56000 * h},{56 * h},1;" for h in latency})
+    mapping = _mapping("clone", "memory")
+    mapping["opperf"]["kernel_types"]["clone"]["memcpy_when_dense"] = True
+    points = {p.value: p for p in holdout_errors(rows, "clone", mapping)}
+    assert {v: (p.legal, p.crosses_branch) for v, p in points.items()} == {
+        16.0: (False, True), 32.0: (False, True), 64.0: (True, False)}
+    assert points[64.0].relative_error == pytest.approx(abs(linear(64, 32, 2.2625, 128, 6.7841) - 3.875367) / 3.875367)
+    assert all(p.legal for p in holdout_errors(rows, "clone", _mapping("clone", "memory")))
+    assert all(p.legal for p in holdout_errors(rows, "clone", {**mapping, "opperf": {
+        **mapping["opperf"], "backend": "cpu"}}))
+    branch = {h: execution_branch(row, "cuda", "memory", True)[1]
+              for h, (_, row) in zip(latency, rows.iterrows())}
+    assert branch == {8: ("memcpy", False, True), 16: ("memcpy", True, False), 32: ("memcpy", True, True),
+                      64: ("memcpy", True, True), 128: ("memcpy", True, True)}
+    # A broadcast input (a KV head expanded over its group) is copied by a kernel: the vector-block rule is not
+    # applied (not packed) and neither is the memcpy's.
+    expanded = {**rows.iloc[0].to_dict(), "Input Strides": "56000,0,56000,56,1;"}
+    assert execution_branch(expanded, "cuda", "memory", True)[1] is None
+    # copy_ between two layouts (a strided source into a packed destination) is a kernel too; between one layout
+    # of one dtype, a memcpy; of two dtypes, a kernel.
+    copy = {**rows.iloc[1].to_dict(), "Input Shapes": '"1,16,1,1000,56;1,16,1,1000,56"',
+            "Input Data Types": "DT_BF16;DT_BF16", "Input Strides": ";896000,56,896000,896,1"}
+    assert execution_branch(copy, "cuda", "memory", True)[1] is None
+    assert execution_branch({**copy, "Input Strides": ""}, "cuda", "memory", True)[1] == ("memcpy", True, False)
+    assert execution_branch({**copy, "Input Strides": "", "Input Data Types": "DT_BF16;DT_FLOAT"}, "cuda", "memory",
+                            True)[1] is True      # the vector loop's whole blocks: 1,792,000 B = 875 x 2,048
+
+
+def test_the_memcpy_paths_split_the_measured_copies_where_their_times_step():
+    """benchmarks/results/memcpy_tail/H100.json: clone of a packed uint8 tensor at byte counts around 16 sizes from
+    256 KiB to 64 MiB, each a device memcpy. Every count on its size's branch runs within 10 % of the size itself;
+    every count on another branch at least 5 % slower (2.4-3.5x from 1 MiB to 2 MiB, 1.07x at 64 MiB)."""
+    measured = json.loads((REPO / "benchmarks/results/memcpy_tail/H100.json").read_text())
+    copies = {r["bytes"]: r["median_us"] for r in measured["rows"] if r["set"] == "bytes"}
+    assert all(set(r["activities"]) == {"Memcpy DtoD (Device -> Device)"} for r in measured["rows"]
+               if r["set"] == "bytes")
+
+    def branch(size: int) -> tuple:
+        row = {"Input Shapes": f'"{size}"', "Input Data Types": "DT_UINT8", "Output Shapes": f'"{size}"',
+               "Output Data Types": "DT_UINT8", "Input Strides": ""}
+        return execution_branch(row, "cuda", "memory", True)[1]
+
+    sizes = [s for s in copies if s + 2 in copies]          # each size, then 2 B ... 64 KiB more
+    same, other = [], []
+    for size in sizes:
+        for near in (n for n in copies if size <= n <= size + 65536):
+            (same if branch(near) == branch(size) else other).append(copies[near] / copies[size])
+    assert len(sizes) == 16 and (len(same), len(other)) == (4 * 11 + 12 * 4, 4 * 1 + 12 * 8)
+    assert max(abs(r - 1) for r in same) < 0.10 and min(other) > 1.05
+    assert branch(983040) == ("memcpy", False, True) and branch(1 << 20) == ("memcpy", True, True)
+    assert copies[1 << 20] < 0.8 * copies[983040]          # the large path from 1 MiB: faster than 960 KiB

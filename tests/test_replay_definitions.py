@@ -56,6 +56,7 @@ GOOD = {"type": "Foo", "backends": ["cpu"], "category": "matmul", "api": "torch.
     ({"dtype_overrides": {0: "DT_WHAT"}}, "dtype_overrides.0"),
     ({"kwargs": {"eps": {"nested": 1}}}, "kwargs.eps"),
     ({"outputs": {"verify": "yes"}}, "outputs.verify"),
+    ({"memcpy_when_dense": "yes"}, "memcpy_when_dense"),
     ({"alternate_kernel_types": ["Foo"]}, "alternate_kernel_types"),
     ({"surprise": 1}, "surprise"),
 ])

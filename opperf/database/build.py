@@ -183,6 +183,8 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             "category": definition.category if definition else None,
             "definition": str(definition.path) if definition else None,
         }
+        if definition is not None and definition.memcpy_when_dense:
+            kernel_types[kernel]["memcpy_when_dense"] = True
         if definition is None and kernel in not_replayed:
             kernel_types[kernel]["not_replayed"] = not_replayed[kernel].reason
             kernel_types[kernel]["not_replayed_because"] = not_replayed[kernel].detail

@@ -1158,19 +1158,29 @@ def mapping_for_kernel(kernel_type: str, op_mapping: Mapping) -> Mapping:
 #
 # The V1 standard's interpolation bucket is the strict signature less the interpolated axis, and the strict
 # signature keeps "the runtime metadata that selects an execution branch"; it forbids interpolating across
-# branches. Two such fields are in our rows but not in the runtime's key, and both were measured to change the
+# branches. Three such fields are in our rows but not in the runtime's key, and each was measured to change the
 # kernel's time in steps a line between neighbours cannot follow (benchmarks/results/cuda_database/README.md):
 # - the memory layout of each input (Input Strides): rows of one runtime key along an axis come from other TP
 #   sizes, whose fused buffers the op reads through other strides (neg of a rope slice, 16 heads: 14.9 µs read
 #   at 1.25x the packed row width, predicted 19.1 µs from 8 and 32 heads read at 10x and 1.25x);
 # - for packed inputs on CUDA, whether the element count fills whole blocks of PyTorch's vectorised elementwise
 #   kernel (128 threads x 16-byte vectors: 2,048 bytes; 1,024 bf16 elements, measured on an H100): the rest
-#   runs the scalar tail path (rsqrt of 4,096 bf16 elements 1.19 µs, of 4,095 1.49 µs, of 4,097 1.27 µs).
+#   runs the scalar tail path (rsqrt of 4,096 bf16 elements 1.19 µs, of 4,095 1.49 µs, of 4,097 1.27 µs);
+# - for a same-dtype copy of one dense layout (definitions with `memcpy_when_dense`: clone, copy_, contiguous,
+#   _to_copy), which path the driver's device-to-device memcpy takes: ATen issues one cudaMemcpyAsync, not a
+#   TensorIterator kernel, and its time steps with the byte count (benchmarks/results/memcpy_tail/, H100): under
+#   1 MiB a count off 16-byte vectors is slower (256 KiB + 2 B: 1.52 µs, 256 KiB: 1.18 µs); from 1 MiB on, whole
+#   4 KiB pages copy fast and any remainder costs 2.3-3 µs more, bimodally (4 MiB: 2.30 µs, 4 MiB + 2 KiB: 4.72
+#   µs; 32 MiB + 16 B: 26.1 µs, 32 MiB: 23.1 µs); crossing 1 MiB changes the path too (960 KiB 1.63 µs, 1 MiB
+#   1.28 µs). clone of (1, h, 1, 1000, 56) bf16 along heads: 1.57 / 3.94 / 2.26 / 3.88 µs at h = 8/16/32/64,
+#   h = 16 (1,792,000 B, 2^11 x 875) the only one with a remainder past 1 MiB.
 # Holdout points whose neighbours lie on another branch are ILLEGAL, like those combining buckets.
 
 VECTOR_BLOCK_BYTES = {"cuda": 2048}
 # Definition categories whose CUDA kernels are TensorIterator loops (vectorised when every operand is packed).
 VECTORISED_CATEGORIES = frozenset({"elementwise", "activation", "memory"})
+# Device-to-device memcpy: (the size from which the large path runs, its alignment below, its alignment from it).
+MEMCPY_PATHS = {"cuda": (1 << 20, 16, 4096)}
 
 
 def layout_class(shape: Sequence[int], strides: Sequence[int] | None) -> tuple | str:
@@ -1188,8 +1198,17 @@ def layout_class(shape: Sequence[int], strides: Sequence[int] | None) -> tuple |
     return tuple(family)
 
 
-def execution_branch(row: Mapping[str, Any], backend: str | None, category: str | None) -> tuple:
-    """(each input's layout class, whether a packed CUDA loop fills whole vector blocks or None)."""
+def _is_dense(layout: tuple | str) -> bool:
+    """Packed, or a permutation of packed (every dim packed against the one inside it): no gaps, no broadcast."""
+    return layout == "packed" or all(ratio == 1.0 for _, ratio in layout)
+
+
+def execution_branch(row: Mapping[str, Any], backend: str | None, category: str | None,
+                     memcpy_when_dense: bool = False) -> tuple:
+    """(each input's layout class, the path a packed CUDA loop or a device memcpy takes by the size, or None).
+
+    The path is whether a vectorised loop fills whole blocks (True/False), or for a copy that runs as a memcpy
+    ('memcpy', whether it is past the large-copy size, whether its bytes are whole units of that path)."""
     shapes = parse_runtime_shapes(_text(row.get("Input Shapes", "")))
     cell = row.get("Input Strides")
     try:                                  # an empty cell (NaN where pandas read it) or unreadable text: packed
@@ -1201,6 +1220,14 @@ def execution_branch(row: Mapping[str, Any], backend: str | None, category: str 
     block = VECTOR_BLOCK_BYTES.get(backend or "")
     outputs = parse_runtime_shapes(_text(row.get("Output Shapes", "")))
     out_dtypes = parse_runtime_names(_text(row.get("Output Data Types", "")))
+    memcpy = MEMCPY_PATHS.get(backend or "")
+    in_dtypes = parse_runtime_names(_text(row.get("Input Data Types", "")))
+    if (memcpy and memcpy_when_dense and outputs and out_dtypes and is_known_dtype(out_dtypes[0]) and layouts
+            and len(set(layouts)) == 1 and _is_dense(layouts[0]) and set(in_dtypes) == {out_dtypes[0]}):
+        large_from, small_unit, large_unit = memcpy
+        size = (_numel(outputs[0]) or 0) * dtype_bytes(out_dtypes[0])
+        large = size >= large_from
+        return layouts, ("memcpy", large, size % (large_unit if large else small_unit) == 0)
     whole_blocks = None
     if (block and category in VECTORISED_CATEGORIES and outputs and out_dtypes and is_known_dtype(out_dtypes[0])
             and all(layout == "packed" for layout in layouts)):
@@ -1239,7 +1266,8 @@ def holdout_errors(rows: pd.DataFrame, kernel_type: str, op_mapping: Mapping | N
     opperf = op_mapping.get("opperf") if isinstance(op_mapping.get("opperf"), Mapping) else {}
     kernel_entry = (opperf.get("kernel_types") or {}).get(kernel_type) or {}
     table = rows.to_dict("records")
-    branches = {line: execution_branch(table[line - 2], opperf.get("backend"), kernel_entry.get("category"))
+    branches = {line: execution_branch(table[line - 2], opperf.get("backend"), kernel_entry.get("category"),
+                                       bool(kernel_entry.get("memcpy_when_dense")))
                 for line in {line for p in points for line in p.lines}} if table else {}
     records = []
     for group in _group(points).values():

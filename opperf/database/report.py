@@ -109,7 +109,8 @@ def _crossing_sentence(summary: dict | None) -> str:
     if not summary or not summary["count"]:
         return ""
     return (f"; {summary['count']} more predictions used a neighbour that ran another execution branch (another "
-            f"memory layout, or the vectorised kernel's tail against whole blocks) and are ILLEGAL under the "
+            f"memory layout, the vectorised kernel's tail against whole blocks, or a copy's device memcpy on "
+            f"another path by its size) and are ILLEGAL under the "
             f"standard (their median {_percent(summary['median'])}, p90 {_percent(summary['p90'])})")
 
 

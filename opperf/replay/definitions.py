@@ -69,7 +69,7 @@ CACHE_STATES = ("warm", "cold")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
              "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description",
-             "op_mapping", "runtime_policies"}
+             "op_mapping", "runtime_policies", "memcpy_when_dense"}
 # Per-mapping fields of op_mapping.yaml that the peer runtime (msmodeling tensor_cast ProfilingDataSource) reads
 # and a definition may state: how its rows are matched (elementwise by output shape, FIA by runtime metadata,
 # fused MoE with EP size) and how many leading framework tensor inputs to compare with the CSV's slots.
@@ -154,6 +154,9 @@ class KernelDefinition:
     op_mapping: Mapping[str, Any] = field(default_factory=dict)   # runtime fields for op_mapping.yaml
     runtime_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     schema_op: str | None = None      # `aten::cumsum`: built from the op's schema (no file; opperf.replay.schema)
+    # The op's CUDA work is ATen's copy_: one cudaMemcpyAsync device-to-device, not a kernel, when source and
+    # destination share a dtype and one dense layout; its time then steps with the byte count (execution_branch).
+    memcpy_when_dense: bool = False
 
     @property
     def reference(self) -> str:
@@ -428,6 +431,7 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
         import_modules=_string_list(raw.get("import_modules"), path, "import_modules", pattern=_DOTTED_RE),
         description=description, op_mapping=dict(op_mapping),
         runtime_policies={name: dict(value) for name, value in policies.items()},
+        memcpy_when_dense=_boolean(raw.get("memcpy_when_dense"), path, "memcpy_when_dense"),
     )
 
 
