@@ -62,8 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
-from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_POWER_POLICY,  # noqa: E402
-                                   POWER_POLICIES)
+from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
+                                   DEFAULT_POWER_POLICY, POWER_POLICIES)
 
 @dataclass(frozen=True)
 class Workload:
@@ -632,7 +632,7 @@ def main() -> int:
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
                         help="scripts/replay.py --power-policy of every replay run (recorded in the JSON)")
-    parser.add_argument("--heater-min-power", type=float, default=0.0, metavar="W",
+    parser.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W, metavar="W",
                         help="scripts/replay.py --heater-min-power of every replay run (recorded in the JSON)")
     parser.add_argument("--profile-iterations", type=int, default=1,
                         help="passes of each workload under the profiler (scripts/profile_workload.py; recorded in "

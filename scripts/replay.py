@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
-                                   DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS,
-                                   POWER_POLICIES)
+                                   DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
+                                   DEFAULT_TIMING_BATCH_ROWS, POWER_POLICIES)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
@@ -85,10 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "clock is down to it, except long GEMM/attention calls; after-long-gemm: after-gemm, and "
                           "before each long call a GEMM block as long as the workload's GEMM history before it amounts to "
                           "(Profiling Average Equivalent GEMM Before(us)) (all recorded per row in Replay L2 Policy)")
-    how.add_argument("--heater-min-power", type=float, default=0.0, metavar="W",
+    how.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W, metavar="W",
                      help="cuda: no heater GEMM before a short call the workload ran while the GPU drew less than W "
                           "watts (Profiling Average Power(W)): a nearly idle GPU, as in a loop of tiny expert kernels "
-                          "(benchmarks/results/heater_ab/). Default 0: every short call gets one")
+                          f"(benchmarks/results/heater_ab/). Default {DEFAULT_HEATER_MIN_POWER_W:.0f}; 0: every short "
+                          "call gets one")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

@@ -39,6 +39,31 @@ def test_distances_are_the_distinct_data_touched_since_the_last_use():
         "", "inf", "1;0", "9.5;0;", None]
 
 
+def _slice(tensor_id: int, storage: int, offset_mib: float, mib: float) -> list:
+    return [tensor_id, storage, int(offset_mib * MIB) // 2, int(mib * MIB) // 2, 2, "cuda:0"]
+
+
+def test_views_of_one_storage_are_other_data():
+    """A MoE layer's experts are slices of one stacked weight (storage 7): each expert's 24 MiB is read for the
+    first time (inf), and the second pass's expert 0 lies behind the other experts' 48 MiB and all that was written
+    since (50.5 MiB), not behind the one expert before it. Slices of a fused QKV output read by the next ops are as recent as that output was;
+    a slice that shares a 1 MiB block with its neighbour is other data for the bytes it does not share."""
+    x = _tensor(1, 1, 1)
+    experts = {e: _slice(10 + e, 7, 24 * e, 24) for e in range(3)}
+    nodes = {1: _node(1, [], [x])}
+    for e in range(3):
+        nodes[2 + e] = _node(2 + e, [x, experts[e]], [_tensor(20 + e, 20 + e, 0.5)])
+    nodes[5] = _node(5, [x, experts[0]], [_tensor(30, 30, 0.5)])
+    assert reuse_distances(nodes, [1, 2, 3, 4, 5], "cuda") == [
+        "", "0;inf", "24.5;inf", "24.5;inf", "24.5;50.5"]   # 5: expert 0 behind x, experts 1 and 2, 3 outputs
+    fused = {1: _node(1, [], [_tensor(1, 3, 3)]),                                  # q, k, v: 1 MiB each
+             2: _node(2, [_slice(2, 3, 0, 1)], [_tensor(4, 4, 1)]),               # q
+             3: _node(3, [_slice(3, 3, 1, 1)], [_tensor(5, 5, 1)]),               # k: q and q's output since
+             4: _node(4, [_slice(6, 8, 0, 1.5)], []),
+             5: _node(5, [_slice(7, 8, 1.5, 1.5)], [])}                           # shares block 1 for 0.5 MiB
+    assert reuse_distances(fused, [1, 2, 3, 4, 5], "cuda") == ["", "0", "2", "inf", "inf"]
+
+
 def test_a_tensor_list_is_one_slot_per_member_and_host_scalars_are_not_device_data():
     nodes = {1: _node(1, [], [_tensor(1, 1, 1)]),
              2: _node(2, [], [_tensor(2, 2, 3)]),

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from opperf.errors import OpperfError
 from opperf.log import Progress, get_logger
-from opperf.replay.methods import (DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY,
-                                   DEFAULT_TIMING_BATCH_ROWS)
+from opperf.replay.methods import (DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W,
+                                   DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
 log = get_logger("replay.isolation")
@@ -47,7 +47,7 @@ class WorkerSettings:
     l2_policy: str = DEFAULT_CACHE_POLICY
     cuda_timing: str = "kernel"
     power_policy: str = DEFAULT_POWER_POLICY
-    heater_min_power_w: float = 0.0
+    heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
     seed: int = 0
     cpu_threads: int | None = None
     cpu_timing: str = DEFAULT_CPU_TIMING

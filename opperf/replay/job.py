@@ -26,8 +26,8 @@ from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, defini
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
-from opperf.replay.methods import (CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_POWER_POLICY,
-                                   DEFAULT_TIMING_BATCH_ROWS)
+from opperf.replay.methods import (CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W,
+                                   DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -62,7 +62,7 @@ class ReplaySettings:
         return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
     cuda_timing: str = "kernel"
     power_policy: str = DEFAULT_POWER_POLICY
-    heater_min_power_w: float = 0.0
+    heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR

@@ -29,7 +29,7 @@ from opperf.power_samples import GEMM_STATE_TAU_US
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
-                                   DEFAULT_POWER_POLICY, POWER_POLICIES,
+                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, POWER_POLICIES,
                                    DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
 
@@ -376,7 +376,7 @@ class CudaTimer:
 
     def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
                  primary: str = "kernel", power_policy: str = DEFAULT_POWER_POLICY,
-                 heater_min_power_w: float = 0.0):
+                 heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
@@ -647,7 +647,7 @@ class SessionExecutionTimer:
 def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
                cuda_primary: str = "kernel", cpu_threads: int | None = None,
                cpu_timing: str = DEFAULT_CPU_TIMING, power_policy: str = DEFAULT_POWER_POLICY,
-               heater_min_power_w: float = 0.0):
+               heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
         if cpu_timing not in CPU_TIMINGS:

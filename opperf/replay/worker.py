@@ -18,7 +18,8 @@ import time
 
 from opperf.io import read_database_csv
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING,
-                                   DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS, POWER_POLICIES)
+                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS,
+                                   POWER_POLICIES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS)
     parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
     parser.add_argument("--power-policy", default=DEFAULT_POWER_POLICY, choices=POWER_POLICIES)
-    parser.add_argument("--heater-min-power", type=float, default=0.0)
+    parser.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
     parser.add_argument("--cpu-timing", default=DEFAULT_CPU_TIMING, choices=CPU_TIMINGS)
