@@ -17,8 +17,6 @@ against the spread of calls within one placement:
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -28,6 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from device_result import calls_arguments, driver_version, write_json  # noqa: E402
 
 OFFSETS = (0, 512, 4096, 65536, 1 << 20, (3 << 20) + 1536, (16 << 20) + 2560, (29 << 20) + 8192)
 STATES = ("insitu", "clean", "cold")
@@ -54,10 +56,7 @@ def view_at(pool: torch.Tensor, offset: int, shape: tuple[int, ...], layout: str
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=25)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = calls_arguments(__doc__, 25, argv)
     device = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     flush = torch.ones(2 * l2 // 4, dtype=torch.int32, device=device)
@@ -103,11 +102,9 @@ def main(argv=None) -> int:
             cells = " ".join(f"{m:6.2f}" for m in medians.values())
             print(f"{label:28} {state:7} {cells:>60}  {spread:6.1%}  {within:6.1%}")
     result = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "driver": torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None,
+              "driver": driver_version(),
               "offsets_bytes": list(OFFSETS), "calls": args.calls, "rows": table}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+    write_json(args.json, result)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,36 @@ def probe_arguments(description: str, output: Path, trials: int, argv: list[str]
     if not torch.cuda.is_available():
         raise SystemExit(f"{Path(sys.argv[0]).name} needs a CUDA device")
     return args
+
+
+def calls_arguments(description: str, calls: int, argv: list[str] | None = None):
+    """A CUDA probe's command line (`--calls` timed calls per case, `--json OUT`), refused where no CUDA device is
+    visible."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=calls, help=f"timed calls per case (default {calls})")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{Path(sys.argv[0]).name} needs a CUDA device")
+    return args
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it (None where it cannot be asked)."""
+    try:
+        found = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip().splitlines()[0] if found.stdout.strip() else None
+
+
+def write_json(path: Path | None, result: dict) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def mean_device_us(prof, op: str) -> float:

@@ -20,10 +20,7 @@ a twin) and is timed by CUPTI per call, as `scripts/replay.py` times a row.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from device_result import calls_arguments, driver_version, write_json  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 BASES = (256 * KIB, 512 * KIB, 768 * KIB, 896 * KIB, MIB, MIB + 128 * KIB, MIB + 256 * KIB, MIB + 512 * KIB,
@@ -76,20 +77,8 @@ def device_activities(call) -> list[str]:
     return [event.name() for event in prof.profiler.kineto_results.events() if event.device_type() != cpu]
 
 
-def driver_version() -> str | None:
-    try:
-        found = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return found.stdout.strip().splitlines()[0] if found.stdout.strip() else None
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = calls_arguments(__doc__, 30, argv)
     device = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     flush = torch.ones(2 * l2 // 4, dtype=torch.int32, device=device)
@@ -144,10 +133,9 @@ def main(argv=None) -> int:
         print(f"{key[0]:6} {key[1]:42} {row['median_us']:9.3f} µs  cv {row['cv']:6.3f}  "
               f"{len(row['activities'])}x {kinds}")
     result = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "cuda": torch.version.cuda, "driver": driver_version(), "l2_bytes": l2, "calls": args.calls, "cache_state": "insitu", "rows": rows}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+              "cuda": torch.version.cuda, "driver": driver_version(), "l2_bytes": l2, "calls": args.calls,
+              "cache_state": "insitu", "rows": rows}
+    write_json(args.json, result)
     return 0
 
 

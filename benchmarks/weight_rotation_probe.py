@@ -14,10 +14,7 @@ too. This times the GEMM with its weight drawn in turn from K distinct copies (K
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,25 +24,17 @@ import torch  # noqa: E402
 
 from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from device_result import calls_arguments, driver_version, write_json  # noqa: E402
+
 COPIES = (1, 2, 8, 32, 128, 512)
 SHAPES = ((1, 4096, 3072), (4, 4096, 3072), (16, 4096, 3072), (8, 1536, 4096), (64, 5120, 25600))
 PROFILED_US = {(1, 4096, 3072): 13.58, (4, 4096, 3072): 13.73, (16, 4096, 3072): 14.47, (8, 1536, 4096): 6.97}
 
 
-def driver_version() -> str | None:
-    try:
-        found = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return found.stdout.strip().splitlines()[0] if found.stdout.strip() else None
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = calls_arguments(__doc__, 30, argv)
     device = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
     flush = torch.ones(2 * l2 // 4, dtype=torch.int32, device=device)
@@ -88,9 +77,7 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name(device), "driver": driver_version(), "torch": torch.__version__,
               "calls": args.calls, "cache_state": "L2 flushed (read 2x L2) before each call, activation rewritten",
               "rows": rows}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+    write_json(args.json, result)
     return 0
 
 
