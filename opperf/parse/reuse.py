@@ -60,8 +60,9 @@ def _weighted_median(distances: list[tuple[float, int]]) -> float:
 
 
 def slot_storages(values: list, types: list, device_prefix: str = "") -> list[tuple[int, int, int] | None]:
-    """Per row slot (a tensor list is one slot per member, as the parse lays out Input Shapes), the storage."""
-    slots: list[tuple[int, int] | None] = []
+    """Per row slot (a tensor list is one slot per member, as the parse lays out Input Shapes), its storage and
+    byte range."""
+    slots: list[tuple[int, int, int] | None] = []
     for value, type_name in zip(values, types):
         if str(type_name).startswith("Tensor"):
             slots.append(_storage(value, device_prefix))
@@ -122,7 +123,7 @@ def load_nodes(path: Path) -> dict[int, dict]:
 
 def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_prefix: str = "") -> list[str | None]:
     """For each call (its record function id, in device order), the Input Reuse Distance field: per slot the MiB
-    touched since the slot's storage was last used, `inf` if it was not used before, empty for non-tensor slots;
+    touched since the slot's bytes were last used, `inf` if it was not used before, empty for non-tensor slots;
     None for a call the execution trace does not have."""
     plans = []
     for rf_id in calls:
@@ -130,9 +131,10 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
         if node is None:
             plans.append(None)
             continue
-        inputs = slot_storages(node["inputs"].get("values", []), node["inputs"].get("types", []), device_prefix)
-        outputs = [s for s in slot_storages(node["outputs"].get("values", []), node["outputs"].get("types", []),
-                                            device_prefix) if s is not None]
+        inputs = [None if s is None else _blocks(s) for s in
+                  slot_storages(node["inputs"].get("values", []), node["inputs"].get("types", []), device_prefix)]
+        outputs = [_blocks(s) for s in slot_storages(node["outputs"].get("values", []),
+                                                     node["outputs"].get("types", []), device_prefix) if s is not None]
         plans.append((inputs, outputs))
     uses = sum(1 for p in plans if p is not None for s in p[0] + p[1] if s is not None)
     tree, last, size, now = _Fenwick(uses), {}, {}, 0
@@ -144,16 +146,16 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
         inputs, outputs = plan
         total = tree.prefix(now)
         texts = []
-        for slot in inputs:
-            if slot is None:
+        for blocks in inputs:
+            if blocks is None:
                 texts.append("")
                 continue
             distance = _weighted_median([(total - tree.prefix(last[block] + 1) if block in last else math.inf, used)
-                                         for block, used in _blocks(slot)])
+                                         for block, used in blocks])
             texts.append("inf" if distance == math.inf else f"{distance / MIB:.6g}")
         fields.append(";".join(texts))
-        for slot in [s for s in inputs if s is not None] + outputs:
-            for block, used in _blocks(slot):     # one use time per tensor: its own blocks are not "since"
+        for blocks in [b for b in inputs if b is not None] + outputs:
+            for block, used in blocks:            # one use time per tensor: its own blocks are not "since"
                 if block in last:
                     tree.add(last[block], -size[block])
                 size[block] = max(size.get(block, 0), used)
