@@ -12,7 +12,8 @@
 #      removing the column from them (so run it last), into <variant>/ and databases_<variant>.tar.gz; with
 #      REPEAT set, each replayed twice (another seed) for issue 18's repeatability; RUNS (e.g. "insitu", then
 #      "insitu-repeat" with SKIP_PROFILE in the next call) splits the two replays of a workload too long for one call;
-#      HEATER_MIN_POWER (W) passes --heater-min-power (benchmarks/results/heater_ab/).
+#      HEATER_MIN_POWER (W) passes --heater-min-power (benchmarks/results/heater_ab/), POWER_POLICY --power-policy.
+#      TAG is appended to the packed file's name, so that several calls in one device command keep theirs.
 # Everything lands under $RES (default /tmp/ivres) and is packed into $OUT/input_values_<DEV>.tar.gz at the end
 # (the device tool returns a few files, not a tree). The device tool's 10-minute limit fits steps 1+3 for one
 # variant of three MoE workloads; run the other variant with SKIP_PROFILE in the next call:
@@ -63,8 +64,9 @@ for variant in $VARIANTS; do
   timeout ${REPLAY_TIMEOUT:-400} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
       $([ -n "${REPEAT:-}" ] && echo --repeat || echo --no-repeat) $([ -n "${RUNS:-}" ] && echo --replay-runs $RUNS) \
       $([ -n "${HEATER_MIN_POWER:-}" ] && echo --heater-min-power $HEATER_MIN_POWER) \
+      $([ -n "${POWER_POLICY:-}" ] && echo --power-policy $POWER_POLICY) \
       --stages replay report --work-dir $W --output $RES/$variant > $RES/replay_$variant.log 2>&1
   echo "$variant: replay exit $?"; sed -n '/Per workload/,/^## Gap/p' $RES/$variant/cuda_replay.md | head -7
   (cd /tmp && tar czf $RES/databases_$variant.tar.gz $(for w in $WORKLOADS; do echo iv/$w/insitu/data; done))
 done
-tar czf $OUT/input_values_$DEV.tar.gz -C $RES .
+tar czf $OUT/input_values_$DEV${TAG:-}.tar.gz -C $RES .

@@ -160,6 +160,10 @@ def test_after_long_gemm_heats_only_long_calls_that_followed_gemms():
     assert not heated("after-long-gemm", 600.0, 5488.0)                     # after 0.6 ms of GEMMs: nothing
     assert not heated("after-long-gemm", None, 5488.0)                      # a trace parsed before the column
     assert not heated("after-gemm", 44_400.0, 5488.0) and not heated("match-clock", 44_400.0, 5488.0)
+    assert heated("gemm-history", 21_600.0, 22_800.0, own=True)             # the prefill's down GEMM
+    assert heated("gemm-history", 44_400.0, 5488.0)
+    assert not heated("gemm-history", 44_400.0, 150.0, own=True)            # a short GEMM: after-gemm's heater
+    assert not heated("gemm-history", 600.0, 22_800.0, own=True)
 
 
 def test_heater_min_power_skips_the_heater_where_the_workload_ran_near_idle(tmp_path):

@@ -29,7 +29,8 @@ from opperf.power_samples import GEMM_STATE_TAU_US
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
-                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, POWER_POLICIES,
+                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, GEMM_HISTORY_POLICIES,
+                                   POWER_POLICIES,
                                    DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
 
@@ -423,7 +424,7 @@ class CudaTimer:
             calls = self._long_heater_calls(case.gemm_before_us)
             neighbour = functools.partial(self._heat, calls, self.LONG_HEATER_N)
             idle_s = self.LONG_HEATER_REST_S
-            policy += (f"; power: after-long-gemm, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
+            policy += (f"; power: {self.power_policy}, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
                        f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
                        f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM, {idle_s * 1000:.0f} ms idle after "
                        f"it")
@@ -480,8 +481,9 @@ class CudaTimer:
         prefill's elementwise row follows its ~50 ms GEMM there and runs 12 % slower than rested, as it does after
         35-70 ms of compute-bound GEMMs of other data, not after 30 ms or less (benchmarks/results/memory_state/,
         history)."""
-        return (self.power_policy == "after-long-gemm" and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
-                and call_us >= self.COOLDOWN_MIN_US and not case.sets_own_clock)
+        return (self.power_policy in GEMM_HISTORY_POLICIES and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
+                and call_us >= self.COOLDOWN_MIN_US
+                and (self.power_policy == "gemm-history" or not case.sets_own_clock))
 
     LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100
     # Idle after each heated call, so that one call's heater does not add to the next one's (30 calls back to back
