@@ -48,3 +48,21 @@ def duration_stats(durations_us: Sequence[float]) -> DurationStats:
     cv = statistics.pstdev(ordered) / mean if len(ordered) > 1 and mean > 0 else 0.0
     return DurationStats(mean_us=mean, median_us=statistics.median(ordered), p10_us=_percentile(ordered, 0.10),
                          p90_us=_percentile(ordered, 0.90), cv=cv, sample_count=len(ordered))
+
+
+# A call that took this many times the row's median was interrupted, not slow: another context's time slice or a
+# host stall inside the timed range. Legitimate spreads stay far below it (a memcpy's remainder path 2x, the first
+# kernel after an idle GPU 2.9x: benchmarks/results/memcpy_tail/, memory_state/). One 58 ms sample among 30 calls
+# of 11 µs once made a GEMM row's Average Duration 1,959 µs.
+INTERRUPTED_FACTOR = 20.0
+
+
+def split_interrupted(durations_us: Sequence[float],
+                      factor: float = INTERRUPTED_FACTOR) -> tuple[list[float], list[float]]:
+    """(kept, interrupted): the calls over `factor` times the median are set apart (none when the median is 0)."""
+    median = statistics.median(durations_us) if durations_us else 0.0
+    if median <= 0:
+        return list(durations_us), []
+    kept = [d for d in durations_us if d <= factor * median]
+    return kept, [d for d in durations_us if d > factor * median]
+

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from opperf import contract
 from opperf.replay.engine import (STATUS_FAILED_BUILD, STATUS_FAILED_VERIFY, STATUS_OK, STATUS_SKIPPED_MEMORY,
                                   RowOutcome, plan_work, replay_key, sample_columns)
 from opperf.replay.writeback import write_back
+from opperf.stats import format_number
 
 AT = "2026-01-01T00:00:00Z"
 
@@ -49,6 +52,25 @@ def test_exact_values_land_on_every_row_of_the_signature_in_canonical_spelling()
     columns = list(written.columns)
     assert columns.index(contract.REPLAY_AVERAGE) == len(contract.BASE_COLUMNS)
     assert columns[-1] == contract.COLLECTED_AT
+
+
+def test_an_interrupted_call_is_left_out_and_said_so():
+    """The moe chain's mm (486, 1536) x (1536, 4096): 29 calls near 11.25 us and one of 58 ms (another context's
+    time slice) had made its Average Duration 1,959 us. Such a call leaves every statistic; the measurement's
+    description names it. A real bimodal spread (a memcpy's remainder path, 2x) is kept whole."""
+    samples = [11.25] * 15 + [11.5] * 14 + [58_012.0]
+    columns = sample_columns(samples, "test clock", "insitu")
+    assert columns[contract.REPLAY_AVERAGE] == format_number(statistics.fmean(samples[:-1]))
+    assert columns[contract.REPLAY_SAMPLE_COUNT] == "29"
+    assert columns[contract.REPLAY_P90] == "11.5"
+    assert columns[contract.REPLAY_L2_POLICY] == ("insitu; 1 of 30 timed calls left out as interrupted (58012 us, "
+                                                  "over 20x the median of all 11.4 us)")
+    bimodal = [2.3] * 20 + [4.72] * 10
+    kept = sample_columns(bimodal, "test clock", "insitu")
+    assert kept[contract.REPLAY_SAMPLE_COUNT] == "30" and kept[contract.REPLAY_L2_POLICY] == "insitu"
+    assert kept[contract.REPLAY_AVERAGE] == format_number(statistics.fmean(bimodal))
+    zeros = sample_columns([0.0, 0.0, 0.0, 5.0], "test clock", "none")     # a median of 0 sets nothing apart
+    assert zeros[contract.REPLAY_SAMPLE_COUNT] == "4"
 
 
 def test_failed_rows_are_kept_with_status_and_error_and_lose_stale_numbers():

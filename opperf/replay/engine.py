@@ -8,6 +8,7 @@ Rows with equal signature (and equal recorded scalars) are replayed once: they a
 from __future__ import annotations
 
 import math
+import statistics
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,7 @@ from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
 from opperf.replay.methods import Timer, TimingResult, sets_own_clock
-from opperf.stats import duration_stats, format_number
+from opperf.stats import INTERRUPTED_FACTOR, duration_stats, format_number, split_interrupted
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
     from opperf.replay.inputs import FormatCast, ReplayCase
@@ -110,8 +111,14 @@ def plan_work(rows: Sequence[Mapping[str, str]], kernel_type: str, update_mode: 
 def sample_columns(samples_us: Sequence[float], method: str, l2_policy: str,
                    power_state: tuple[float, float] | None = None) -> dict[str, str]:
     """`Average Duration(us)` (the mean, as the name says) and our statistics beside it; the SM clock and
-    power the calls ran at where the timer sampled them."""
-    stats = duration_stats(samples_us)
+    power the calls ran at where the timer sampled them. Interrupted calls (opperf.stats.split_interrupted) are
+    left out of every statistic, and the measurement's description says how many and how long they took."""
+    kept, interrupted = split_interrupted(samples_us)
+    stats = duration_stats(kept)
+    if interrupted:
+        l2_policy += (f"; {len(interrupted)} of {len(samples_us)} timed calls left out as interrupted ("
+                      f"{', '.join(f'{d:.0f}' for d in sorted(interrupted)[:5])} us, over {INTERRUPTED_FACTOR:g}x "
+                      f"the median of all {statistics.median(samples_us):.3g} us)")
     power = {} if power_state is None else {contract.REPLAY_SM_CLOCK: format_number(power_state[0]),
                                             contract.REPLAY_POWER: format_number(power_state[1])}
     return {**power,
