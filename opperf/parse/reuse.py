@@ -17,13 +17,6 @@ workload's expert GEMMs then replayed with their weight in L2 at 0.68-0.77x thei
 13.6 µs), and read cold they take 13.4 µs (benchmarks/results/weight_rotation/). A slot's distance is the median of
 its blocks' distances, weighted by the bytes it uses in each (a block it shares with a neighbour's slice counts for
 the shared bytes only).
-
-An op writes its output while it reads its inputs, so the output's first blocks lie behind the rest of the op's
-traffic when the op ends: block j of n (in byte order) behind (1 - (j + 1) / n) of the bytes the op touches. A
-grouped expert GEMM of Qwen2-MoE streams 692 MB of expert weights while it writes its 2.75-44 MiB output; the
-memcpy that clones that output (masked_fill's) ran in the workload at the time of a cold source (2.72 µs for
-2.75 MiB), while replay with the source resident took 0.73x of it, and 1.18-1.22x for the 44 MiB one (L2 thrashed by
-the rewrite). Read cold, both took their profiled time (benchmarks/results/small_kernels/copy_state/).
 """
 
 from __future__ import annotations
@@ -145,7 +138,6 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
         plans.append((inputs, outputs))
     uses = sum(1 for p in plans if p is not None for s in p[0] + p[1] if s is not None)
     tree, last, size, now = _Fenwick(uses), {}, {}, 0
-    behind: dict[tuple[int, int], float] = {}       # bytes the writing op touched after writing the block
     fields: list[str | None] = []
     for plan in plans:
         if plan is None:
@@ -158,17 +150,10 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
             if blocks is None:
                 texts.append("")
                 continue
-            distance = _weighted_median([(total - tree.prefix(last[block] + 1) + behind.get(block, 0.0)
-                                          if block in last else math.inf, used) for block, used in blocks])
+            distance = _weighted_median([(total - tree.prefix(last[block] + 1) if block in last else math.inf, used)
+                                         for block, used in blocks])
             texts.append("inf" if distance == math.inf else f"{distance / MIB:.6g}")
         fields.append(";".join(texts))
-        touched = {block: used for blocks in [b for b in inputs if b is not None] + outputs for block, used in blocks}
-        written = [block for blocks in outputs for block, _ in blocks]
-        for block in touched:
-            behind.pop(block, None)
-        op_bytes = sum(touched.values())
-        for position, block in enumerate(written):
-            behind[block] = op_bytes * (1 - (position + 1) / len(written))
         for blocks in [b for b in inputs if b is not None] + outputs:
             for block, used in blocks:            # one use time per tensor: its own blocks are not "since"
                 if block in last:
