@@ -7,6 +7,7 @@ torch.profiler traces). Each replay is built, verified against the row's outputs
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,10 @@ def test_cpu_replay_of_every_definition(kernel_type):
     outcome = replay_row(DEFINITIONS[kernel_type], ROWS[kernel_type], backend="cpu", device="cpu",
                          timer=CpuWallClockTimer(), repeat_count=3, warmup_count=1)
     assert outcome.status == STATUS_OK, outcome.error
-    assert outcome.columns[contract.REPLAY_SAMPLE_COUNT] == "3"
+    # a call over 20x the median (a busy CI host's preemption) is left out and said so; never half of them
+    left_out = re.search(r"(\d+) of 3 timed calls left out as interrupted", outcome.columns[contract.REPLAY_L2_POLICY])
+    assert outcome.columns[contract.REPLAY_SAMPLE_COUNT] == str(3 - int(left_out.group(1)) if left_out else 3)
+    assert int(outcome.columns[contract.REPLAY_SAMPLE_COUNT]) >= 2
     assert outcome.columns[contract.REPLAY_TIMING_METHOD].startswith(METHOD_CPU_WALL + ", ")
     p10, mean, p90 = (float(outcome.columns[c]) for c in (contract.REPLAY_P10, contract.REPLAY_AVERAGE,
                                                          contract.REPLAY_P90))
