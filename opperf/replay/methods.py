@@ -45,7 +45,7 @@ CUDA_TIMINGS = ("kernel", "event")
 # `after-long-gemm` is after-gemm, except that a long call (not a GEMM or attention call) follows a GEMM block as
 # long as the workload's GEMM history before it amounts to (its trace's `Equivalent GEMM Before(us)`).
 # `gemm-history` is after-long-gemm for every long call, GEMM and attention calls included: the 64k-token prefill's
-# GEMMs ran 3-6 % slower in the workload than one at a time (benchmarks/results/gemm_state/).
+# GEMMs ran 4-7 % slower in the workload than one at a time (benchmarks/results/gemm_state/).
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm", "gemm-history")
 GEMM_HISTORY_POLICIES = frozenset({"after-long-gemm", "gemm-history"})
 # Definition categories whose long calls draw the power that sets their own clock (schema-built ops: by name,
