@@ -6,13 +6,14 @@ For a row that replays far from its profile, this answers which kernel or memcpy
 `Memcpy DtoD` or an elementwise copy kernel, for instance), how long each took, the device activity before it and
 the idle gap between them.
 
-    python benchmarks/trace_neighbours.py TRACE.json aten::copy_ "512,2816;512,2816" [--limit 5]
+    python benchmarks/trace_neighbours.py TRACE.json[.gz] aten::copy_ "512,2816;512,2816" [--limit 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import gzip
 import json
 from pathlib import Path
 
@@ -30,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dims", help="its Input Dims as the database writes them, e.g. 512,2816;512,2816 (a prefix)")
     parser.add_argument("--limit", type=int, default=5, help="calls to show (default %(default)s)")
     args = parser.parse_args(argv)
-    events = json.loads(args.trace.read_text(encoding="utf-8"))["traceEvents"]
+    opener = gzip.open if args.trace.suffix == ".gz" else open
+    with opener(args.trace, "rt", encoding="utf-8") as handle:
+        events = json.load(handle)["traceEvents"]
     device = sorted((e for e in events if e.get("cat") in DEVICE_CATEGORIES and "dur" in e), key=lambda e: e["ts"])
     by_correlation = {}
     for event in device:

@@ -1,0 +1,57 @@
+"""Two diagnostic scripts of issue 18 on committed data: benchmarks/trace_neighbours.py on a real CUDA trace, and
+benchmarks/gemm_state_probe.py's table against the JSON it wrote on the GPU host (exact values)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GEMM_STATE = REPO / "benchmarks" / "results" / "gemm_state"
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield importlib.import_module("trace_neighbours"), importlib.import_module("gemm_state_probe")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+def test_trace_neighbours_names_what_a_call_ran_and_what_ran_before(scripts, capsys):
+    trace_neighbours, _ = scripts
+    trace = REPO / "tests" / "data" / "parse" / "cuda_tiny_qwen2_moe" / "trace.json.gz"
+    assert trace_neighbours.main([str(trace), "aten::copy_", "24,64;24,64", "--limit", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "aten::copy_ 24,64;24,64; strides [[64, 1], [64, 1], []]"
+    assert "gpu_memcpy Memcpy DtoD (Device -> Device)" in lines[1] and lines[1].strip().startswith("ran")
+    assert lines[2].strip().startswith("after") and "(gap " in lines[2]
+    assert trace_neighbours.main([str(trace), "aten::copy_", "99999,1"]) == 1
+    assert "no aten::copy_ call with Input Dims starting '99999,1'" in capsys.readouterr().out
+
+
+def test_gemm_state_table_is_what_the_committed_replays_give(scripts, tmp_path, capsys):
+    _, probe = scripts
+    with tarfile.open(GEMM_STATE / "dense_chain_after_gemm" / "databases_recorded.tar.gz") as archive:
+        archive.extractall(tmp_path / "db", filter="data")
+    database = next((tmp_path / "db").glob("**/insitu/data/H100/torch/torch2.11.0_cuda13.0"))
+    with tarfile.open(GEMM_STATE / "heater_lengths" / "replayed_rows.tar.gz") as archive:
+        archive.extractall(tmp_path / "out", filter="data")
+    assert probe.main(["table", str(database), str(tmp_path / "out"), "--json", str(tmp_path / "table.json")]) == 0
+    assert "| history_200ms | 1.037 | 3.6% |" in capsys.readouterr().out
+    mine = json.loads((tmp_path / "table.json").read_text())
+    committed = json.loads((GEMM_STATE / "heater_lengths" / "table.json").read_text())
+    assert mine["summary"].keys() == committed["summary"].keys()
+    for replay, summary in committed["summary"].items():
+        assert mine["summary"][replay] == pytest.approx(summary)
+    assert len(mine["rows"]) == len(committed["rows"]) == 27
+    for got, want in zip(mine["rows"], committed["rows"]):
+        assert {k: v for k, v in got.items() if not (isinstance(v, float) and math.isnan(v))} == pytest.approx(
+            {k: v for k, v in want.items() if not (isinstance(v, float) and math.isnan(v))})
