@@ -1,7 +1,10 @@
-"""Shared fixtures: the real Ascend fixture, the repository root, and PATH so workflow jobs find this Python."""
+"""Shared fixtures: the real Ascend fixture, the repository root, PATH so workflow jobs find this Python, and the
+benchmark scripts as modules."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -13,6 +16,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Workflow jobs run `python scripts/...`: make that the interpreter running the tests.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+@contextlib.contextmanager
+def benchmark_scripts(*names: str):
+    """The named benchmarks/ scripts imported as modules, with benchmarks/ on sys.path only meanwhile (they import
+    each other by name)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield tuple(importlib.import_module(name) for name in names)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
 
 ASCEND_FIXTURE = REPO / "resources" / "profiles" / "A3_vllm0.18.0_torch2.9.0_cann8.5" / "kernel_details.csv"
 

@@ -3,26 +3,20 @@ benchmarks/gemm_state_probe.py's table against the JSON it wrote on the GPU host
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 import tarfile
-from pathlib import Path
 
 import pytest
+from conftest import REPO, benchmark_scripts
 
-REPO = Path(__file__).resolve().parents[1]
 GEMM_STATE = REPO / "benchmarks" / "results" / "gemm_state"
 
 
 @pytest.fixture(scope="module")
 def scripts():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        yield importlib.import_module("trace_neighbours"), importlib.import_module("gemm_state_probe")
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    with benchmark_scripts("trace_neighbours", "gemm_state_probe") as modules:
+        yield modules
 
 
 def test_trace_neighbours_names_what_a_call_ran_and_what_ran_before(scripts, capsys):

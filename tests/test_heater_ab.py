@@ -3,13 +3,12 @@ kernel types both replays finished are compared."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_scripts
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "heater_ab"
@@ -17,11 +16,8 @@ RESULTS = REPO / "benchmarks" / "results" / "heater_ab"
 
 @pytest.fixture(scope="module")
 def heater_ab():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        yield importlib.import_module("heater_ab")
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    with benchmark_scripts("heater_ab") as (module,):
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import csv
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_scripts
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def cuda_replay():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("cuda_replay")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    with benchmark_scripts("cuda_replay") as (module,):
+        yield module
 
 
 def _type(share, median):
