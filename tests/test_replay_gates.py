@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import csv
 import importlib
-from pathlib import Path
 
 import pytest
 from conftest import benchmark_scripts
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
