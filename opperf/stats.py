@@ -58,11 +58,12 @@ INTERRUPTED_FACTOR = 20.0
 
 
 def split_interrupted(durations_us: Sequence[float],
-                      factor: float = INTERRUPTED_FACTOR) -> tuple[list[float], list[float]]:
-    """(kept, interrupted): the calls over `factor` times the median are set apart (none when the median is 0)."""
+                      factor: float = INTERRUPTED_FACTOR) -> tuple[list[float], list[float], float]:
+    """(kept, interrupted, median of all): the calls over `factor` times the median are set apart (none when the
+    median is 0)."""
     median = statistics.median(durations_us) if durations_us else 0.0
     if median <= 0:
-        return list(durations_us), []
+        return list(durations_us), [], median
     kept = [d for d in durations_us if d <= factor * median]
-    return kept, [d for d in durations_us if d > factor * median]
+    return kept, [d for d in durations_us if d > factor * median], median
 

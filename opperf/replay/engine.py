@@ -8,7 +8,6 @@ Rows with equal signature (and equal recorded scalars) are replayed once: they a
 from __future__ import annotations
 
 import math
-import statistics
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -113,12 +112,12 @@ def sample_columns(samples_us: Sequence[float], method: str, l2_policy: str,
     """`Average Duration(us)` (the mean, as the name says) and our statistics beside it; the SM clock and
     power the calls ran at where the timer sampled them. Interrupted calls (opperf.stats.split_interrupted) are
     left out of every statistic, and the measurement's description says how many and how long they took."""
-    kept, interrupted = split_interrupted(samples_us)
+    kept, interrupted, median = split_interrupted(samples_us)
     stats = duration_stats(kept)
     if interrupted:
         l2_policy += (f"; {len(interrupted)} of {len(samples_us)} timed calls left out as interrupted ("
                       f"{', '.join(f'{d:.0f}' for d in sorted(interrupted)[:5])} us, over {INTERRUPTED_FACTOR:g}x "
-                      f"the median of all {statistics.median(samples_us):.3g} us)")
+                      f"the median of all {median:.3g} us)")
     power = {} if power_state is None else {contract.REPLAY_SM_CLOCK: format_number(power_state[0]),
                                             contract.REPLAY_POWER: format_number(power_state[1])}
     return {**power,
