@@ -69,27 +69,25 @@ def run(args) -> int:
     return 0
 
 
+def keyed_ratios(frame: pd.DataFrame, kernel: str, column: str) -> pd.DataFrame:
+    """One kernel type's rows by (type, shapes, strides): profiled µs, and replay median / profiled as `column`."""
+    profiled = pd.to_numeric(frame[contract.PROFILING_AVERAGE], errors="coerce")
+    return pd.DataFrame({"type": kernel, "shapes": frame[contract.INPUT_SHAPES],
+                         "strides": frame.get(contract.INPUT_STRIDES, ""), "profiled_us": profiled,
+                         column: pd.to_numeric(frame[contract.REPLAY_MEDIAN], errors="coerce") / profiled})
+
+
 def ratios(database: Path, column: str) -> pd.DataFrame:
-    frames = []
-    for path in sorted(database.glob("*.csv")):
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        profiled = pd.to_numeric(frame[contract.PROFILING_AVERAGE], errors="coerce")
-        frames.append(pd.DataFrame({"type": path.stem, "shapes": frame[contract.INPUT_SHAPES],
-                                    "strides": frame.get(contract.INPUT_STRIDES, ""),
-                                    "profiled_us": profiled, column: pd.to_numeric(
-                                        frame[contract.REPLAY_MEDIAN], errors="coerce") / profiled}))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat([keyed_ratios(pd.read_csv(path, dtype=str, keep_default_na=False), path.stem, column)
+                      for path in sorted(database.glob("*.csv"))], ignore_index=True)
 
 
 def table(args) -> int:
     chosen = selected(args.database, args.select)
-    base = pd.concat([f.assign(type=k) for k, f in chosen.items()], ignore_index=True)
-    frame = pd.DataFrame({"type": base["type"], "shapes": base[contract.INPUT_SHAPES],
-                          "strides": base.get(contract.INPUT_STRIDES, ""),
-                          "gemm_before_ms": pd.to_numeric(base[GEMM_BEFORE], errors="coerce") / 1000,
-                          "profiled_us": pd.to_numeric(base[contract.PROFILING_AVERAGE], errors="coerce"),
-                          "calls": pd.to_numeric(base[contract.PROFILING_SAMPLE_COUNT], errors="coerce")})
-    frame["database"] = pd.to_numeric(base[contract.REPLAY_MEDIAN], errors="coerce") / frame["profiled_us"]
+    base = pd.concat(list(chosen.values()), ignore_index=True)
+    frame = pd.concat([keyed_ratios(f, k, "database") for k, f in chosen.items()], ignore_index=True)
+    frame.insert(3, "gemm_before_ms", pd.to_numeric(base[GEMM_BEFORE], errors="coerce") / 1000)
+    frame.insert(5, "calls", pd.to_numeric(base[contract.PROFILING_SAMPLE_COUNT], errors="coerce"))
     columns = ["database"]
     for run_dir in sorted(args.output.glob("history_*ms"), key=lambda p: float(p.name[8:-2])):
         column = run_dir.name
