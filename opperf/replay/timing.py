@@ -29,10 +29,9 @@ from opperf.power_samples import GEMM_STATE_TAU_US
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
-                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, GEMM_HISTORY_POLICIES,
-                                   POWER_POLICIES,
-                                   DEFAULT_CPU_TIMING, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
-                                   METHOD_CUDA_KERNEL, METHOD_SESSION, TimingResult)
+                                   DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
+                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
+                                   METHOD_CUDA_KERNEL, METHOD_SESSION, POWER_POLICIES, TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
 
