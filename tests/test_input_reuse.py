@@ -64,6 +64,30 @@ def test_views_of_one_storage_are_other_data():
     assert reuse_distances(fused, [1, 2, 3, 4, 5], "cuda") == ["", "0", "2", "inf", "inf"]
 
 
+def test_a_grouped_gemms_output_lies_behind_the_weights_it_streamed_after_writing_it():
+    """A MoE layer's expert GEMM writes its output while it streams every routed expert's weights: the memcpy that
+    clones the output reads it cold, as the workload did (benchmarks/results/small_kernels/copy_state/). Its 3 MiB
+    output's middle block lies behind half of the 1 MiB of rows and 32 MiB of weights; a decode step's 2 rows read
+    2 of 8 experts' weights; an ordinary GEMM's output stays just written."""
+    def grouped(rf_id: int, rows: int, out: list, name: str = "aten::_grouped_mm") -> dict:
+        node = _node(rf_id, [_tensor(1, 1, 1), _tensor(2, 2, 32)], [out])
+        node["name"] = name
+        node["inputs"]["shapes"] = [[rows, 512], [8, 512, 4096], [8]]
+        return node
+
+    def clone(rf_id: int, source: list) -> dict:
+        return _node(rf_id, [source], [_tensor(rf_id * 10, rf_id * 10, 3)])
+
+    prefill = {1: grouped(1, 1024, _tensor(3, 3, 3)), 2: clone(2, _tensor(3, 3, 3))}
+    assert reuse_distances(prefill, [1, 2], "cuda")[1] == "16.5"
+    decode = {1: grouped(1, 2, _tensor(3, 3, 3)), 2: clone(2, _tensor(3, 3, 3))}
+    assert reuse_distances(decode, [1, 2], "cuda")[1] == "4.5"          # (1 + 32 * 2 / 8) / 2
+    dense = {1: grouped(1, 1024, _tensor(3, 3, 3), "aten::mm"), 2: clone(2, _tensor(3, 3, 3))}
+    assert reuse_distances(dense, [1, 2], "cuda")[1] == "0"
+    read_since = {1: grouped(1, 1024, _tensor(3, 3, 3)), 2: clone(2, _tensor(3, 3, 3)), 3: clone(3, _tensor(3, 3, 3))}
+    assert reuse_distances(read_since, [1, 2, 3], "cuda")[2] == "3"      # behind the first clone's output only
+
+
 def test_a_tensor_list_is_one_slot_per_member_and_host_scalars_are_not_device_data():
     nodes = {1: _node(1, [], [_tensor(1, 1, 1)]),
              2: _node(2, [], [_tensor(2, 2, 3)]),

@@ -17,6 +17,15 @@ workload's expert GEMMs then replayed with their weight in L2 at 0.68-0.77x thei
 13.6 µs), and read cold they take 13.4 µs (benchmarks/results/weight_rotation/). A slot's distance is the median of
 its blocks' distances, weighted by the bytes it uses in each (a block it shares with a neighbour's slice counts for
 the shared bytes only).
+
+A grouped GEMM (a MoE layer's expert GEMMs in one kernel) writes each group's rows while it streams that group's
+weights, so its output's first bytes lie behind the rest of its inputs: the byte at fraction x of the output behind
+(1 - x) of the op's input bytes (each block at its midpoint). Qwen2-MoE's expert GEMM streams 692 MB of weights while
+it writes 0.25-44 MiB; the memcpy that clones that output (masked_fill's) ran in the workload at the time of a cold
+source, and replayed with the source resident at 0.63-0.83x (1.18-1.24x for the 16-44 MiB ones, the rewrite
+thrashing L2); read cold, 0.91-1.04 (benchmarks/results/small_kernels/copy_state/). Other producers are not charged:
+a single-wave GEMM writes its output last, and an elementwise op's output tail is resident when its consumer runs;
+charging every op that way made Phi-3-mini's prefill `mean` input cold where the workload read its tail from L2.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from opperf.errors import OpperfError
 
 MIB = 2**20
 BLOCK_BYTES = MIB         # the unit of the LRU stack: views of one storage that do not share a block are other data
+GROUPED_PRODUCERS = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm"})   # write while streaming weights
 
 
 def _storage(value, device_prefix: str) -> tuple[int, int, int] | None:
@@ -121,6 +131,32 @@ def load_nodes(path: Path) -> dict[int, dict]:
     return by_rf
 
 
+def _streamed_bytes(node: dict, inputs: list) -> float:
+    """The input bytes a grouped GEMM streams while it writes its output (0 for any other op): its rows and the
+    weights of the groups that got rows, at most one group per row (a decode step's 4 routed rows read 4 of 60
+    experts)."""
+    if node.get("name") not in GROUPED_PRODUCERS:
+        return 0.0
+    total = sum(dict(block for blocks in inputs if blocks is not None for block in blocks).values())
+    shapes = tensor_shapes(node)
+    if len(shapes) >= 2 and len(shapes[0]) == 2 and len(shapes[1]) == 3 and inputs[1] is not None:
+        rows, groups = shapes[0][0], shapes[1][0]
+        weights = sum(used for _, used in inputs[1])
+        total -= weights * (1 - min(1.0, rows / max(groups, 1)))
+    return total
+
+
+def _charge_producer(behind: dict, inputs: list, outputs: list, streamed: float) -> None:
+    """Record, for each block this op writes, the input bytes it streamed after writing it (only a grouped GEMM
+    streams any); any use of a block ends what an earlier producer left behind it."""
+    for blocks in [b for b in inputs if b is not None] + outputs:
+        for block, _ in blocks:
+            behind.pop(block, None)
+    written = [block for blocks in outputs for block, _ in blocks]
+    for position, block in enumerate(written if streamed else ()):
+        behind[block] = streamed * (1 - (position + 0.5) / len(written))
+
+
 def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_prefix: str = "") -> list[str | None]:
     """For each call (its record function id, in device order), the Input Reuse Distance field: per slot the MiB
     touched since the slot's bytes were last used, `inf` if it was not used before, empty for non-tensor slots;
@@ -135,25 +171,27 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
                   slot_storages(node["inputs"].get("values", []), node["inputs"].get("types", []), device_prefix)]
         outputs = [_blocks(s) for s in slot_storages(node["outputs"].get("values", []),
                                                      node["outputs"].get("types", []), device_prefix) if s is not None]
-        plans.append((inputs, outputs))
+        plans.append((inputs, outputs, _streamed_bytes(node, inputs)))
     uses = sum(1 for p in plans if p is not None for s in p[0] + p[1] if s is not None)
     tree, last, size, now = _Fenwick(uses), {}, {}, 0
+    behind: dict[tuple[int, int], float] = {}       # input bytes a grouped GEMM streamed after writing the block
     fields: list[str | None] = []
     for plan in plans:
         if plan is None:
             fields.append(None)
             continue
-        inputs, outputs = plan
+        inputs, outputs, streamed = plan
         total = tree.prefix(now)
         texts = []
         for blocks in inputs:
             if blocks is None:
                 texts.append("")
                 continue
-            distance = _weighted_median([(total - tree.prefix(last[block] + 1) if block in last else math.inf, used)
-                                         for block, used in blocks])
+            distance = _weighted_median([(total - tree.prefix(last[block] + 1) + behind.get(block, 0.0)
+                                          if block in last else math.inf, used) for block, used in blocks])
             texts.append("inf" if distance == math.inf else f"{distance / MIB:.6g}")
         fields.append(";".join(texts))
+        _charge_producer(behind, inputs, outputs, streamed)
         for blocks in [b for b in inputs if b is not None] + outputs:
             for block, used in blocks:            # one use time per tensor: its own blocks are not "since"
                 if block in last:
