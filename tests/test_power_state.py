@@ -98,3 +98,46 @@ def test_nvml_samples_the_gpu_torch_means_under_cuda_visible_devices(monkeypatch
     assert [nvml_index(0), nvml_index(1)] == [3, 1]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert nvml_index(2) == 2
+
+
+def test_a_replay_window_gets_the_median_of_its_samples_else_the_nearest_one():
+    """The replay's per-row power state: the samples inside the timed window, or the nearest within MAX_GAP_US
+    (bisected: a persistent server's samplers hold hundreds of thousands)."""
+    from opperf.power_samples import MAX_GAP_US
+    from opperf.workload.power import NvmlSampler
+
+    sampler = NvmlSampler(samples=[(t * 2_000.0, 1_980.0 - t, 500.0 + t, 50.0) for t in range(200_000)])
+    assert sampler.state_during(10_000.0, 18_000.0) == (1_973.0, 507.0)       # samples 5..9: the median is 7
+    assert sampler.state_during(10_500.0, 10_600.0) == (1_975.0, 505.0)       # none inside: the nearest (5)
+    last = sampler.samples[-1][0]
+    assert sampler.state_during(last + MAX_GAP_US / 2, last + MAX_GAP_US / 2) == (1_980.0 - 199_999, 500.0 + 199_999)
+    assert sampler.state_during(last + 3 * MAX_GAP_US, last + 3 * MAX_GAP_US) is None
+    assert NvmlSampler().state_during(0.0, 1.0) is None
+    NvmlSampler().stop()                                                         # never started: nothing to join
+
+
+def test_a_replay_job_closes_its_timer(tmp_path, monkeypatch):
+    """A persistent server runs many jobs in one process: each job's timer must end what it started (the cuda
+    timer's NVML sampler), or every job leaves a thread polling at 500 Hz and the later jobs slow down 4-7x."""
+    from opperf.replay import timing, worker
+
+    closed = []
+
+    def make_and_watch(*args, **kwargs):
+        timer = make_timer(*args, **kwargs)
+        close = timer.close
+        timer.close = lambda: (closed.append(type(timer).__name__), close())
+        return timer
+
+    make_timer = timing.make_timer
+    monkeypatch.setattr(timing, "make_timer", make_and_watch)
+    (tmp_path / "indices").write_text("0\n")
+    arguments = ["--rows", "tests/data/database/cpu_replayed/add.csv", "--kernel", "add", "--definition", "config/kernels/torch/add.yaml",
+                 "--backend", "cpu", "--indices", str(tmp_path / "indices"), "--progress", str(tmp_path / "progress"),
+                 "--repeat-count", "3", "--warmup-count", "1"]
+    assert worker.main(arguments) == 0
+    with pytest.raises(FileNotFoundError):                       # a job that breaks closes its timer too
+        worker.main([*arguments, "--indices", str(tmp_path / "missing")])
+    assert closed == ["CpuProfilerTimer", "CpuProfilerTimer"]
+    outcomes = [json.loads(line) for line in (tmp_path / "progress").read_text().splitlines()]
+    assert [o["outcome"]["status"] for o in outcomes if o.get("event") == "done"][0] == "ok"

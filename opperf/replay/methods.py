@@ -88,7 +88,9 @@ class Timer(Protocol):
     `measure(case, warmup_count, repeat_count, key)` runs the warm-up and timed calls of one case
     (a `opperf.replay.inputs.ReplayCase`) and keeps what it needs to attribute samples to `key`;
     `collect()` returns every key measured since the last collect with its TimingResult (an empty
-    sample list means an outer session times the calls: npu).
+    sample list means an outer session times the calls: npu). `close()` ends what the timer keeps running (the
+    cuda timer's NVML sampler thread): a persistent replay server makes one timer per job, and each one left
+    polling slowed every later job.
     """
 
     backend: str
@@ -98,3 +100,5 @@ class Timer(Protocol):
     def collect(self) -> dict[Hashable, TimingResult]: ...
 
     def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -104,6 +104,9 @@ class CpuWallClockTimer:
     def synchronize(self) -> None:
         return None
 
+    def close(self) -> None:
+        return None
+
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         for _ in range(warmup_count):
             case.run()
@@ -144,6 +147,9 @@ class CpuProfilerTimer:
         self.session = RangeSession([ProfilerActivity.CPU], record_shapes=record_shapes)
 
     def synchronize(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
@@ -391,13 +397,14 @@ class CudaTimer:
 
         self.session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         self._results: dict[Hashable, TimingResult] = {}
+        if power_policy not in POWER_POLICIES:
+            raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
         # The SM clock and power the timed calls ran at (NVML, when readable): per row, beside the profiled ones.
+        # The sampler's thread runs until close().
         from opperf.workload.power import NvmlSampler
 
         self.power = NvmlSampler.start_if_available(self.device.index)
         self._windows: dict[Hashable, tuple[float, float]] = {}
-        if power_policy not in POWER_POLICIES:
-            raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
         if power_policy == "match-clock" and self.power is None:
             raise OpperfError("--power-policy match-clock reads the SM clock through NVML, which is not readable "
                               "here (install nvidia-ml-py)", field="--power-policy")
@@ -408,6 +415,14 @@ class CudaTimer:
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def close(self) -> None:
+        """Stop the NVML sampler. A persistent server makes a timer per job; every sampler left polling at
+        500 Hz (and growing its sample list) slowed the later jobs: a replay after another workload's took 4-7x
+        as long (benchmarks/results/unseen_gates/h100_grouped_producer/)."""
+        if self.power is not None:
+            self.power.stop()
+            self.power = None
 
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case)
@@ -630,6 +645,9 @@ class SessionExecutionTimer:
     def synchronize(self) -> None:
         if self._synchronize is not None:
             self._synchronize()
+
+    def close(self) -> None:
+        return None
 
     def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
         cases, views, policy = self.cache.plan(case) if self.cache else ([case], [], "none")

@@ -69,53 +69,56 @@ def main(argv=None) -> int:
     timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
                        power_policy=args.power_policy, heater_min_power_w=args.heater_min_power,
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
-    format_cast = format_cast_for(args.backend)
-    ready = time.perf_counter()
-    collect_s = 0.0
-    with open(args.indices, encoding="utf-8") as handle:
-        indices = [int(line) for line in handle if line.strip()]
-    with open(args.progress, "a", encoding="utf-8") as progress:
-        def emit(record: dict) -> None:
-            progress.write(json.dumps(record) + "\n")
-            progress.flush()
-            os.fsync(progress.fileno())
+    try:
+        format_cast = format_cast_for(args.backend)
+        ready = time.perf_counter()
+        collect_s = 0.0
+        with open(args.indices, encoding="utf-8") as handle:
+            indices = [int(line) for line in handle if line.strip()]
+        with open(args.progress, "a", encoding="utf-8") as progress:
+            def emit(record: dict) -> None:
+                progress.write(json.dumps(record) + "\n")
+                progress.flush()
+                os.fsync(progress.fileno())
 
-        pending = {}
+            pending = {}
 
-        def collect() -> None:
-            """The batch's samples; every measured row's outcome (a failed collect fails the batch's rows)."""
-            nonlocal collect_s
-            began = time.perf_counter()
-            try:
-                timings, error = timer.collect(), ""
-            except Exception as exc:   # noqa: BLE001 — recorded on every row of the batch
-                timings, error = {}, f"{type(exc).__name__}: {exc}"
-            collect_s += time.perf_counter() - began
-            for index, prepared in pending.items():
-                emit({"index": index, "event": "done", "outcome": prepared.outcome(timings.get(index), error).to_json()})
-            pending.clear()
+            def collect() -> None:
+                """The batch's samples; every measured row's outcome (a failed collect fails the batch's rows)."""
+                nonlocal collect_s
+                began = time.perf_counter()
+                try:
+                    timings, error = timer.collect(), ""
+                except Exception as exc:   # noqa: BLE001 — recorded on every row of the batch
+                    timings, error = {}, f"{type(exc).__name__}: {exc}"
+                collect_s += time.perf_counter() - began
+                for index, prepared in pending.items():
+                    emit({"index": index, "event": "done", "outcome": prepared.outcome(timings.get(index), error).to_json()})
+                pending.clear()
 
-        for index in indices:
-            emit({"index": index, "event": "start"})
-            prepared = prepare_row(definition, rows[index], backend=args.backend, device=device_for(args.backend),
-                                   timer=timer, memory_budget_bytes=args.memory_budget_bytes,
-                                   format_cast=format_cast, path=args.rows, line=index + 2, seed=args.seed + index)
-            if not isinstance(prepared, RowOutcome):
-                failed = measure_prepared(prepared, timer, index, repeat_count=args.repeat_count,
-                                          warmup_count=args.warmup_count)
-                if failed is None:
-                    pending[index] = prepared
-                    emit({"index": index, "event": "measured"})
-                    if len(pending) >= args.timing_batch_rows:
-                        collect()
-                    continue
-                prepared = failed
-            emit({"index": index, "event": "done", "outcome": prepared.to_json()})
-        collect()
-        # Where the child's time went, for the job log (the fixed cost of a job is import + setup).
-        emit({"event": "stats", "import_s": round(imported - started, 3), "setup_s": round(ready - imported, 3),
-              "rows_s": round(time.perf_counter() - ready, 3), "collect_s": round(collect_s, 3),
-              "rows": len(indices)})
+            for index in indices:
+                emit({"index": index, "event": "start"})
+                prepared = prepare_row(definition, rows[index], backend=args.backend, device=device_for(args.backend),
+                                       timer=timer, memory_budget_bytes=args.memory_budget_bytes,
+                                       format_cast=format_cast, path=args.rows, line=index + 2, seed=args.seed + index)
+                if not isinstance(prepared, RowOutcome):
+                    failed = measure_prepared(prepared, timer, index, repeat_count=args.repeat_count,
+                                              warmup_count=args.warmup_count)
+                    if failed is None:
+                        pending[index] = prepared
+                        emit({"index": index, "event": "measured"})
+                        if len(pending) >= args.timing_batch_rows:
+                            collect()
+                        continue
+                    prepared = failed
+                emit({"index": index, "event": "done", "outcome": prepared.to_json()})
+            collect()
+            # Where the child's time went, for the job log (the fixed cost of a job is import + setup).
+            emit({"event": "stats", "import_s": round(imported - started, 3), "setup_s": round(ready - imported, 3),
+                  "rows_s": round(time.perf_counter() - ready, 3), "collect_s": round(collect_s, 3),
+                  "rows": len(indices)})
+    finally:
+        timer.close()     # a server runs many jobs: nothing of this one may keep running
     return 0
 
 

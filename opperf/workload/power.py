@@ -15,7 +15,9 @@ clock the profiler used.
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -100,12 +102,16 @@ class NvmlSampler:
 
     def state_during(self, start_us: float, end_us: float) -> tuple[float, float] | None:
         """(median SM clock, median power) of the samples taken in [start_us, end_us] (monotonic µs), else of
-        the one nearest the window's middle, if it lies within MAX_GAP_US."""
-        samples = list(self.samples)
-        inside = [s for s in samples if start_us <= s[0] <= end_us]
+        the one nearest the window's middle, if it lies within MAX_GAP_US. The samples are in time order (one
+        thread appends them): bisected, not scanned, since a replay asks once per row."""
+        samples, count = self.samples, len(self.samples)
+        inside = samples[bisect.bisect_left(samples, (start_us,), 0, count):
+                         bisect.bisect_right(samples, (end_us, math.inf), 0, count)]
         if not inside:
             middle = (start_us + end_us) / 2
-            nearest = min(samples, key=lambda s: abs(s[0] - middle), default=None)
+            after = bisect.bisect_left(samples, (middle,), 0, count)
+            nearest = min(samples[max(after - 1, 0):min(after + 1, count)], key=lambda s: abs(s[0] - middle),
+                          default=None)
             if nearest is None or abs(nearest[0] - middle) > MAX_GAP_US:
                 return None
             inside = [nearest]
