@@ -1,5 +1,6 @@
-"""Two diagnostic scripts of issue 18 on committed data: benchmarks/trace_neighbours.py on a real CUDA trace, and
-benchmarks/gemm_state_probe.py's table against the JSON it wrote on the GPU host (exact values)."""
+"""Diagnostic scripts of issue 18 on committed data: benchmarks/trace_neighbours.py on a real CUDA trace,
+benchmarks/gemm_state_probe.py's table against the JSON it wrote on the GPU host (exact values), and
+benchmarks/row_history.py on two committed chains."""
 
 from __future__ import annotations
 
@@ -47,3 +48,20 @@ def test_gemm_state_table_is_what_the_committed_replays_give(scripts, tmp_path, 
     assert len(mine["rows"]) == len(committed["rows"]) == 27
     for got, want in zip(mine["rows"], committed["rows"]):
         assert got == pytest.approx(want)          # every row joined: no heater column is NaN
+
+
+def test_row_history_groups_one_calls_profiles_and_replays_across_chains(tmp_path, capsys):
+    """The rotary cat of Qwen2-MoE in two committed chains: two profiles, one replay each, exact values."""
+    with benchmark_scripts("row_history") as (row_history,):
+        chains = REPO / "benchmarks" / "results" / "unseen_gates"
+        sources = [str(chains / chain / "qwen2moe" / "databases_recorded.tar.gz")
+                   for chain in ("h100_today", "h100_grouped_producer")]
+        arguments = ["cat", "1,128,64;1,128,64;", "--dtypes", "DT_FLOAT;DT_FLOAT;", "--sources", *sources]
+        assert row_history.main([*arguments, "--json", str(tmp_path / "history.json")]) == 0
+        assert ("| H100 | hf_qwen2_moe_60x4 | 2 | 2.20–2.26 | 2.6 % | 2 | 2.53–2.61 | 11.8–18.4 % |"
+                in capsys.readouterr().out)
+        summary = json.loads((tmp_path / "history.json").read_text())["devices"]["H100"]["hf_qwen2_moe_60x4"]
+        assert [(p["profiled_us"], p["calls"], p["replays_us"]) for p in summary["profiles"]] == [
+            (2.2018, 5.0, [2.605833]), (2.2594, 5.0, [2.527067])]
+        assert row_history.main(["cat", "9,9,9;", "--sources", *sources]) == 1
+        assert "no cat row with Input Shapes '9,9,9;' in 2 source(s)" in capsys.readouterr().err
