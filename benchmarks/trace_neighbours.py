@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from opperf.contract import format_shapes  # noqa: E402
+from opperf.parse.torch_trace import input_shapes_field  # noqa: E402
 
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = 0
     for op in sorted((e for e in events if e.get("cat") == "cpu_op" and e.get("name") == args.op),
                      key=lambda e: e["ts"]):
-        if not format_shapes(op.get("args", {}).get("Input Dims") or []).startswith(args.dims):
+        if not input_shapes_field(op.get("args", {})).startswith(args.dims):
             continue
         launched = []
         for call in runtime[bisect.bisect_left(runtime_starts, op["ts"]):
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         first = min(launched, key=lambda e: e["ts"])
         position = bisect.bisect_left(device_starts, first["ts"])
         before = device[position - 1] if position else None
-        print(f"{args.op} {format_shapes(op['args'].get('Input Dims') or [])} strides {op['args'].get('Input Strides')}")
+        print(f"{args.op} {input_shapes_field(op['args'])} strides {op['args'].get('Input Strides')}")
         for activity in sorted(launched, key=lambda e: e["ts"]):
             print(f"  ran   {activity['dur']:9.3f} us  {activity['cat']:10s} {activity['name'][:110]}")
         if before is not None:

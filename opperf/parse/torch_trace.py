@@ -215,6 +215,12 @@ class _Slots:
         return strides_text(self.dims, self.strides)
 
 
+def input_shapes_field(args: dict) -> str:
+    """The Input Shapes field the parse writes for an op event's args (a TensorList's members are slots of their
+    own), so that a tool can find a row's calls in the trace."""
+    return ";".join(_input_slots(args).shapes)
+
+
 def _input_slots(args: dict, list_dtype: str = "") -> _Slots:
     dims_list = args.get("Input Dims") or []
     types = args.get("Input type") or []
