@@ -58,6 +58,7 @@ PROFILED_POWER = "Profiling Average Power(W)"          # the same sampler: the G
 # How long one GEMM right before each call would leave the GPU in the state the workload's GEMM/attention history
 # did (opperf.power_samples.gemm_time_before), mean over the row's calls (a cuda trace; parse stage)
 PROFILED_GEMM_BEFORE = "Profiling Average Equivalent GEMM Before(us)"
+PROFILED_IDLE_BEFORE = "Profiling Average Idle Before(us)"
 REPLAY_POWER = "Replay Power(W)"
 REPLAY_SAMPLE_COUNT = "Replay Sample Count"
 REPLAY_TIMING_METHOD = "Replay Timing Method"

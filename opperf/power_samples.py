@@ -57,6 +57,10 @@ POWER_DRAWING_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "
 # A per-call field of our own: how long one GEMM right before the call would have to run to leave the GPU in the
 # state the workload's GEMM/attention history left it in (gemm_time_before).
 GEMM_BEFORE = "Equivalent GEMM Before(us)"
+# A per-call field of our own: how long the device had been idle when the call's first kernel started (no kernel,
+# memcpy or memset of any stream running): a call the host was late to launch (the rotary embedding at a forward's
+# start, a decode step's first kernels) runs on a GPU that idled; replay times its calls back to back.
+IDLE_BEFORE = "Idle Before(us)"
 # The time constant of the exponential history: a first-order fit. Measured with idle before each history
 # (benchmarks/results/memory_state/, history), the state is a step: nothing after up to ~30 ms of compute-bound
 # GEMMs, +13-16 % on the prefill's strided silu and broadcast mul from 35-70 ms on. Replay's heater of the

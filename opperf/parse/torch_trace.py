@@ -30,9 +30,11 @@ failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelera
 from __future__ import annotations
 
 import ast
+import bisect
 import csv
 import gzip
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,8 +55,8 @@ from opperf.input_values import INPUT_VALUES, RecordedValues, recorded_arguments
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
-from opperf.power_samples import (GEMM_BEFORE, GEMM_WINDOW_US, gemm_time_before, op_base_name, power_weights,
-                                  samples_at)
+from opperf.power_samples import (GEMM_BEFORE, GEMM_WINDOW_US, IDLE_BEFORE, gemm_time_before, op_base_name,
+                                  power_weights, samples_at)
 
 log = get_logger("parse.torch_trace")
 
@@ -526,9 +528,11 @@ def convert_trace(path: str | Path) -> TraceConversion:
     meta = _MetaShapes() if chosen else None
     reuse = _input_reuse(path, chosen, conversion)
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
+    idle_before = _idle_before(chosen, events, device_activities, unlaunched) if gemm_before else {}
     values = RecordedValues.beside(path) if chosen else None
     if chosen:
-        conversion.power_fields = (*(POWER_FIELDS if power is not None else ()), *((GEMM_BEFORE,) if gemm_before else ()))
+        conversion.power_fields = (*(POWER_FIELDS if power is not None else ()),
+                                   *((GEMM_BEFORE,) if gemm_before else ()), *((IDLE_BEFORE,) if idle_before else ()))
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
         list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
@@ -545,6 +549,8 @@ def convert_trace(path: str | Path) -> TraceConversion:
             row.update(zip(POWER_FIELDS, state) if state else ())
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
+        if op.index in idle_before:
+            row[IDLE_BEFORE] = idle_before[op.index]
         base_name = op_base_name(op.name)
         if values is not None and recorded_arguments(base_name) and row[INPUT_SHAPES]:
             cell = values.next_call(base_name, op.args.get("Input Dims") or [], row[INPUT_SHAPES].count(";") + 1)
@@ -576,6 +582,28 @@ def _gemm_time_before(chosen: list[tuple[_Op, float]]) -> dict[int, float]:
                              for op in spanned])
     values = gemm_time_before([(*op.device_span, weight) for op, weight in zip(spanned, weights)])
     return {op.index: value for op, value in zip(spanned, values)}
+
+
+def _idle_before(chosen: list[tuple[_Op, float]], events: list, device_activities: dict,
+                 unlaunched: list) -> dict[int, float]:
+    """Per chosen op with device time (by event index), how long no device activity of any stream had been running
+    when its first one started (µs; 0 when another stream's was still running); the trace's first call gets none."""
+    intervals = sorted((float(events[index]["ts"]), float(events[index]["ts"]) + duration)
+                       for activities in (*device_activities.values(), unlaunched)
+                       for duration, _, _, index in activities)
+    starts = [start for start, _ in intervals]
+    latest_end, running = [], -math.inf        # latest_end[i]: the latest end among intervals[:i + 1]
+    for _, end in intervals:
+        running = max(running, end)
+        latest_end.append(running)
+    idle = {}
+    for op, _ in chosen:
+        if op.device_span is None:
+            continue
+        before = bisect.bisect_left(starts, op.device_span[0])
+        if before:
+            idle[op.index] = round(max(0.0, op.device_span[0] - latest_end[before - 1]), 3)   # trace: ns
+    return idle
 
 
 def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceConversion) -> dict[int, str]:
