@@ -313,3 +313,9 @@ def test_defined_index_ops_take_the_recorded_number_of_distinct_rows():
     prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
     assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
     assert sorted(prepared.case.args[2].tolist()) == list(range(4096))
+
+
+def test_the_parse_gives_each_cuda_row_the_mean_idle_before_its_calls(parsed):
+    """The rotary embedding's cat of prefill ran once, after the GPU had idled 163.876 µs behind the host
+    (tests/test_power_state.py has the per-call values)."""
+    assert float(_rows(parsed, "cat")["1,24,8;1,24,8;"][contract.PROFILED_IDLE_BEFORE]) == 163.876
