@@ -90,7 +90,7 @@ class Timer(Protocol):
     `collect()` returns every key measured since the last collect with its TimingResult (an empty
     sample list means an outer session times the calls: npu). `close()` ends what the timer keeps running (the
     cuda timer's NVML sampler thread): a persistent replay server makes one timer per job, and each one left
-    polling slowed every later job.
+    polling burdens every later job.
     """
 
     backend: str

@@ -15,7 +15,7 @@ new server), and never serves two jobs at once (the device slot lock is held by 
 request). Each request runs in the job's own working directory (the job sends it; its paths are absolute
 anyway), so a server started from another directory, or one whose directory was deleted, serves it right.
 Whatever a job starts ends with it: the worker closes its timer (the cuda timer's NVML sampler thread) when the
-job ends, since a thread left per job slowed every later job of the server.
+job ends; a thread left per job would poll beside every later job of the server.
 Not used under a wrapping profiler (npu: msprof must start the replay process itself).
 """
 

@@ -417,9 +417,9 @@ class CudaTimer:
         torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
-        """Stop the NVML sampler. A persistent server makes a timer per job; every sampler left polling at
-        500 Hz (and growing its sample list) slowed the later jobs: a replay after another workload's took 4-7x
-        as long (benchmarks/results/unseen_gates/h100_grouped_producer/)."""
+        """Stop the NVML sampler. A persistent server makes a timer per job, and each sampler left running polls
+        at 500 Hz and grows its sample list: the likely cause of a replay after another workload's taking 4-7x as
+        long (benchmarks/results/unseen_gates/h100_grouped_producer/; not re-measured since the fix)."""
         if self.power is not None:
             self.power.stop()
             self.power = None
