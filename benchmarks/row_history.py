@@ -69,7 +69,7 @@ def history(sources: list[Path], kernel: str, shapes: str, dtypes: str | None) -
                                                                          "sm_clock_mhz", "power_w")},
                                                   "replays_us": [], "sources": []})
                 if row["replay_us"] is not None and row["replay_us"] not in entry["replays_us"]:
-                    entry["replays_us"].append(row["replay_us"])      # a stale copy of one replay is that replay
+                    entry["replays_us"].append(row["replay_us"])      # one replay packed twice counts once
                 label = str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else str(source)
                 if label not in entry["sources"]:
                     entry["sources"].append(label)
