@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Workflow jobs run `python scripts/...`: make that the interpreter running the tests.
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
+
 @contextlib.contextmanager
 def benchmark_scripts(*names: str):
     """The named benchmarks/ scripts imported as modules, with benchmarks/ on sys.path only meanwhile (they import

@@ -46,8 +46,9 @@ def _slice(tensor_id: int, storage: int, offset_mib: float, mib: float) -> list:
 def test_views_of_one_storage_are_other_data():
     """A MoE layer's experts are slices of one stacked weight (storage 7): each expert's 24 MiB is read for the
     first time (inf), and the second pass's expert 0 lies behind the other experts' 48 MiB and all that was written
-    since (50.5 MiB), not behind the one expert before it. Slices of a fused QKV output read by the next ops are as recent as that output was;
-    a slice that shares a 1 MiB block with its neighbour is other data for the bytes it does not share."""
+    since (50.5 MiB), not behind the one expert before it. Slices of a fused QKV output read by the next ops are as
+    recent as that output was; a slice that shares a 1 MiB block with its neighbour is other data for the bytes it
+    does not share."""
     x = _tensor(1, 1, 1)
     experts = {e: _slice(10 + e, 7, 24 * e, 24) for e in range(3)}
     nodes = {1: _node(1, [], [x])}

@@ -4,16 +4,20 @@ small, hand-made reports and replayed databases."""
 from __future__ import annotations
 
 import csv
-import importlib
 
 import pytest
 from conftest import benchmark_scripts
 
 
-
 @pytest.fixture(scope="module")
 def cuda_replay():
     with benchmark_scripts("cuda_replay") as (module,):
+        yield module
+
+
+@pytest.fixture(scope="module")
+def replay_gates():
+    with benchmark_scripts("replay_gates") as (module,):
         yield module
 
 
@@ -46,8 +50,7 @@ def test_large_elementwise_ratio_takes_elementwise_rows_of_20_us_or_more(cuda_re
     assert cuda_replay.large_elementwise(rows) == {"large_elementwise_rows": 3, "large_elementwise_ratio": 0.99}
 
 
-def test_replay_gates_fills_an_older_report_from_its_databases(cuda_replay, tmp_path):
-    replay_gates = importlib.import_module("replay_gates")
+def test_replay_gates_fills_an_older_report_from_its_databases(replay_gates, tmp_path):
     database = tmp_path / "iv" / "w" / "insitu" / "data" / "H100" / "torch" / "v"
     database.mkdir(parents=True)
     with open(database / "mul.csv", "w", newline="") as handle:

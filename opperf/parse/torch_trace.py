@@ -528,7 +528,8 @@ def convert_trace(path: str | Path) -> TraceConversion:
     meta = _MetaShapes() if chosen else None
     reuse = _input_reuse(path, chosen, conversion)
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
-    idle_before = _idle_before(chosen, events, device_activities, unlaunched) if gemm_before else {}
+    idle_before = (_idle_before(chosen, events, device_activities, unlaunched)
+                   if conversion.accelerator_core == "CUDA" else {})
     values = RecordedValues.beside(path) if chosen else None
     if chosen:
         conversion.power_fields = (*(POWER_FIELDS if power is not None else ()),

@@ -492,10 +492,9 @@ class CudaTimer:
     def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
         """Whether after-long-gemm or gemm-history puts a GEMM block before this call: a long call (under
         after-long-gemm not a GEMM or attention call) that followed GEMM/attention work in the workload (its trace's
-        equivalent GEMM length before the call). A
-        prefill's elementwise row follows its ~50 ms GEMM there and runs 12 % slower than rested, as it does after
-        35-70 ms of compute-bound GEMMs of other data, not after 30 ms or less (benchmarks/results/memory_state/,
-        history)."""
+        equivalent GEMM length before the call). A prefill's elementwise row follows its ~50 ms GEMM there and runs
+        12 % slower than rested, as it does after 35-70 ms of compute-bound GEMMs of other data, not after 30 ms or
+        less (benchmarks/results/memory_state/, history)."""
         return (self.power_policy in GEMM_HISTORY_POLICIES and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
                 and call_us >= self.COOLDOWN_MIN_US
                 and (self.power_policy == "gemm-history" or not case.sets_own_clock))

@@ -93,7 +93,8 @@ def main(argv=None) -> int:
                     timings, error = {}, f"{type(exc).__name__}: {exc}"
                 collect_s += time.perf_counter() - began
                 for index, prepared in pending.items():
-                    emit({"index": index, "event": "done", "outcome": prepared.outcome(timings.get(index), error).to_json()})
+                    emit({"index": index, "event": "done",
+                          "outcome": prepared.outcome(timings.get(index), error).to_json()})
                 pending.clear()
 
             for index in indices:
