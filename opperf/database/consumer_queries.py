@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from opperf.contract import PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES
-from opperf.database.interpolation import RUNTIME_DTYPES, Database, Interpolation, Query, TensorSpec
+from opperf.database.interpolation import Database, Interpolation, Query, TensorSpec, query_dtype
 from opperf.errors import OpperfError
 from opperf.workload.model import DecoderDims, ReferenceDecoder, load_model_dims
 
@@ -300,10 +300,10 @@ def modelled_exact_lookup(database_dir: str | Path, op_name: str, tensor_inputs:
         return None, "unmapped"
     if not _skips_zero_cost(mapping) and (mapping.get("zero_cost") or mapping.get("accepted_miss")):
         return 0.0, "zero_cost" if mapping.get("zero_cost") else "accepted_miss"
-    spelled = [(tuple(s.shape), RUNTIME_DTYPES.get(s.dtype)) for s in tensor_inputs]
+    spelled = [(tuple(s.shape), query_dtype(s.dtype)) for s in tensor_inputs]
     if any(dtype is None for _, dtype in spelled):
         return None, "an input dtype has no spelling in the runtime's DTYPE_MAP"
-    out = None if output is None else (tuple(output.shape), RUNTIME_DTYPES.get(output.dtype, str(output.dtype)))
+    out = None if output is None else (tuple(output.shape), query_dtype(output.dtype, str(output.dtype)))
     hit = find(tables, mapping, RuntimeQuery(tuple(spelled), out))
     if hit is None:
         return None, "no row matches"

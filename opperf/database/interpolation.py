@@ -44,7 +44,6 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import torch
 import yaml
 
 from opperf.contract import (TORCH_TO_PROFILER_DTYPE, dtype_bytes, is_contiguous, is_known_dtype, parse_strides,
@@ -54,12 +53,19 @@ from opperf.errors import OpperfError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import torch
 
 # --- the runtime's facts --------------------------------------------------------------------------
 
-# torch dtype -> the runtime's dtype spelling (float16 shares BF16's spelling; float64 has none).
-RUNTIME_DTYPES = {getattr(torch, name): RUNTIME_QUERY_DTYPE[profiler] for name, profiler in TORCH_TO_PROFILER_DTYPE.items()
-                  if profiler in RUNTIME_QUERY_DTYPE}
+# torch dtype name -> the runtime's dtype spelling (float16 shares BF16's spelling; float64 has none). By name, so
+# that a database check does not import torch (2.5 s a job) for a table of spellings.
+_RUNTIME_DTYPE_BY_NAME = {name: RUNTIME_QUERY_DTYPE[profiler] for name, profiler in TORCH_TO_PROFILER_DTYPE.items()
+                          if profiler in RUNTIME_QUERY_DTYPE}
+
+
+def query_dtype(dtype: Any, default: str | None = None) -> str | None:
+    """The runtime's spelling of a torch dtype (`torch.bfloat16`, or its name), else `default`."""
+    return _RUNTIME_DTYPE_BY_NAME.get(str(dtype).removeprefix("torch."), default)
 # The kernel types the interpolation step treats as MatMul (the exact path's set plus BatchMatMulNd).
 INTERPOLATION_MATMUL_KERNELS = frozenset({
     "MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2", "TransposeBatchMatMul",
@@ -565,7 +571,7 @@ class _MatmulPath(_Path):
         extracted = _matmul_axes(kernel_type, [tuple(s.shape) for s in inputs])
         if extracted is None:
             return "target_unavailable"
-        spelled = [RUNTIME_DTYPES.get(s.dtype) for s in inputs]
+        spelled = [query_dtype(s.dtype) for s in inputs]
         if None in spelled:
             return "target_unavailable"
         axes, batch_dims, layout = extracted
@@ -668,7 +674,7 @@ class _GenericPath(_Path):
             inputs = inputs[:self.input_count]
         if not inputs:
             return "compute_target_unavailable"
-        spelled = [RUNTIME_DTYPES.get(s.dtype) for s in inputs]
+        spelled = [query_dtype(s.dtype) for s in inputs]
         if None in spelled:
             return "compute_target_unavailable"
         logical = [strip_batch(tuple(s.shape)) for s in inputs]
@@ -762,11 +768,11 @@ class _ElementwisePath(_Path):
         numels = [_numel(s) for s in stripped]
         if None in numels or _numel(out_shape) is None:
             return "elementwise_shape_invalid"
-        out_dtype = RUNTIME_DTYPES.get(out.dtype)
+        out_dtype = query_dtype(out.dtype)
         regime = (("kernel_type", kernel_type), ("query_mode", "elementwise"), ("output_rank", len(out_shape)),
                   ("input_count", len(stripped)), ("output_dtype", out_dtype or ""),
                   ("broadcast_pattern", _broadcast_pattern(out_shape, stripped)))
-        spelled = tuple(RUNTIME_DTYPES.get(s.dtype, str(s.dtype)) for s in query.inputs)
+        spelled = tuple(query_dtype(s.dtype, str(s.dtype)) for s in query.inputs)
         return _Target(kernel_type, {"io_numel": float(sum(numels) + _numel(out_shape))}, regime,
                        bucket=(None, spelled),
                        shapes=(*stripped, out_shape), metadata={"output_dtype": out_dtype})
@@ -848,9 +854,11 @@ class _AttentionPath(_Path):
         q_shape, k_shape = tuple(args.query.shape), tuple(args.key.shape)
         head_dim = k_shape[-1] if len(k_shape) >= 1 else 0
         q = _normalize_attention_q(q_shape, head_dim)
-        dtype = RUNTIME_DTYPES.get(args.query.dtype)
+        dtype = query_dtype(args.query.dtype)
         if q is None or dtype is None or not args.seq_lens:
             return "attention_target_unavailable"
+        import torch   # the runtime's own float32 mean, rounding included
+
         average = int(torch.tensor(args.seq_lens, dtype=torch.float32).mean().item())
         axes = {"q_tokens": float(q[0]), "seq": float(average), "heads": float(q[1]), "head_dim": float(q[2])}
         batch = float(q_shape[0]) if len(q_shape) == 4 else float(len(args.seq_lens))

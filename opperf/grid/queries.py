@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE,
                              OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED,
                              TORCH_TO_PROFILER_DTYPE, parse_names, parse_shapes, row_signature)
@@ -32,7 +30,7 @@ CONSUMER_BUCKET = "consumer_queries"
 # The attention kernel `scaled_dot_product_attention` dispatches to on each back end (what TensorCast records).
 ATTENTION_BY_BACKEND = {"cpu": "cpu", "cuda": "cuda"}
 ACCELERATOR_CORE_BY_BACKEND = {"cpu": "CPU", "cuda": "CUDA"}      # a torch trace's Accelerator Core
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = ("bfloat16", "float16", "float32")   # torch dtype names; torch itself is imported only to record queries
 
 
 @dataclass
@@ -49,6 +47,8 @@ class QueryRows:
 def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str):
     """The reference decoder's queries for `models` (names or aliases in `models_path`; prefill 1..8k, decode
     batch 1..64 at each of the model's TP sizes)."""
+    import torch
+
     from opperf.database.consumer_queries import TP_SIZES, reference_queries, scenarios
     from opperf.grid.models import load_models, select_models
 
@@ -63,7 +63,7 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
         chosen += scenarios(models=[model.name], tp_sizes=model.tp_sizes or TP_SIZES)
     log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
              ", ".join(m.name for m in resolved), dtype, ATTENTION_BY_BACKEND[backend])
-    return reference_queries(models_path, chosen, dtype=DTYPES[dtype], attention=ATTENTION_BY_BACKEND[backend])
+    return reference_queries(models_path, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])
 
 
 def _list_dtype(arguments: dict) -> str:
