@@ -112,14 +112,39 @@ def sequence_probe(reps: int) -> list[dict]:
     return results
 
 
-def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = None) -> list[dict]:
+def mixed_history(gemm, copy, gemm_ms: float, copy_ms: float, fraction: float, length_ms: float):
+    """A history of `length_ms` that spends `fraction` of its time in compute-bound GEMMs and the rest in 1 GiB
+    copies, interleaved as evenly as whole calls allow (a prefill alternates its GEMMs with memory-bound kernels, at
+    560-620 W where GEMMs alone draw 700 W): the callable, and its length as planned (ms). Written 2026-11-28 for
+    the dense prefill's state (benchmarks/results/value_power/), not yet run on a GPU."""
+    copies_per_gemm = gemm_ms * (1 - fraction) / (fraction * copy_ms)
+    calls, owed, spent = [], 0.0, 0.0
+    while spent < length_ms:
+        calls.append(gemm)
+        spent += gemm_ms
+        owed += copies_per_gemm
+        while owed >= 1 and spent < length_ms:
+            calls.append(copy)
+            spent += copy_ms
+            owed -= 1
+
+    def run():
+        for call in calls:
+            call()
+
+    return run, spent
+
+
+def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = None,
+                  mixed: list[float] | None = None, mixed_ms: list[float] | None = None) -> list[dict]:
     """The state a long prefill leaves, by what ran before: each target kernel timed rested and right after a
     history of one kind and length (no synchronisation in between; `rest_s` of idle before each history):
     compute-bound GEMMs (bf16 8192^3), memory-bound GEMMs (64 rows against a 512 MiB weight, as a decode step
     streams its weights), the reference decoder's lm_head bmm over an expanded weight (34 ms, memory-bound), and
     an elementwise stream (1 GiB copies). Which history the slowdown follows decides how replay's GEMM history
     (opperf.power_samples.gemm_time_before) must weigh each call. `compute_ms`: only compute-bound GEMM histories,
-    of these lengths (where between 25 and 50 ms the slowdown sets in)."""
+    of these lengths (where between 25 and 50 ms the slowdown sets in). `mixed`: GEMM time fractions of mixed
+    histories (`mixed_history`) of each of `mixed_ms`, beside a compute-bound history of each of those lengths."""
     dev = torch.device("cuda")
     bf16 = {"device": dev, "dtype": torch.bfloat16}
     gate_up = torch.randn(64, 1024, 51200, **bf16)
@@ -150,7 +175,17 @@ def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = Non
                   "lm_head bmm, expanded weight": (34,), "elementwise stream (1 GiB copy)": (13, 50)}
     if compute_ms:
         lengths_ms = {"compute GEMM 8192^3": tuple(compute_ms)}
+    if mixed:
+        lengths_ms = {"compute GEMM 8192^3": tuple(mixed_ms or (70.0,)),
+                      "elementwise stream (1 GiB copy)": ()}
     call_ms = {kind: per_call_ms(kinds[kind]) for kind in lengths_ms}
+    for fraction in mixed or ():
+        for ms in mixed_ms or (70.0,):
+            kind = f"mixed, {fraction:.0%} GEMM time, {ms:g} ms"
+            kinds[kind], planned = mixed_history(kinds["compute GEMM 8192^3"], kinds["elementwise stream (1 GiB copy)"],
+                                                 call_ms["compute GEMM 8192^3"],
+                                                 call_ms["elementwise stream (1 GiB copy)"], fraction, ms)
+            lengths_ms[kind], call_ms[kind] = (planned,), planned     # one call of the whole planned history
     print("per call: " + ", ".join(f"{k} {v:.3f} ms" for k, v in call_ms.items()), flush=True)
     results = []
     for target, fn in targets.items():
@@ -188,11 +223,15 @@ def main() -> int:
     parser.add_argument("--rest-s", type=float, default=0.3, help="idle before each history (--history)")
     parser.add_argument("--compute-ms", type=float, nargs="+", default=None,
                         help="--history with compute-bound GEMM histories of these lengths only (ms)")
+    parser.add_argument("--mixed", type=float, nargs="+", default=None, metavar="FRACTION",
+                        help="--history with GEMM/copy histories spending these fractions of their time in GEMMs, "
+                             "and compute-bound ones, of each of --mixed-ms")
+    parser.add_argument("--mixed-ms", type=float, nargs="+", default=[70.0])
     args = parser.parse_args()
     if args.history:
         write_report(args.output or f"benchmarks/results/memory_state/history_{torch.cuda.get_device_name().replace(' ', '_')}.json",
                      reps=args.reps, rest_s=args.rest_s,
-                     results=history_probe(args.reps, args.rest_s, args.compute_ms))
+                     results=history_probe(args.reps, args.rest_s, args.compute_ms, args.mixed, args.mixed_ms))
         return 0
     if args.sequence:
         write_report(args.output or "benchmarks/results/memory_state/sequence.json", reps=args.reps,
