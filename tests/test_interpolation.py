@@ -30,6 +30,7 @@ from opperf.database.interpolation import (
     holdout_summary,
     interpolate,
     layout_class,
+    query_dtype,
     single_axis,
 )
 from opperf.database.runtime import runtime_nz_to_nd
@@ -102,6 +103,21 @@ def test_unknown_dtype_spelling_leaves_no_target():
     # float64 has no runtime spelling: the target cannot be built.
     answer = Database.load(DATA / "cpu").interpolate(mm(40, 256, 512, torch.float64))
     assert (answer.status, answer.reason) == ("MISS", "compute_target_unavailable")
+
+
+def test_dtype_spellings_go_by_name_so_a_database_check_starts_without_torch():
+    """The runtime's spelling of a query's dtype, from the torch dtype or its name alike (float16 shares BF16's,
+    float64 has none); the database check and the grid load without torch (2.5 s of every such job's start)."""
+    import subprocess
+    import sys
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8, torch.int64, torch.bool):
+        assert query_dtype(dtype) == query_dtype(str(dtype).removeprefix("torch."))
+    assert query_dtype(torch.bfloat16) == query_dtype(torch.float16) == "DT_BF16"
+    assert query_dtype(torch.float64) is None and query_dtype(torch.float64, "torch.float64") == "torch.float64"
+    loaded = subprocess.run([sys.executable, "-c", "import sys, opperf.database.report, opperf.grid.runner; "
+                             "print('torch' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
 
 
 # --- the MatMul path ------------------------------------------------------------------------------------------
