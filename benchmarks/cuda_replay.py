@@ -30,8 +30,10 @@ from their op's schema, no definition), `cat_rows` / `cat_median_gap` / `cat_max
 workload played no part in developing the replay code, issue 18), `large_elementwise_rows` / `_ratio` (median
 replay/profiled of the elementwise rows of 20 µs or more), `repeatability_median` (the workload's two replays) and
 `gates` (issue 18's acceptance: TARGETS, per-type medians, the large elementwise ratio; each value, target and
-whether it is met; `policy_gates` has the same under every other cache policy replayed). A transformers trace is
-parsed without its workload.json (renamed workload_info.json), as a user's trace comes.
+whether it is met; `policy_gates` has the same under every other cache policy replayed). `power_state` splits the
+default policy's rows by the SM clock the workload ran them at (`power_state_split`): how much of the time-weighted
+gap comes from rows the workload ran throttled. A transformers trace is parsed without its workload.json (renamed
+workload_info.json), as a user's trace comes.
 
 Stages can run separately (`--stages profile parse` on one call, `--stages replay report` on a later
 one with the same --work-dir), so the whole benchmark fits machines held for a few minutes at a time.
@@ -437,6 +439,38 @@ def in_power_limited_phase(row: dict) -> bool:
     return row.get("_workload") == "dense" and shapes.startswith(("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,"))
 
 
+THROTTLED_MHZ = 50.0    # a row the workload ran at least this far under the profile's full SM clock counts as throttled
+
+
+def power_state_split(rows: list[dict]) -> dict:
+    """The rows by the SM clock the workload ran them at (`Profiling Average SM Clock(MHz)`, NVML beside the profile):
+    throttled (THROTTLED_MHZ or more under the highest clock of the profile), at full clock, or profiled without the
+    sampler. The full clock is the highest either the profile or the replay saw (a whole profile can run throttled:
+    the dense decoder's H200 profile of 2026-11-28 never went over 1,869 MHz). Each part's share of the profiled time and its contribution to the whole time-weighted gap (absolute and
+    signed: the parts' absolute contributions add up to it), so that a report says how much of its error the power
+    state accounts for (docs/replay.md, "The remaining error, by cause")."""
+    clocks = [_number(r.get(contract.PROFILED_SM_CLOCK)) for r in rows]
+    full = max((c for c in clocks + [_number(r.get(contract.REPLAY_SM_CLOCK)) for r in rows] if c), default=None)
+    parts: dict[str, list[tuple[float, float, int]]] = {}
+    for row, clock in zip(rows, clocks):
+        replay, profiled = _number(row.get(contract.REPLAY_AVERAGE)), _number(row.get(contract.PROFILING_AVERAGE))
+        if replay is None or not profiled:
+            continue
+        part = ("no_profiled_clock" if not clock else
+                "throttled_in_workload" if clock <= full - THROTTLED_MHZ else "full_clock_in_workload")
+        parts.setdefault(part, []).append((replay, profiled, int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1))))
+    total = sum(p * n for pairs in parts.values() for _, p, n in pairs) or 1.0
+    split = {}
+    for part in ("throttled_in_workload", "full_clock_in_workload", "no_profiled_clock"):
+        if part in parts:
+            pairs = parts[part]
+            split[part] = {**_headline(gap_summary(pairs)), "full_clock_mhz": full,
+                           "profiled_time_share": sum(p * n for _, p, n in pairs) / total,
+                           "gap_contribution": sum(abs(r - p) * n for r, p, n in pairs) / total,
+                           "signed_gap_contribution": sum((r - p) * n for r, p, n in pairs) / total}
+    return split
+
+
 def repeatability(first: list[dict], second: list[dict]) -> dict:
     def key(row):
         return row["_type"], row["_line"]
@@ -471,6 +505,7 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
     report["phases"] = {
         "power_limited_prefill": _headline(analyse_run([r for r in merged if in_power_limited_phase(r)])),
         "all_other_rows": _headline(analyse_run([r for r in merged if not in_power_limited_phase(r)]))}
+    report["power_state"] = power_state_split(merged)
     first = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, DEFAULT_CACHE_POLICY, args)), n)]
     second = [r for n in args.workloads for r in _tagged(read_rows(database_dir(work, n, REPEAT_RUN, args)), n)] \
         if args.repeat else []
@@ -605,6 +640,15 @@ def markdown(report: dict) -> str:
     for name, phase in report.get("phases", {}).items():
         lines.append(f"| {name.replace('_', ' ')} | {phase['rows']} | {_pct(phase['median_gap'])} | "
                      f"{_pct(phase['p90_gap'])} | {_pct(phase['time_weighted_gap'])} | {_ratio(phase['median_ratio'])} |")
+    lines += ["", f"## The workload's power state ({report['default_policy']}; rows by the SM clock they ran at)", "",
+              "| rows | count | share of profiled time | median ratio | time-weighted gap | its part of the whole "
+              "time-weighted gap (signed) |", "|---|---|---|---|---|---|"]
+    for name, part in report.get("power_state", {}).items():
+        label = {"throttled_in_workload": f"throttled (≥ {THROTTLED_MHZ:.0f} MHz under {part['full_clock_mhz'] or 0:.0f})",
+                 "full_clock_in_workload": "at full clock", "no_profiled_clock": "no profiled clock"}[name]
+        lines.append(f"| {label} | {part['rows']} | {_pct(part['profiled_time_share'])} | "
+                     f"{_ratio(part['median_ratio'])} | {_pct(part['time_weighted_gap'])} | "
+                     f"{_pct(part['gap_contribution'])} ({_pct(part['signed_gap_contribution'])}) |")
     rep = report["repeatability"]
     fixed = report.get("fixed_cost") or {}
     lines += ["", "## Repeatability and throughput", "",

@@ -50,6 +50,33 @@ def test_large_elementwise_ratio_takes_elementwise_rows_of_20_us_or_more(cuda_re
     assert cuda_replay.large_elementwise(rows) == {"large_elementwise_rows": 3, "large_elementwise_ratio": 0.99}
 
 
+def test_power_state_split_says_how_much_of_the_gap_throttled_rows_make(cuda_replay):
+    """Rows the workload ran 50 MHz or more under the full clock (the highest the profile or the replay saw) are apart
+    from those at full clock and from rows profiled without the sampler; the parts' absolute contributions add up to
+    the time-weighted gap."""
+    def row(replay, profiled, calls, clock):
+        return {"Average Duration(us)": str(replay), "Profiling Average Duration(us)": str(profiled),
+                "Profiling Sample Count": str(calls), "Profiling Average SM Clock(MHz)": clock}
+
+    rows = [row(90.0, 100.0, 10, "1700"),       # a throttled prefill row, replayed 10 % fast
+            row(9.0, 10.0, 10, "1935"),         # 45 MHz under: still at full clock
+            row(11.0, 10.0, 10, "1960"),
+            row(5.0, 5.0, 20, ""),              # profiled without the sampler
+            row("", 5.0, 4, "1975")]            # not replayed: left out
+    rows[0]["Replay SM Clock(MHz)"] = "1980"    # the full clock, as the replay saw it
+    split = cuda_replay.power_state_split(rows)
+    assert list(split) == ["throttled_in_workload", "full_clock_in_workload", "no_profiled_clock"]
+    throttled, full, unknown = split.values()
+    assert (throttled["rows"], full["rows"], unknown["rows"]) == (1, 2, 1)
+    assert throttled["full_clock_mhz"] == 1980.0
+    assert throttled["profiled_time_share"] == pytest.approx(1000 / 1300)
+    assert throttled["signed_gap_contribution"] == pytest.approx(-100 / 1300)
+    assert full["gap_contribution"] == pytest.approx(20 / 1300) and full["signed_gap_contribution"] == 0.0
+    assert full["median_ratio"] == pytest.approx(1.0) and unknown["gap_contribution"] == 0.0
+    whole = cuda_replay.gap_summary([(90.0, 100.0, 10), (9.0, 10.0, 10), (11.0, 10.0, 10), (5.0, 5.0, 20)])
+    assert sum(part["gap_contribution"] for part in split.values()) == pytest.approx(whole["time_weighted_gap"])
+
+
 def test_replay_gates_fills_an_older_report_from_its_databases(replay_gates, tmp_path):
     database = tmp_path / "iv" / "w" / "insitu" / "data" / "H100" / "torch" / "v"
     database.mkdir(parents=True)
