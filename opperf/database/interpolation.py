@@ -66,6 +66,8 @@ _RUNTIME_DTYPE_BY_NAME = {name: RUNTIME_QUERY_DTYPE[profiler] for name, profiler
 def query_dtype(dtype: Any, default: str | None = None) -> str | None:
     """The runtime's spelling of a torch dtype (`torch.bfloat16`, or its name), else `default`."""
     return _RUNTIME_DTYPE_BY_NAME.get(str(dtype).removeprefix("torch."), default)
+
+
 # The kernel types the interpolation step treats as MatMul (the exact path's set plus BatchMatMulNd).
 INTERPOLATION_MATMUL_KERNELS = frozenset({
     "MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2", "TransposeBatchMatMul",
