@@ -356,15 +356,23 @@ def gates(entry: dict, per_type: dict) -> dict:
     return result
 
 
+def gap_pair(row: dict) -> tuple[float, float, int] | None:
+    """(replay µs, profiled µs, profiled calls) of a row with both times, else None: what gap_summary takes."""
+    replay, profiled = _number(row.get(contract.REPLAY_AVERAGE)), _number(row.get(contract.PROFILING_AVERAGE))
+    if replay is None or profiled is None:
+        return None
+    return replay, profiled, int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1))
+
+
 def analyse_run(rows: list[dict]) -> dict:
     pairs, per_type, statuses, worst = [], {}, {}, []
     for row in rows:
         statuses[row.get(contract.REPLAY_STATUS, "")] = statuses.get(row.get(contract.REPLAY_STATUS, ""), 0) + 1
-        replay, profiled = _number(row.get(contract.REPLAY_AVERAGE)), _number(row.get(contract.PROFILING_AVERAGE))
-        if replay is None or profiled is None:
+        pair = gap_pair(row)
+        if pair is None:
             continue
-        calls = int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1))
-        pairs.append((replay, profiled, calls))
+        replay, profiled, calls = pair
+        pairs.append(pair)
         per_type.setdefault(row["_type"], []).append((replay, profiled, calls))
         worst.append({"type": row["_type"], "line": row["_line"], "replay_us": replay, "profiled_us": profiled,
                       "ratio": replay / profiled, "calls": calls, "shapes": row.get(contract.INPUT_SHAPES, ""),
@@ -439,33 +447,35 @@ def in_power_limited_phase(row: dict) -> bool:
     return row.get("_workload") == "dense" and shapes.startswith(("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,"))
 
 
-THROTTLED_MHZ = 50.0    # a row the workload ran at least this far under the profile's full SM clock counts as throttled
+THROTTLED_MHZ = 50.0    # a row the workload ran at least this far under the full SM clock counts as throttled
 
 
 def power_state_split(rows: list[dict]) -> dict:
     """The rows by the SM clock the workload ran them at (`Profiling Average SM Clock(MHz)`, NVML beside the profile):
-    throttled (THROTTLED_MHZ or more under the highest clock of the profile), at full clock, or profiled without the
-    sampler. The full clock is the highest either the profile or the replay saw (a whole profile can run throttled:
-    the dense decoder's H200 profile of 2026-11-28 never went over 1,869 MHz). Each part's share of the profiled time and its contribution to the whole time-weighted gap (absolute and
-    signed: the parts' absolute contributions add up to it), so that a report says how much of its error the power
-    state accounts for (docs/replay.md, "The remaining error, by cause")."""
+    throttled (THROTTLED_MHZ or more under the full clock), at full clock, or profiled without the sampler. The full
+    clock is the highest the profile or the replay saw: a whole profile can run throttled (the dense decoder's H200
+    profile of 2026-11-28 never went over 1,869 MHz). Each part's share of the profiled time and its contribution to
+    the whole time-weighted gap (absolute and signed: the parts' absolute contributions add up to it), so that a
+    report says how much of its error the power state accounts for (docs/replay.md, "The remaining error, by
+    cause")."""
     clocks = [_number(r.get(contract.PROFILED_SM_CLOCK)) for r in rows]
     full = max((c for c in clocks + [_number(r.get(contract.REPLAY_SM_CLOCK)) for r in rows] if c), default=None)
     parts: dict[str, list[tuple[float, float, int]]] = {}
     for row, clock in zip(rows, clocks):
-        replay, profiled = _number(row.get(contract.REPLAY_AVERAGE)), _number(row.get(contract.PROFILING_AVERAGE))
-        if replay is None or not profiled:
+        pair = gap_pair(row)
+        if pair is None or not pair[1]:
             continue
         part = ("no_profiled_clock" if not clock else
                 "throttled_in_workload" if clock <= full - THROTTLED_MHZ else "full_clock_in_workload")
-        parts.setdefault(part, []).append((replay, profiled, int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1))))
-    total = sum(p * n for pairs in parts.values() for _, p, n in pairs) or 1.0
+        parts.setdefault(part, []).append(pair)
+    summaries = {part: gap_summary(pairs) for part, pairs in parts.items()}
+    total = sum(summary["profiled_time_share"] for summary in summaries.values()) or 1.0   # Σ profiled × calls
     split = {}
     for part in ("throttled_in_workload", "full_clock_in_workload", "no_profiled_clock"):
         if part in parts:
             pairs = parts[part]
-            split[part] = {**_headline(gap_summary(pairs)), "full_clock_mhz": full,
-                           "profiled_time_share": sum(p * n for _, p, n in pairs) / total,
+            split[part] = {**_headline(summaries[part]), "full_clock_mhz": full,
+                           "profiled_time_share": summaries[part]["profiled_time_share"] / total,
                            "gap_contribution": sum(abs(r - p) * n for r, p, n in pairs) / total,
                            "signed_gap_contribution": sum((r - p) * n for r, p, n in pairs) / total}
     return split
@@ -644,7 +654,8 @@ def markdown(report: dict) -> str:
               "| rows | count | share of profiled time | median ratio | time-weighted gap | its part of the whole "
               "time-weighted gap (signed) |", "|---|---|---|---|---|---|"]
     for name, part in report.get("power_state", {}).items():
-        label = {"throttled_in_workload": f"throttled (≥ {THROTTLED_MHZ:.0f} MHz under {part['full_clock_mhz'] or 0:.0f})",
+        label = {"throttled_in_workload": f"throttled (≥ {THROTTLED_MHZ:.0f} MHz under "
+                                          f"{part['full_clock_mhz'] or 0:.0f})",
                  "full_clock_in_workload": "at full clock", "no_profiled_clock": "no profiled clock"}[name]
         lines.append(f"| {label} | {part['rows']} | {_pct(part['profiled_time_share'])} | "
                      f"{_ratio(part['median_ratio'])} | {_pct(part['time_weighted_gap'])} | "

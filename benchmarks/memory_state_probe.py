@@ -177,7 +177,7 @@ def history_probe(reps: int, rest_s: float, compute_ms: list[float] | None = Non
         lengths_ms = {"compute GEMM 8192^3": tuple(compute_ms)}
     if mixed:
         lengths_ms = {"compute GEMM 8192^3": tuple(mixed_ms or (70.0,)),
-                      "elementwise stream (1 GiB copy)": ()}
+                      "elementwise stream (1 GiB copy)": ()}     # no history of its own: timed for the mixed ones
     call_ms = {kind: per_call_ms(kinds[kind]) for kind in lengths_ms}
     for fraction in mixed or ():
         for ms in mixed_ms or (70.0,):

@@ -133,7 +133,8 @@ def test_a_replay_job_closes_its_timer(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "make_timer", make_and_watch)
     (tmp_path / "indices").write_text("0\n")
     arguments = ["--rows", "tests/data/database/cpu_replayed/add.csv", "--kernel", "add",
-                 "--definition", "config/kernels/torch/add.yaml", "--backend", "cpu", "--indices", str(tmp_path / "indices"), "--progress", str(tmp_path / "progress"),
+                 "--definition", "config/kernels/torch/add.yaml", "--backend", "cpu",
+                 "--indices", str(tmp_path / "indices"), "--progress", str(tmp_path / "progress"),
                  "--repeat-count", "3", "--warmup-count", "1"]
     assert worker.main(arguments) == 0
     with pytest.raises(FileNotFoundError):                       # a job that breaks closes its timer too
