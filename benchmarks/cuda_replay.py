@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
+from opperf.power_samples import POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
                                    DEFAULT_POWER_POLICY, POWER_POLICIES)
 
@@ -418,7 +419,9 @@ def workload_entry(work: Path, name: str, args) -> dict:
             entry["status"].add(row.get(contract.REPLAY_STATUS, ""))
     workload = args.catalog[name]
     return {"name": name, "source": workload.source, "model": workload.model, "unseen": workload.unseen,
-            "profile_iterations": profile_iterations(work / name / "profile"), "rows": len(rows), "profiled_time_replayed": replayed / total if total else None,
+            "profile_iterations": profile_iterations(work / name / "profile"),
+            "profile_clock_event_reasons": profile_clock_event_reasons(work / name / "profile"), "rows": len(rows),
+            "profiled_time_replayed": replayed / total if total else None,
             "trace_time_attributed": min(shares) if shares else None,
             "unattributed": {t: e["unattributed"] for t, e in attribution.items() if e.get("unattributed")},
             "median_gap": summary["median_gap"], "p90_gap": summary["p90_gap"],
@@ -428,6 +431,16 @@ def workload_entry(work: Path, name: str, args) -> dict:
             "cat_rows": cat["rows"], "cat_median_gap": cat["median_gap"],
             "cat_max_gap": max(cat_gaps) if cat_gaps else None, **large_elementwise(rows),
             "not_replayed": {t: {**e, "status": sorted(e["status"])} for t, e in sorted(not_ok.items())}}
+
+
+def profile_clock_event_reasons(profile: Path) -> dict | None:
+    """NVML's reasons for the profile's throttled samples (opperf.power_samples.reason_shares), where its sampler
+    recorded them."""
+    path = profile / POWER_SAMPLES
+    if not path.exists():
+        return None
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return reason_shares(document.get("samples") or [], document.get("max_clock_mhz"))
 
 
 def profile_iterations(profile: Path) -> int | None:
@@ -447,7 +460,6 @@ def in_power_limited_phase(row: dict) -> bool:
     return row.get("_workload") == "dense" and shapes.startswith(("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,"))
 
 
-THROTTLED_MHZ = 50.0    # a row the workload ran at least this far under the full SM clock counts as throttled
 
 
 def power_state_split(rows: list[dict]) -> dict:
@@ -660,6 +672,12 @@ def markdown(report: dict) -> str:
         lines.append(f"| {label} | {part['rows']} | {_pct(part['profiled_time_share'])} | "
                      f"{_ratio(part['median_ratio'])} | {_pct(part['time_weighted_gap'])} | "
                      f"{_pct(part['gap_contribution'])} ({_pct(part['signed_gap_contribution'])}) |")
+    for entry in report["workloads"]:
+        shares = entry.get("profile_clock_event_reasons")
+        if shares and shares["throttled_samples"]:
+            lines.append(f"\n{entry['name']}: {shares['throttled_samples']} of the profile's {shares['samples']} NVML "
+                         f"samples throttled; their clock-event reasons: "
+                         + ", ".join(f"{name} {_pct(share)}" for name, share in shares["reasons"].items()))
     rep = report["repeatability"]
     fixed = report.get("fixed_cost") or {}
     lines += ["", "## Repeatability and throughput", "",

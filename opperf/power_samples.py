@@ -18,6 +18,39 @@ SYNC_RANGE = "opperf::power_sync"
 MAX_GAP_US = 50_000.0
 # Per-call fields a row gets, and the column names the parse stage gives their means.
 FIELDS = ("SM Clock(MHz)", "Power(W)", "Temperature(C)")
+# NVML's clock-event reasons (nvmlDeviceGetCurrentClocksEventReasons, a bit mask per sample): why the SM clock was
+# under its maximum. The sampler keeps each sample's mask after FIELDS; a row gets none of it (a mask has no mean),
+# the profile's summary does (`reason_shares`). Mixtral's H200 profile of 2026-11-28 ran 75 % of its short rows
+# under 1,850 MHz at 40-45 °C and 397 W of 700: neither heat nor the power cap, by the other samples.
+CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                       0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                       0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+THROTTLED_MHZ = 50.0    # a sample or row at least this far under the full SM clock counts as throttled
+
+
+def reason_names(mask: int) -> list[str]:
+    """The names of the reasons set in one clock-event mask (unknown bits as hex)."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    rest = mask & ~sum(CLOCK_EVENT_REASONS)
+    return names + ([hex(rest)] if rest else [])
+
+
+def reason_shares(samples: list, max_clock: float | None = None) -> dict | None:
+    """Over the samples (t, clock, W, C, mask, ...) the clock was throttled in (THROTTLED_MHZ or more under
+    `max_clock`, else under the highest sampled clock): how many there were, and per reason the share of them it
+    was set in ("none" for a mask of 0). None where no sample has a mask (a sampler before 2026-11-28, or a driver
+    that does not report them)."""
+    masked = [s for s in samples if len(s) > len(FIELDS) + 1 and s[len(FIELDS) + 1] is not None]
+    if not masked:
+        return None
+    full = max_clock or max(s[1] for s in masked)
+    throttled = [int(s[len(FIELDS) + 1]) for s in masked if s[1] <= full - THROTTLED_MHZ]
+    counts: dict[str, int] = {}
+    for mask in throttled:
+        for name in reason_names(mask) or ["none"]:
+            counts[name] = counts.get(name, 0) + 1
+    return {"samples": len(masked), "throttled_samples": len(throttled), "full_clock_mhz": full,
+            "reasons": {name: count / len(throttled) for name, count in sorted(counts.items(), key=lambda kv: -kv[1])}}
 
 
 @dataclass(frozen=True)
@@ -48,7 +81,8 @@ def samples_at(trace_path: Path, sync_trace_us: float | None) -> PowerSamples | 
     if document.get("sync_us") is None or not document.get("samples"):
         return None
     rows = sorted(document["samples"])
-    return PowerSamples([r[0] for r in rows], [tuple(r[1:]) for r in rows], document["sync_us"] - sync_trace_us)
+    return PowerSamples([r[0] for r in rows], [tuple(r[1:1 + len(FIELDS)]) for r in rows],
+                        document["sync_us"] - sync_trace_us)
 
 
 # Ops whose long calls draw the power that sets the GPU's state (GEMMs and attention), by their op name.

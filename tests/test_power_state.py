@@ -9,13 +9,13 @@ import sys
 import pytest
 
 from opperf.io import read_database_csv
-from opperf.power_samples import POWER_SAMPLES, SYNC_RANGE, PowerSamples
+from opperf.power_samples import POWER_SAMPLES, SYNC_RANGE, PowerSamples, reason_names, reason_shares
 
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 CLOCK = "Profiling Average SM Clock(MHz)"
 
 
-def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.0)):
+def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.0), reasons=False):
     """A copy of the real trace with the sampler's sync range, and samples every 100 µs over its kernels: the
     first half of the trace at one clock, the second at another."""
     document = json.loads(open(TRACE, encoding="utf-8").read())
@@ -29,7 +29,8 @@ def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.
     samples, t = [], start
     while t <= end:
         clock = split_clock[0] if t < middle else split_clock[1]
-        samples.append([t + offset, clock, 650.0 if t < middle else 700.0, 60.0])
+        samples.append([t + offset, clock, 650.0 if t < middle else 700.0, 60.0]
+                       + ([0x1 if t < middle else 0x4] if reasons else []))
         t += 100.0
     directory = tmp_path / "profile"
     directory.mkdir()
@@ -44,8 +45,9 @@ def _kernel_spans(trace_path):
     return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"]
 
 
-def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path):
-    trace, middle = _trace_with_samples(tmp_path)
+@pytest.mark.parametrize("reasons", [False, True], ids=["samples-before-2026-11-28", "with-clock-event-reasons"])
+def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path, reasons):
+    trace, middle = _trace_with_samples(tmp_path, reasons=reasons)
     out = tmp_path / "parsed"
     done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(trace),
                            "--database-path", str(out)], capture_output=True, text=True)
@@ -156,3 +158,20 @@ def test_each_call_gets_how_long_the_gpu_idled_before_it():
     assert (calls["1,24,8;1,24,8;"], calls["1,1,8;1,1,8;"]) == (163.876, 197.509)
     assert contract.profiling_counter_column(IDLE_BEFORE) == contract.PROFILED_IDLE_BEFORE
     # The parsed row's mean: tests/test_input_values.py parses this trace once for its module.
+
+
+def test_clock_event_reasons_are_shared_over_the_throttled_samples_only():
+    # (t, clock, W, C, mask): two full-clock samples (idle), three throttled: power cap twice, once with the HW
+    # slowdown as well, once no reason at all.
+    samples = [(0, 1980.0, 80.0, 35.0, 0x1), (1, 1975.0, 90.0, 35.0, 0x1), (2, 1755.0, 690.0, 60.0, 0x4),
+               (3, 1700.0, 700.0, 61.0, 0x4 | 0x8), (4, 1800.0, 400.0, 45.0, 0x0)]
+    shares = reason_shares(samples, max_clock=1980.0)
+    assert shares["samples"] == 5 and shares["throttled_samples"] == 3 and shares["full_clock_mhz"] == 1980.0
+    assert shares["reasons"] == pytest.approx({"sw_power_cap": 2 / 3, "hw_slowdown": 1 / 3, "none": 1 / 3})
+    assert list(shares["reasons"])[0] == "sw_power_cap"                          # most frequent first
+    assert reason_names(0x4 | 0x80 | 0x10000) == ["sw_power_cap", "hw_power_brake_slowdown", "0x10000"]
+    # Samples of a sampler before the masks, or masks the driver did not give: nothing to say.
+    assert reason_shares([s[:4] for s in samples]) is None
+    assert reason_shares([(*s[:4], None) for s in samples]) is None
+    # Without the device's maximum, the highest sampled clock is the full one.
+    assert reason_shares(samples)["throttled_samples"] == 3

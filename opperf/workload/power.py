@@ -25,7 +25,7 @@ from pathlib import Path
 
 from opperf.io import write_text_atomic
 from opperf.log import get_logger
-from opperf.power_samples import FIELDS, MAX_GAP_US, POWER_SAMPLES, SYNC_RANGE
+from opperf.power_samples import FIELDS, MAX_GAP_US, POWER_SAMPLES, SYNC_RANGE, THROTTLED_MHZ, reason_shares
 
 __all__ = ["FIELDS", "POWER_SAMPLES", "SYNC_RANGE", "NvmlSampler"]
 
@@ -50,13 +50,29 @@ def nvml_index(torch_index: int) -> int:
         return torch_index
 
 
+def clock_event_reader(handle):
+    """A callable that reads the device's clock-event reasons mask (None once NVML says it cannot): the newer
+    name of the call where the installed nvidia-ml-py has it, the older `...ThrottleReasons` otherwise."""
+    import pynvml
+
+    read = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    try:
+        read(handle)
+    except (TypeError, pynvml.NVMLError) as exc:
+        log.info("no clock-event reasons in the power samples: %s", exc)
+        return lambda: None
+    return lambda: int(read(handle))
+
+
 @dataclass
 class NvmlSampler:
-    """Polls one GPU's SM clock (MHz), power draw (W) and temperature (C) every `interval_s` on a thread."""
+    """Polls one GPU's SM clock (MHz), power draw (W), temperature (C) and clock-event reasons (NVML's mask, None
+    where the driver does not report them) every `interval_s` on a thread."""
 
     device_index: int = 0
     interval_s: float = DEFAULT_INTERVAL_S
-    samples: list[tuple[float, float, float, float]] = field(default_factory=list)   # (monotonic µs, clock, W, C)
+    samples: list[tuple] = field(default_factory=list)   # (monotonic µs, clock, W, C, reasons mask | None)
     sync_us: float | None = None
     device_name: str = ""
     max_clock: float = 0.0
@@ -88,6 +104,7 @@ class NvmlSampler:
     def _run(self, handle) -> None:
         import pynvml
 
+        reasons = clock_event_reader(handle)
         while not self._stop.is_set():
             now = time.monotonic_ns() / 1000.0
             try:
@@ -97,7 +114,7 @@ class NvmlSampler:
             except pynvml.NVMLError as exc:
                 log.warning("NVML sampling stopped: %s", exc)
                 return
-            self.samples.append((now, clock, power, temperature))
+            self.samples.append((now, clock, power, temperature, reasons()))
             self._stop.wait(self.interval_s)
 
     def state_during(self, start_us: float, end_us: float) -> tuple[float, float] | None:
@@ -137,10 +154,16 @@ class NvmlSampler:
         document = {"device_index": self.device_index, "device_name": self.device_name,
                     "interval_s": self.interval_s, "clock": "time.monotonic_ns / 1000 (µs)",
                     "sync_range": SYNC_RANGE, "sync_us": self.sync_us,
-                    "fields": ["t_us", *FIELDS], "samples": [list(s) for s in self.samples]}
+                    "max_clock_mhz": self.max_clock, "fields": ["t_us", *FIELDS, "clock_event_reasons"],
+                    "samples": [list(s) for s in self.samples]}
         write_text_atomic(path, json.dumps(document) + "\n")
         if self.samples:
             clocks = sorted(s[1] for s in self.samples)
             log.info("power state: %d NVML samples over %.1f s; SM clock %.0f..%.0f MHz (median %.0f), power up to "
                      "%.0f W", len(self.samples), (self.samples[-1][0] - self.samples[0][0]) / 1e6, clocks[0],
                      clocks[-1], clocks[len(clocks) // 2], max(s[2] for s in self.samples))
+            shares = reason_shares(self.samples, self.max_clock)
+            if shares and shares["throttled_samples"]:
+                log.info("power state: %d samples %.0f MHz or more under the full %.0f MHz; NVML's reasons: %s",
+                         shares["throttled_samples"], THROTTLED_MHZ, shares["full_clock_mhz"],
+                         ", ".join(f"{name} {share:.0%}" for name, share in shares["reasons"].items()))
