@@ -164,6 +164,8 @@ def test_after_long_gemm_heats_only_long_calls_that_followed_gemms():
     assert heated("gemm-history", 44_400.0, 5488.0)
     assert not heated("gemm-history", 44_400.0, 150.0, own=True)            # a short GEMM: after-gemm's heater
     assert not heated("gemm-history", 600.0, 22_800.0, own=True)
+    assert heated("phase-history", 44_400.0, 5488.0)                        # as after-long-gemm
+    assert not heated("phase-history", 21_600.0, 22_800.0, own=True)
 
 
 def test_heater_min_power_skips_the_heater_where_the_workload_ran_near_idle(tmp_path):

@@ -46,8 +46,14 @@ CUDA_TIMINGS = ("kernel", "event")
 # long as the workload's GEMM history before it amounts to (its trace's `Equivalent GEMM Before(us)`).
 # `gemm-history` is after-long-gemm for every long call, GEMM and attention calls included: the 64k-token prefill's
 # GEMMs ran 4-7 % slower in the workload than one at a time (benchmarks/results/gemm_state/).
-POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm", "gemm-history")
-GEMM_HISTORY_POLICIES = frozenset({"after-long-gemm", "gemm-history"})
+# `phase-history` is after-long-gemm with the GPU kept in the phase: heater GEMMs for PHASE_PREHEAT_S before the
+# row's first call and, before each call, its GEMM history, with no idle between the calls. The workload runs a long
+# prefill without a pause and an elementwise call in it inherits the power-cap state the phase built: on an H200 the
+# prefill's `act * up` took 0.88 of its profiled time after equal idle, 0.91 after its history and 100 ms of rest
+# (gemm-history), 0.95-0.98 after 20-50 ms of GEMMs with no rest (benchmarks/results/power_phase/).
+POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm", "gemm-history", "phase-history")
+GEMM_HISTORY_POLICIES = frozenset({"after-long-gemm", "gemm-history", "phase-history"})
+PHASE_PREHEAT_S = 0.4
 # Definition categories whose long calls draw the power that sets their own clock (schema-built ops: by name,
 # opperf.power_samples.POWER_DRAWING_OPS).
 SETS_OWN_CLOCK_CATEGORIES = frozenset({"matmul", "attention"})

@@ -30,7 +30,7 @@ from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
                                    DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
-                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
+                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, PHASE_PREHEAT_S, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, POWER_POLICIES, TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
@@ -433,15 +433,21 @@ class CudaTimer:
         if self._held_at_clock(case, call_us):
             self._measure_at_clock(cases, views, policy, repeat_count, key, case.target_clock_mhz)
             return
-        idle_s, neighbour = 0.0, None
+        idle_s, neighbour, preheat, rest_s = 0.0, None, 0, 0.0
         if self._after_long_gemm(case, call_us):
             calls = self._long_heater_calls(case.gemm_before_us)
             neighbour = functools.partial(self._heat, calls, self.LONG_HEATER_N)
-            idle_s = self.LONG_HEATER_REST_S
+            if self.power_policy == "phase-history":
+                preheat = self._long_heater_calls(PHASE_PREHEAT_S * 1e6)
+                rest_s = self.LONG_HEATER_REST_S
+                after = (f"{preheat * self._long_heater_us / 1e6:.2f} s of them before the first call, no idle "
+                         f"between the calls, {rest_s * 1000:.0f} ms idle after the last")
+            else:
+                idle_s = self.LONG_HEATER_REST_S
+                after = f"{idle_s * 1000:.0f} ms idle after it"
             policy += (f"; power: {self.power_policy}, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
                        f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
-                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM, {idle_s * 1000:.0f} ms idle after "
-                       f"it")
+                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM, {after}")
         elif call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
@@ -452,9 +458,12 @@ class CudaTimer:
             else:
                 neighbour = self._heat
                 policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
+        if preheat:
+            self._heat(preheat, self.LONG_HEATER_N)
         if self.primary == "event":
             self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s, neighbour),
                                                METHOD_CUDA_EVENT, policy)
+            self._rest(rest_s)
             return
         from torch.profiler import record_function
 
@@ -471,6 +480,13 @@ class CudaTimer:
         if self.power is not None:
             self.synchronize()
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
+        self._rest(rest_s)
+
+    def _rest(self, seconds: float) -> None:
+        """Leave the GPU idle for `seconds` once its queue is done (the next row starts rested)."""
+        if seconds:
+            self.synchronize()
+            time.sleep(seconds)
 
     def rested_in_workload(self, case: ReplayCase) -> bool:
         """Whether the workload ran this short call on a nearly idle GPU (its profiled power under
@@ -490,8 +506,8 @@ class CudaTimer:
         return call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock
 
     def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
-        """Whether after-long-gemm or gemm-history puts a GEMM block before this call: a long call (under
-        after-long-gemm not a GEMM or attention call) that followed GEMM/attention work in the workload (its trace's
+        """Whether after-long-gemm, phase-history or gemm-history puts a GEMM block before this call: a long call
+        (but under gemm-history not a GEMM or attention call) that followed GEMM/attention work in the workload (its trace's
         equivalent GEMM length before the call). A prefill's elementwise row follows its ~50 ms GEMM there and runs
         12 % slower than rested, as it does after 35-70 ms of compute-bound GEMMs of other data, not after 30 ms or
         less (benchmarks/results/memory_state/, history)."""
