@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
-from opperf.power_samples import POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
+from opperf.power_samples import OLD_SAMPLE_FIELDS, POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
                                    DEFAULT_POWER_POLICY, POWER_POLICIES)
 
@@ -440,7 +440,8 @@ def profile_clock_event_reasons(profile: Path) -> dict | None:
     if not path.exists():
         return None
     document = json.loads(path.read_text(encoding="utf-8"))
-    return reason_shares(document.get("samples") or [], document.get("max_clock_mhz"))
+    return reason_shares(document.get("samples") or [], document.get("max_clock_mhz"),
+                         tuple(document.get("fields") or OLD_SAMPLE_FIELDS))
 
 
 def profile_iterations(profile: Path) -> int | None:

@@ -17,11 +17,18 @@ SYNC_RANGE = "opperf::power_sync"
 # A kernel further than this from every sample gets no value (the sampler stalled or had not started).
 MAX_GAP_US = 50_000.0
 # Per-call fields a row gets, and the column names the parse stage gives their means.
-FIELDS = ("SM Clock(MHz)", "Power(W)", "Temperature(C)")
+# `Power(W)` is nvmlDeviceGetPowerUsage: on Hopper (Ampere but GA100, and newer) an average over the last second,
+# which hides a GEMM's draw (Mixtral's H200 profile ran its rows throttled at 388-451 W of a 700 W cap, every
+# throttled sample for `sw_power_cap`: 2026-11-28, benchmarks/results/power_phase/). `Instant Power(W)` is NVML's
+# NVML_FI_DEV_POWER_INSTANT field, sampled since then; older samples files lack it, and their rows get no column.
+FIELDS = ("SM Clock(MHz)", "Power(W)", "Temperature(C)", "Instant Power(W)")
 # NVML's clock-event reasons (nvmlDeviceGetCurrentClocksEventReasons, a bit mask per sample): why the SM clock was
 # under its maximum. The sampler keeps each sample's mask after FIELDS; a row gets none of it (a mask has no mean),
-# the profile's summary does (`reason_shares`). Mixtral's H200 profile of 2026-11-28 ran 75 % of its short rows
-# under 1,850 MHz at 40-45 °C and 397 W of 700: neither heat nor the power cap, by the other samples.
+# the profile's summary does (`reason_shares`).
+REASONS_FIELD = "clock_event_reasons"
+SAMPLE_FIELDS = ("t_us", *FIELDS, REASONS_FIELD)          # a sample as the sampler writes it
+# The layout of samples files written before 2026-11-28, which name no fields.
+OLD_SAMPLE_FIELDS = ("t_us", "SM Clock(MHz)", "Power(W)", "Temperature(C)")
 CLOCK_EVENT_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
                        0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
                        0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
@@ -35,16 +42,19 @@ def reason_names(mask: int) -> list[str]:
     return names + ([hex(rest)] if rest else [])
 
 
-def reason_shares(samples: list, max_clock: float | None = None) -> dict | None:
-    """Over the samples (t, clock, W, C, mask, ...) the clock was throttled in (THROTTLED_MHZ or more under
-    `max_clock`, else under the highest sampled clock): how many there were, and per reason the share of them it
-    was set in ("none" for a mask of 0). None where no sample has a mask (a sampler before 2026-11-28, or a driver
-    that does not report them)."""
-    masked = [s for s in samples if len(s) > len(FIELDS) + 1 and s[len(FIELDS) + 1] is not None]
+def reason_shares(samples: list, max_clock: float | None = None, fields=SAMPLE_FIELDS) -> dict | None:
+    """Over the samples (laid out as `fields`: time, SM clock, ..., mask) the clock was throttled in (THROTTLED_MHZ
+    or more under `max_clock`, else under the highest sampled clock): how many there were, and per reason the share
+    of them it was set in ("none" for a mask of 0). None where no sample has a mask (a sampler before 2026-11-28, or
+    a driver that does not report them)."""
+    if REASONS_FIELD not in fields:
+        return None
+    clock, mask = fields.index(FIELDS[0]), fields.index(REASONS_FIELD)
+    masked = [s for s in samples if len(s) > mask and s[mask] is not None]
     if not masked:
         return None
-    full = max_clock or max(s[1] for s in masked)
-    throttled = [int(s[len(FIELDS) + 1]) for s in masked if s[1] <= full - THROTTLED_MHZ]
+    full = max_clock or max(s[clock] for s in masked)
+    throttled = [int(s[mask]) for s in masked if s[clock] <= full - THROTTLED_MHZ]
     counts: dict[str, int] = {}
     for mask in throttled:
         for name in reason_names(mask) or ["none"]:
@@ -55,11 +65,13 @@ def reason_shares(samples: list, max_clock: float | None = None) -> dict | None:
 
 @dataclass(frozen=True)
 class PowerSamples:
-    """`power_samples.json` read back, with the offset that maps trace time (µs) onto sample time."""
+    """`power_samples.json` read back, with the offset that maps trace time (µs) onto sample time; `values` are
+    the samples' `fields` (those of FIELDS the file has)."""
 
     times_us: list[float]
     values: list[tuple[float, ...]]
     offset_us: float               # sample time = trace time + offset_us
+    fields: tuple[str, ...] = FIELDS[:3]
 
     def at(self, trace_start_us: float, trace_end_us: float) -> tuple[float, ...] | None:
         """The sample nearest the midpoint of a trace interval, or None when none lies within MAX_GAP_US."""
@@ -80,9 +92,12 @@ def samples_at(trace_path: Path, sync_trace_us: float | None) -> PowerSamples | 
     document = json.loads(path.read_text(encoding="utf-8"))
     if document.get("sync_us") is None or not document.get("samples"):
         return None
-    rows = sorted(document["samples"])
-    return PowerSamples([r[0] for r in rows], [tuple(r[1:1 + len(FIELDS)]) for r in rows],
-                        document["sync_us"] - sync_trace_us)
+    layout = list(document.get("fields") or OLD_SAMPLE_FIELDS)
+    fields = tuple(f for f in FIELDS if f in layout)
+    columns = [layout.index(f) for f in fields]
+    rows = sorted(document["samples"], key=lambda r: r[0])
+    return PowerSamples([r[0] for r in rows], [tuple(r[c] if c < len(r) else None for c in columns) for r in rows],
+                        document["sync_us"] - sync_trace_us, fields)
 
 
 # Ops whose long calls draw the power that sets the GPU's state (GEMMs and attention), by their op name.

@@ -9,13 +9,14 @@ import sys
 import pytest
 
 from opperf.io import read_database_csv
-from opperf.power_samples import POWER_SAMPLES, SYNC_RANGE, PowerSamples, reason_names, reason_shares
+from opperf.power_samples import (POWER_SAMPLES, SAMPLE_FIELDS, SYNC_RANGE, PowerSamples, reason_names,
+                                  reason_shares)
 
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 CLOCK = "Profiling Average SM Clock(MHz)"
 
 
-def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.0), reasons=False):
+def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.0), layout="old"):
     """A copy of the real trace with the sampler's sync range, and samples every 100 µs over its kernels: the
     first half of the trace at one clock, the second at another."""
     document = json.loads(open(TRACE, encoding="utf-8").read())
@@ -30,12 +31,13 @@ def _trace_with_samples(tmp_path, *, sync_us=5_000.0, split_clock=(1980.0, 1755.
     while t <= end:
         clock = split_clock[0] if t < middle else split_clock[1]
         samples.append([t + offset, clock, 650.0 if t < middle else 700.0, 60.0]
-                       + ([0x1 if t < middle else 0x4] if reasons else []))
+                       + ([600.0 if t < middle else 900.0, 0x1 if t < middle else 0x4] if layout == "new" else []))
         t += 100.0
     directory = tmp_path / "profile"
     directory.mkdir()
     (directory / "trace.json").write_text(json.dumps(document))
-    (directory / POWER_SAMPLES).write_text(json.dumps({"sync_us": sync_us, "samples": samples}))
+    (directory / POWER_SAMPLES).write_text(json.dumps({"sync_us": sync_us, "samples": samples,
+                                                       **({"fields": list(SAMPLE_FIELDS)} if layout == "new" else {})}))
     return directory / "trace.json", middle
 
 
@@ -45,9 +47,11 @@ def _kernel_spans(trace_path):
     return [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"]
 
 
-@pytest.mark.parametrize("reasons", [False, True], ids=["samples-before-2026-11-28", "with-clock-event-reasons"])
-def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path, reasons):
-    trace, middle = _trace_with_samples(tmp_path, reasons=reasons)
+@pytest.mark.parametrize("layout", ["old", "new"], ids=["samples-before-2026-11-28", "instant-power-and-reasons"])
+def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path, layout):
+    """Samples files name their fields since 2026-11-28 (instantaneous power and clock-event reasons added); the
+    older ones, which do not, are read as (t, clock, W, C), and their rows get no instantaneous power."""
+    trace, middle = _trace_with_samples(tmp_path, layout=layout)
     out = tmp_path / "parsed"
     done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", str(trace),
                            "--database-path", str(out)], capture_output=True, text=True)
@@ -59,6 +63,9 @@ def test_each_row_gets_the_clock_its_kernels_ran_at(tmp_path, reasons):
     for path in out.glob("*.csv"):
         frame = read_database_csv(path)
         assert CLOCK in frame.columns and "Profiling Average Power(W)" in frame.columns, path.name
+        assert ("Profiling Average Instant Power(W)" in frame.columns) == (layout == "new"), path.name
+        if layout == "new":
+            assert all(600.0 <= float(v) <= 900.0 for v in frame["Profiling Average Instant Power(W)"]), path.name
         values = [float(v) for v in frame[CLOCK] if v != ""]
         assert values and all(1755.0 <= v <= 1980.0 for v in values), path.name
         clocks |= set(values)
@@ -163,8 +170,9 @@ def test_each_call_gets_how_long_the_gpu_idled_before_it():
 def test_clock_event_reasons_are_shared_over_the_throttled_samples_only():
     # (t, clock, W, C, mask): two full-clock samples (idle), three throttled: power cap twice, once with the HW
     # slowdown as well, once no reason at all.
-    samples = [(0, 1980.0, 80.0, 35.0, 0x1), (1, 1975.0, 90.0, 35.0, 0x1), (2, 1755.0, 690.0, 60.0, 0x4),
-               (3, 1700.0, 700.0, 61.0, 0x4 | 0x8), (4, 1800.0, 400.0, 45.0, 0x0)]
+    samples = [(0, 1980.0, 80.0, 35.0, 70.0, 0x1), (1, 1975.0, 90.0, 35.0, 95.0, 0x1),
+               (2, 1755.0, 690.0, 60.0, 720.0, 0x4), (3, 1700.0, 700.0, 61.0, 760.0, 0x4 | 0x8),
+               (4, 1800.0, 400.0, 45.0, 300.0, 0x0)]
     shares = reason_shares(samples, max_clock=1980.0)
     assert shares["samples"] == 5 and shares["throttled_samples"] == 3 and shares["full_clock_mhz"] == 1980.0
     assert shares["reasons"] == pytest.approx({"sw_power_cap": 2 / 3, "hw_slowdown": 1 / 3, "none": 1 / 3})
@@ -172,6 +180,9 @@ def test_clock_event_reasons_are_shared_over_the_throttled_samples_only():
     assert reason_names(0x4 | 0x80 | 0x10000) == ["sw_power_cap", "hw_power_brake_slowdown", "0x10000"]
     # Samples of a sampler before the masks, or masks the driver did not give: nothing to say.
     assert reason_shares([s[:4] for s in samples]) is None
-    assert reason_shares([(*s[:4], None) for s in samples]) is None
+    assert reason_shares([(*s[:5], None) for s in samples]) is None
+    # The first layout of 2026-11-28 (no instantaneous power), read by its fields.
+    first = ("t_us", "SM Clock(MHz)", "Power(W)", "Temperature(C)", "clock_event_reasons")
+    assert reason_shares([(*s[:4], s[5]) for s in samples], 1980.0, first) == shares
     # Without the device's maximum, the highest sampled clock is the full one.
     assert reason_shares(samples)["throttled_samples"] == 3

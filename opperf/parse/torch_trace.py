@@ -532,7 +532,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
                    if conversion.accelerator_core == "CUDA" else {})
     values = RecordedValues.beside(path) if chosen else None
     if chosen:
-        conversion.power_fields = (*(POWER_FIELDS if power is not None else ()),
+        conversion.power_fields = (*(power.fields if power is not None else ()),
                                    *((GEMM_BEFORE,) if gemm_before else ()), *((IDLE_BEFORE,) if idle_before else ()))
     for op, duration_us in chosen:
         args = _with_index_lists(op, ops, conversion.outcomes)
@@ -547,7 +547,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
             conversion.outcomes[REUSE_NOT_KNOWN] += 1
         if power is not None:
             state = power.at(*op.device_span) if op.device_span else None
-            row.update(zip(POWER_FIELDS, state) if state else ())
+            row.update(zip(power.fields, state) if state else ())
         if op.index in gemm_before:
             row[GEMM_BEFORE] = gemm_before[op.index]
         if op.index in idle_before:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from opperf.io import write_text_atomic
 from opperf.log import get_logger
-from opperf.power_samples import FIELDS, MAX_GAP_US, POWER_SAMPLES, SYNC_RANGE, THROTTLED_MHZ, reason_shares
+from opperf.power_samples import (FIELDS, MAX_GAP_US, POWER_SAMPLES, SAMPLE_FIELDS, SYNC_RANGE, THROTTLED_MHZ,
+                                  reason_shares)
 
 __all__ = ["FIELDS", "POWER_SAMPLES", "SYNC_RANGE", "NvmlSampler"]
 
@@ -65,14 +66,41 @@ def clock_event_reader(handle):
     return lambda: int(read(handle))
 
 
+# nvmlValueType_t: which member of the field value's union holds it.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def instant_power_reader(handle):
+    """A callable that reads the instantaneous board power (W; NVML_FI_DEV_POWER_INSTANT), or gives None where
+    the driver or nvidia-ml-py does not have the field (nvmlDeviceGetPowerUsage averages over a second on Hopper)."""
+    import pynvml
+
+    field_id = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", None)
+
+    def read():
+        value = pynvml.nvmlDeviceGetFieldValues(handle, [field_id])[0]
+        if value.nvmlReturn != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(value.nvmlReturn)
+        return getattr(value.value, _VALUE_MEMBERS[value.valueType]) / 1000.0
+
+    try:
+        if field_id is None:
+            raise TypeError("this nvidia-ml-py has no NVML_FI_DEV_POWER_INSTANT")
+        read()
+    except (TypeError, KeyError, AttributeError, pynvml.NVMLError) as exc:
+        log.info("no instantaneous power in the power samples: %s", exc)
+        return lambda: None
+    return read
+
+
 @dataclass
 class NvmlSampler:
-    """Polls one GPU's SM clock (MHz), power draw (W), temperature (C) and clock-event reasons (NVML's mask, None
-    where the driver does not report them) every `interval_s` on a thread."""
+    """Polls one GPU's SM clock (MHz), power draw (W, NVML's average), temperature (C), instantaneous power (W) and
+    clock-event reasons (NVML's mask; None where the driver does not report them) every `interval_s` on a thread."""
 
     device_index: int = 0
     interval_s: float = DEFAULT_INTERVAL_S
-    samples: list[tuple] = field(default_factory=list)   # (monotonic µs, clock, W, C, reasons mask | None)
+    samples: list[tuple] = field(default_factory=list)   # SAMPLE_FIELDS: (monotonic µs, MHz, W, C, W, mask)
     sync_us: float | None = None
     device_name: str = ""
     max_clock: float = 0.0
@@ -104,7 +132,7 @@ class NvmlSampler:
     def _run(self, handle) -> None:
         import pynvml
 
-        reasons = clock_event_reader(handle)
+        reasons, instant_power = clock_event_reader(handle), instant_power_reader(handle)
         while not self._stop.is_set():
             now = time.monotonic_ns() / 1000.0
             try:
@@ -114,7 +142,7 @@ class NvmlSampler:
             except pynvml.NVMLError as exc:
                 log.warning("NVML sampling stopped: %s", exc)
                 return
-            self.samples.append((now, clock, power, temperature, reasons()))
+            self.samples.append((now, clock, power, temperature, instant_power(), reasons()))
             self._stop.wait(self.interval_s)
 
     def state_during(self, start_us: float, end_us: float) -> tuple[float, float] | None:
@@ -154,7 +182,7 @@ class NvmlSampler:
         document = {"device_index": self.device_index, "device_name": self.device_name,
                     "interval_s": self.interval_s, "clock": "time.monotonic_ns / 1000 (µs)",
                     "sync_range": SYNC_RANGE, "sync_us": self.sync_us,
-                    "max_clock_mhz": self.max_clock, "fields": ["t_us", *FIELDS, "clock_event_reasons"],
+                    "max_clock_mhz": self.max_clock, "fields": list(SAMPLE_FIELDS),
                     "samples": [list(s) for s in self.samples]}
         write_text_atomic(path, json.dumps(document) + "\n")
         if self.samples:
