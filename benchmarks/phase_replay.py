@@ -106,13 +106,14 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="*", default=list(DENSE_PREFILL_SHAPES),
                         help="input-shape prefixes of the phase's calls (none: the whole trace)")
     parser.add_argument("--min-calls", type=int, default=20)
+    parser.add_argument("--max-gap", type=int, default=3, help="other calls allowed between two of the phase's")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
 
-    calls = phase_calls(args.trace, tuple(args.shapes), args.min_calls)
+    calls = phase_calls(args.trace, tuple(args.shapes), args.min_calls, args.max_gap)
     rows = database_rows(args.rows)
     keys = [row_key(c[TYPE], c) for c in calls]
     missing = sorted({k[0] for k in keys if k not in rows})
@@ -200,7 +201,7 @@ def main() -> int:
         "device": torch.cuda.get_device_name() if backend == "cuda" else "cpu", "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trace": str(args.trace), "rows": str(args.rows), "shapes": args.shapes, "iterations": args.iterations,
-        "warmup": args.warmup, "summary": summary, "table": table}, indent=1) + "\n")
+        "warmup": args.warmup, "max_gap": args.max_gap, "summary": summary, "table": table}, indent=1) + "\n")
     return 0
 
 
