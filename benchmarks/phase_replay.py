@@ -35,57 +35,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opperf import contract  # noqa: E402
-from opperf.io import read_database_csv  # noqa: E402
-from opperf.parse.aggregate import CALL_KEY_COLUMNS  # noqa: E402
-from opperf.parse.kernel_details import TYPE  # noqa: E402
-from opperf.parse.torch_trace import convert_trace  # noqa: E402
+from opperf.errors import OpperfError  # noqa: E402
 from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
 from opperf.replay.engine import PreparedRow, prepare_row  # noqa: E402
 from opperf.replay.job import find_definition, recipe_for  # noqa: E402
+from opperf.replay.phase import call_keys, database_rows, phase_calls, trace_calls  # noqa: E402
 from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
 
-KEY_COLUMNS = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.OUTPUT_DTYPES,
-               *CALL_KEY_COLUMNS)
 # The dense decoder's 64 x 1,024-token prefill (benchmarks/cuda_replay.py, in_power_limited_phase).
 DENSE_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
-
-
-def row_key(kernel_type: str, row) -> tuple:
-    """What the parse groups a row's calls by: the type, the shapes and dtypes, the scalars and strides."""
-    return (kernel_type, *((row.get(c) or "").strip() for c in KEY_COLUMNS))
-
-
-def phase_calls(trace: Path, shapes: tuple[str, ...], min_calls: int, max_gap: int = 3) -> list[dict]:
-    """The calls of the phase, in trace order: the first run of at least `min_calls` calls whose input shapes
-    start with one of `shapes`, with at most `max_gap` other calls between two of them (those are kept: they ran
-    in the phase too). Every call when `shapes` is empty."""
-    calls = sorted(convert_trace(trace).rows, key=lambda r: float(r["Start Time(us)"]))
-    if not shapes:
-        return calls
-    matching = [i for i, c in enumerate(calls) if (c.get(contract.INPUT_SHAPES) or "").startswith(shapes)]
-    runs, current = [], []
-    for index in matching:
-        if current and index - current[-1] > max_gap + 1:
-            runs.append(current)
-            current = []
-        current.append(index)
-    runs.append(current)
-    run = next((r for r in runs if len(r) >= min_calls), None)
-    if run is None:
-        raise SystemExit(f"{trace}: no run of {min_calls} calls with input shapes starting {shapes} "
-                         f"(longest: {max((len(r) for r in runs), default=0)})")
-    return calls[run[0]:run[-1] + 1]
-
-
-def database_rows(directory: Path) -> dict[tuple, dict]:
-    """Every row of the parsed (or replayed) database, by its key."""
-    rows = {}
-    for path in sorted(directory.glob("*.csv")):
-        frame = read_database_csv(path)
-        for line, record in enumerate(frame.to_dict("records"), start=2):
-            record = {k: ("" if v is None else str(v)) for k, v in record.items()}
-            rows[row_key(path.stem, record)] = {**record, "_path": str(path), "_line": line}
-    return rows
 
 
 class _Synchronizer:
@@ -113,13 +71,12 @@ def main() -> int:
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
 
-    calls = phase_calls(args.trace, tuple(args.shapes), args.min_calls, args.max_gap)
-    rows = database_rows(args.rows)
-    keys = [row_key(c[TYPE], c) for c in calls]
-    missing = sorted({k[0] for k in keys if k not in rows})
-    if missing:
-        raise SystemExit(f"{len([k for k in keys if k not in rows])} of the phase's {len(keys)} calls have no row "
-                         f"in {args.rows} (types {missing}): parse the same trace into it")
+    try:
+        calls = phase_calls(trace_calls(args.trace), args.shapes, args.min_calls, args.max_gap)
+        rows = database_rows(args.rows)
+        keys = call_keys(calls, rows, args.rows)
+    except OpperfError as exc:
+        raise SystemExit(f"{args.trace}: {exc}") from exc
     print(f"phase: {len(calls)} calls of {len(set(keys))} rows, "
           f"{(float(calls[-1]['Start Time(us)']) - float(calls[0]['Start Time(us)'])) / 1000:.1f} ms in the trace",
           flush=True)

@@ -1,0 +1,80 @@
+"""A profiled phase's calls in trace order, each mapped to its row of the parsed database.
+
+Row by row, replay reproduces a call's inputs, layout and cache state and approximates the GPU's power state with a
+policy (docs/replay.md, "Power state"). A long power-capped phase (the dense decoder's 64 x 1,024-token prefill,
+hundreds of milliseconds under NVML's `sw_power_cap`) leaves a state no policy reproduced for every row; the
+workload's own sequence, replayed once, does: its rows came out at 0.992 (H100) and 1.020 (H200) of their profiled
+time, against 0.939 one at a time (benchmarks/phase_replay.py, benchmarks/results/power_phase/). This module
+finds such a phase in a trace and keys each of its calls the way the parse groups calls into rows, so that a phase
+can be replayed from the rows' own recipes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from opperf import contract
+from opperf.errors import OpperfError
+from opperf.io import read_database_csv
+from opperf.parse.aggregate import CALL_KEY_COLUMNS
+from opperf.parse.kernel_details import TYPE
+
+# What the parse groups a row's calls by, besides the kernel type (opperf.parse.aggregate).
+KEY_COLUMNS = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.OUTPUT_DTYPES,
+               *CALL_KEY_COLUMNS)
+START = "Start Time(us)"
+
+
+def row_key(kernel_type: str, row: Mapping[str, object]) -> tuple[str, ...]:
+    """The kernel type and the signature columns of a call or a row, as the parse compares them."""
+    return (kernel_type, *(str(row.get(column) or "").strip() for column in KEY_COLUMNS))
+
+
+def trace_calls(trace: str | Path) -> list[dict]:
+    """Every call of a torch.profiler trace that became part of a row, in the order the host launched them."""
+    from opperf.parse.torch_trace import convert_trace
+
+    return sorted(convert_trace(Path(trace)).rows, key=lambda call: float(call[START]))
+
+
+def phase_calls(calls: Sequence[dict], shapes: Sequence[str], min_calls: int, max_gap: int = 3) -> list[dict]:
+    """The first run of at least `min_calls` calls whose input shapes start with one of `shapes`, with at most
+    `max_gap` other calls between two of them (those stay in: they ran in the phase too); every call when `shapes`
+    is empty. An OpperfError names the longest run when none is long enough."""
+    if not shapes:
+        return list(calls)
+    prefixes = tuple(shapes)
+    runs: list[list[int]] = []
+    for index, call in enumerate(calls):
+        if str(call.get(contract.INPUT_SHAPES) or "").startswith(prefixes):
+            if runs and index - runs[-1][-1] <= max_gap + 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+    run = next((r for r in runs if len(r) >= min_calls), None)
+    if run is None:
+        raise OpperfError(f"no run of {min_calls} calls whose input shapes start with {list(prefixes)} "
+                          f"(the longest has {max((len(r) for r in runs), default=0)})", field="--shapes")
+    return list(calls[run[0]:run[-1] + 1])
+
+
+def database_rows(directory: str | Path) -> dict[tuple[str, ...], dict]:
+    """Every row of a parsed (or replayed) database directory (one CSV per kernel type), by its key, with the
+    file and line it came from (`_path`, `_line`)."""
+    rows = {}
+    for path in sorted(Path(directory).glob("*.csv")):
+        for line, record in enumerate(read_database_csv(path).to_dict("records"), start=2):
+            record = {key: "" if value is None else str(value) for key, value in record.items()}
+            rows[row_key(path.stem, record)] = {**record, "_path": str(path), "_line": line}
+    return rows
+
+
+def call_keys(calls: Sequence[dict], rows: Mapping[tuple[str, ...], dict], where: str | Path) -> list[tuple]:
+    """Each call's row key; an OpperfError names how many calls, of which types, have no row in `where`."""
+    keys = [row_key(str(call[TYPE]), call) for call in calls]
+    missing = [key for key in keys if key not in rows]
+    if missing:
+        raise OpperfError(f"{len(missing)} of the phase's {len(keys)} calls have no row here (types "
+                          f"{sorted({key[0] for key in missing})}): parse the same trace into it", path=where)
+    return keys
