@@ -126,7 +126,8 @@ def main() -> int:
         profiled = float(row[contract.PROFILING_AVERAGE])
         replayed = row.get(contract.REPLAY_MEDIAN) or ""
         phase = statistics.fmean(samples)
-        entry = {"type": key[0], "input_shapes": key[1], "calls_in_phase": counts[key], "profiled_us": profiled,
+        entry = {"type": key[0], "input_shapes": key[1], "key": list(key), "line": row["_line"],
+                 "calls_in_phase": counts[key], "profiled_us": profiled,
                  "phase_us": phase, "phase_ratio": phase / profiled,
                  "replay_ratio": float(replayed) / profiled if replayed else None,
                  "profiled_sm_mhz": float(row[contract.PROFILED_SM_CLOCK]) if row.get(contract.PROFILED_SM_CLOCK)
