@@ -7,17 +7,21 @@ milliseconds under NVML's `sw_power_cap`, and no policy tried reproduces its sta
 its rows replay 4-15 % fast, with 0.4 s of heater GEMMs before them and none between the calls the attention block's
 rows replay 8-15 % slow (benchmarks/results/power_phase/). This benchmark asks whether the workload's own sequence
 does: it takes the calls of one phase from the trace (those whose input shapes start with one of --shapes, in the
-first contiguous run of at least --min-calls of them), builds each distinct row's call once from the parsed
-database (the same definitions, schema recipes and checks as scripts/replay.py), runs the phase's calls in the
-trace's order --iterations times after --warmup more, and times every call with the profiler (CUPTI kernel time
-per call, each in a range of its row, as replay's kernel timing does). Inputs are the rows' own tensors, not the
-previous call's outputs; no cache preparation and no heaters run in between.
+first contiguous run of at least --min-calls of them; with --throttled, every power-capped phase the profile's NVML
+samples show: runs of throttled calls that kept the GPU busy, opperf.replay.phase.throttled_phases), builds each
+distinct row's call once from the parsed database (the same definitions, schema recipes and checks as
+scripts/replay.py), runs the phases' calls in the trace's order --iterations times (default once, as the workload
+did: run longer, the phase throttles further) after --warmup more and --rest-s of idle before each phase, and times
+every call with the profiler (CUPTI kernel time per call, each in a range of its row, as replay's kernel timing
+does). Inputs are the rows' own tensors, not the previous call's outputs; no cache preparation and no heaters run
+in between.
 
-Per row it reports the in-phase mean against the profiled mean and, where the database was replayed, against the
-row's replay; with NVML, the SM clock and power over the phase runs against the profile's.
+Per row it reports the in-phase mean against the profiled mean of the same calls and, where the database was
+replayed, the row's replay against its own profiled mean; with NVML, the SM clock and power over the phase runs.
 
     python benchmarks/phase_replay.py --trace WORK/dense/profile/trace.json \\
-        --rows WORK/dense/insitu/data/H200/torch/torch2.11.0_cuda13.0 --output OUT.json
+        --rows WORK/dense/insitu/data/H200/torch/torch2.11.0_cuda13.0 --max-gap 40 --output OUT.json
+    python benchmarks/phase_replay.py --throttled --trace ... --rows ... --output OUT.json
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from opperf.errors import OpperfError  # noqa: E402
 from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
 from opperf.replay.engine import PreparedRow, prepare_row  # noqa: E402
 from opperf.replay.job import find_definition, recipe_for  # noqa: E402
-from opperf.replay.phase import call_keys, database_rows, phase_calls, trace_calls  # noqa: E402
+from opperf.parse.kernel_details import DURATION  # noqa: E402
+from opperf.power_samples import POWER_SAMPLES  # noqa: E402
+from opperf.replay.phase import call_keys, database_rows, phase_calls, throttled_phases, trace_calls  # noqa: E402
 from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
 
 # The dense decoder's 64 x 1,024-token prefill (benchmarks/cuda_replay.py, in_power_limited_phase).
@@ -57,6 +63,21 @@ class _Synchronizer:
             torch.cuda.synchronize()
 
 
+def select_phases(args) -> list[list[dict]]:
+    """The phases to replay: the first run of --shapes, or with --throttled every power-capped phase the profile's
+    NVML samples show (opperf.replay.phase.throttled_phases)."""
+    calls = trace_calls(args.trace)
+    if not args.throttled:
+        return [phase_calls(calls, args.shapes, args.min_calls, args.max_gap)]
+    samples = args.trace.parent / POWER_SAMPLES
+    max_clock = json.loads(samples.read_text()).get("max_clock_mhz") if samples.exists() else None
+    phases = throttled_phases(calls, max_clock, min_device_ms=args.min_phase_ms)
+    if not phases:
+        raise OpperfError(f"no power-capped phase of {args.min_phase_ms} ms or more (the trace needs NVML's samples "
+                          f"beside it: {samples.name})", field="--throttled")
+    return phases[:args.max_phases] if args.max_phases else phases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trace", type=Path, required=True, help="the profile's trace.json")
@@ -65,21 +86,31 @@ def main() -> int:
                         help="input-shape prefixes of the phase's calls (none: the whole trace)")
     parser.add_argument("--min-calls", type=int, default=20)
     parser.add_argument("--max-gap", type=int, default=3, help="other calls allowed between two of the phase's")
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--throttled", action="store_true",
+                        help="replay every power-capped phase of the profile (NVML's samples), not --shapes")
+    parser.add_argument("--min-phase-ms", type=float, default=20.0, help="--throttled: shortest phase (device ms)")
+    parser.add_argument("--max-phases", type=int, default=0, help="--throttled: the first N phases only (0: all)")
+    parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase")
+    parser.add_argument("--iterations", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
 
     try:
-        calls = phase_calls(trace_calls(args.trace), args.shapes, args.min_calls, args.max_gap)
+        phases = select_phases(args)
         rows = database_rows(args.rows)
-        keys = call_keys(calls, rows, args.rows)
+        phase_keys = [call_keys(phase, rows, args.rows) for phase in phases]
     except OpperfError as exc:
         raise SystemExit(f"{args.trace}: {exc}") from exc
-    print(f"phase: {len(calls)} calls of {len(set(keys))} rows, "
-          f"{(float(calls[-1]['Start Time(us)']) - float(calls[0]['Start Time(us)'])) / 1000:.1f} ms in the trace",
-          flush=True)
+    keys = [key for ks in phase_keys for key in ks]
+    # The profiled time of exactly the calls replayed, per row (the row's own mean covers every call of the trace).
+    profiled_calls: dict[tuple, list[float]] = {}
+    for phase, ks in zip(phases, phase_keys):
+        for call, key in zip(phase, ks):
+            profiled_calls.setdefault(key, []).append(float(call[DURATION]))
+    print(f"{len(phases)} phase(s): {len(keys)} calls of {len(set(keys))} rows, "
+          f"{sum(sum(v) for v in profiled_calls.values()) / 1000:.1f} ms of profiled device time", flush=True)
     backend = "cuda" if args.device.startswith("cuda") else "cpu"
     device = _Synchronizer(backend)
     prepared: dict[tuple, PreparedRow] = {}
@@ -100,17 +131,25 @@ def main() -> int:
     session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA] if backend == "cuda"
                            else [ProfilerActivity.CPU], strict=True)
     counts = {key: keys.count(key) for key in prepared}
+
+    def run_phases(timed: bool) -> None:
+        for ks in phase_keys:
+            device.synchronize()
+            time.sleep(args.rest_s)
+            for key in ks:
+                if timed:
+                    with record_function(names[key]):
+                        prepared[key].case.run()
+                else:
+                    prepared[key].case.run()
+        device.synchronize()
+
     for _ in range(args.warmup):
-        for key in keys:
-            prepared[key].case.run()
-    device.synchronize()
+        run_phases(False)
     names = {key: session.range_name(key, counts[key] * args.iterations, "phase") for key in prepared}
     started = time.monotonic_ns() / 1000.0
     for _ in range(args.iterations):
-        for key in keys:
-            with record_function(names[key]):
-                prepared[key].case.run()
-        device.synchronize()
+        run_phases(True)
     ended = time.monotonic_ns() / 1000.0
     results = session.collect(range_device_times, "cuda profiler (CUPTI) device-kernel time per call, in phase")
     state = sampler.state_during(started, ended) if sampler else None
@@ -123,30 +162,32 @@ def main() -> int:
     table, total_profiled, total_phase, total_replay = [], 0.0, 0.0, 0.0
     for key in prepared:
         row, samples = rows[key], results[key].samples_us
-        profiled = float(row[contract.PROFILING_AVERAGE])
+        profiled = statistics.fmean(profiled_calls[key])
+        row_mean = float(row[contract.PROFILING_AVERAGE])
         replayed = row.get(contract.REPLAY_MEDIAN) or ""
         phase = statistics.fmean(samples)
         entry = {"type": key[0], "input_shapes": key[1], "key": list(key), "line": row["_line"],
-                 "calls_in_phase": counts[key], "profiled_us": profiled,
+                 "calls_in_phase": counts[key], "profiled_us": profiled, "row_profiled_us": row_mean,
+                 "row_calls": int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 0)),
                  "phase_us": phase, "phase_ratio": phase / profiled,
-                 "replay_ratio": float(replayed) / profiled if replayed else None,
+                 "replay_ratio": float(replayed) / row_mean if replayed else None,
                  "profiled_sm_mhz": float(row[contract.PROFILED_SM_CLOCK]) if row.get(contract.PROFILED_SM_CLOCK)
                  else None}
         table.append(entry)
         weight = counts[key]
         total_profiled += profiled * weight
         total_phase += phase * weight
-        total_replay += float(replayed) * weight if replayed else profiled * weight
+        total_replay += float(replayed) / row_mean * profiled * weight if replayed else profiled * weight
     table.sort(key=lambda e: -e["profiled_us"] * e["calls_in_phase"])
-    print("\n| row | calls | profiled µs | in phase | x profiled | isolated replay x profiled |")
+    print("\n| row | calls | profiled µs (these calls) | in phase | x profiled | isolated replay x row's profiled |")
     print("|---|---|---|---|---|---|")
     for e in table:
         replay = f"{e['replay_ratio']:.3f}" if e["replay_ratio"] else "-"
         print(f"| {e['type']} {e['input_shapes'][:40]} | {e['calls_in_phase']} | {e['profiled_us']:.1f} | "
               f"{e['phase_us']:.1f} | {e['phase_ratio']:.3f} | {replay} |")
     gaps = [abs(e["phase_ratio"] - 1) for e in table]
-    summary = {"rows": len(table), "calls": len(keys), "phase_time_ratio": total_phase / total_profiled,
-               "replay_time_ratio": total_replay / total_profiled,
+    summary = {"phases": len(phases), "rows": len(table), "calls": len(keys),
+               "phase_time_ratio": total_phase / total_profiled, "replay_time_ratio": total_replay / total_profiled,
                "median_gap": statistics.median(gaps),
                "time_weighted_gap": sum(abs(e["phase_us"] - e["profiled_us"]) * e["calls_in_phase"] for e in table)
                / total_profiled,
@@ -158,8 +199,10 @@ def main() -> int:
     args.output.write_text(json.dumps({
         "device": torch.cuda.get_device_name() if backend == "cuda" else "cpu", "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "trace": str(args.trace), "rows": str(args.rows), "shapes": args.shapes, "iterations": args.iterations,
-        "warmup": args.warmup, "max_gap": args.max_gap, "summary": summary, "table": table}, indent=1) + "\n")
+        "trace": str(args.trace), "rows": str(args.rows), "selection": "throttled" if args.throttled else
+        {"shapes": args.shapes, "min_calls": args.min_calls, "max_gap": args.max_gap},
+        "iterations": args.iterations, "warmup": args.warmup, "rest_s": args.rest_s, "summary": summary,
+        "table": table}, indent=1) + "\n")
     return 0
 
 

@@ -56,3 +56,39 @@ def test_calls_without_rows_are_named(parsed, tmp_path):
     with pytest.raises(OpperfError, match=r"of the phase's 125 calls have no row here \(types \['mm'\]\)"):
         call_keys(calls, rows, parsed)
     assert database_rows(tmp_path) == {}
+
+
+def _call(clock, idle, duration, name="mm"):
+    return {"Type": name, "SM Clock(MHz)": clock, "Idle Before(us)": idle, "Duration(us)": duration}
+
+
+def test_power_capped_phases_are_runs_of_throttled_calls_that_kept_the_gpu_busy():
+    from opperf.replay.phase import throttled_phases
+
+    calls = [_call(1980, 5, 9000),                                   # full clock: no phase
+             _call(1700, 500, 12000), _call(1720, 2, 5000), _call(1750, 0, 4000),    # a 21 ms phase
+             _call(1740, 800, 30000),                                # launched after 800 µs of idle: a new run
+             _call(1745, 1, 1000), _call(1960, 1, 500),              # 1,960 MHz is within 50 MHz: the run ends
+             _call(None, 1, 25000), _call(1600, 3, 19000)]           # no clock; then 19 ms alone: too short
+    phases = throttled_phases(calls, max_clock=1980.0)
+    assert [len(p) for p in phases] == [3, 2]
+    assert phases[0][0] is calls[1] and phases[1][0] is calls[4]
+    assert throttled_phases(calls, max_clock=1980.0, min_device_ms=19.0)[-1] == [calls[8]]
+    assert [len(p) for p in throttled_phases(calls, max_clock=1980.0, max_idle_us=1000.0)] == [5]
+    # Without the device's maximum, the highest sampled clock is the full one; without samples there is none.
+    assert [len(p) for p in throttled_phases(calls)] == [3, 2]
+    assert throttled_phases([_call(None, 0, 50000)]) == []
+
+
+def test_the_real_trace_with_its_second_half_throttled_has_one_phase(tmp_path):
+    from test_power_state import _trace_with_samples
+
+    from opperf.replay.phase import throttled_phases
+
+    trace, middle = _trace_with_samples(tmp_path, layout="new")          # 1,980 MHz, then 1,755 MHz
+    calls = trace_calls(trace)
+    assert all("SM Clock(MHz)" in c for c in calls)
+    phases = throttled_phases(calls, max_clock=1980.0, min_device_ms=0.0, max_idle_us=1e9)
+    assert len(phases) == 1 and phases[0][-1] is calls[-1]
+    assert all(float(c["SM Clock(MHz)"]) == 1755.0 for c in phases[0])
+    assert float(phases[0][0]["Start Time(us)"]) >= float(calls[0]["Start Time(us)"])

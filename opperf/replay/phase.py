@@ -18,12 +18,17 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 from opperf.parse.aggregate import CALL_KEY_COLUMNS
-from opperf.parse.kernel_details import TYPE
+from opperf.parse.kernel_details import DURATION, TYPE
+from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
 
 # What the parse groups a row's calls by, besides the kernel type (opperf.parse.aggregate).
 KEY_COLUMNS = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.OUTPUT_DTYPES,
                *CALL_KEY_COLUMNS)
 START = "Start Time(us)"
+SM_CLOCK = FIELDS[0]
+# A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
+PHASE_MAX_IDLE_US = 100.0
+PHASE_MIN_DEVICE_MS = 20.0
 
 
 def row_key(kernel_type: str, row: Mapping[str, object]) -> tuple[str, ...]:
@@ -57,6 +62,41 @@ def phase_calls(calls: Sequence[dict], shapes: Sequence[str], min_calls: int, ma
         raise OpperfError(f"no run of {min_calls} calls whose input shapes start with {list(prefixes)} "
                           f"(the longest has {max((len(r) for r in runs), default=0)})", field="--shapes")
     return list(calls[run[0]:run[-1] + 1])
+
+
+def throttled_phases(calls: Sequence[dict], max_clock: float | None = None, *,
+                     min_device_ms: float = PHASE_MIN_DEVICE_MS, max_idle_us: float = PHASE_MAX_IDLE_US,
+                     throttled_mhz: float = THROTTLED_MHZ) -> list[list[dict]]:
+    """The trace's power-capped phases, found from its NVML samples rather than from shapes: maximal runs of
+    calls, in launch order, that ran THROTTLED_MHZ or more under the full clock (`max_clock`, else the highest
+    sampled one) with at most `max_idle_us` of device idle before each (the GPU kept busy), holding at least
+    `min_device_ms` of device time. Calls without a sampled clock end a run. [] for a trace profiled without
+    the sampler."""
+    clocks = [_number(call.get(SM_CLOCK)) for call in calls]
+    full = max_clock or max((c for c in clocks if c is not None), default=None)
+    if full is None:
+        return []
+    phases: list[list[dict]] = []
+    current: list[dict] = []
+    for call, clock in zip(calls, clocks):
+        idle = _number(call.get(IDLE_BEFORE))
+        inside = clock is not None and clock <= full - throttled_mhz
+        if inside and current and (idle is None or idle <= max_idle_us):
+            current.append(call)
+            continue
+        if current:
+            phases.append(current)
+        current = [call] if inside else []
+    if current:
+        phases.append(current)
+    return [p for p in phases if sum(_number(c.get(DURATION)) or 0.0 for c in p) >= min_device_ms * 1000.0]
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def database_rows(directory: str | Path) -> dict[tuple[str, ...], dict]:
