@@ -33,8 +33,8 @@ replay/profiled of the elementwise rows of 20 µs or more), `repeatability_media
 whether it is met; `policy_gates` has the same under every other cache policy replayed). `power_state` splits the
 default policy's rows by the SM clock the workload ran them at (`power_state_split`): how much of the time-weighted
 gap comes from rows the workload ran throttled; each workload's `profile_clock_event_reasons` says why, by NVML's
-clock-event reasons over the profile's throttled samples (opperf.power_samples.reason_shares). A transformers trace is parsed without its workload.json (renamed
-workload_info.json), as a user's trace comes.
+clock-event reasons over the profile's throttled samples (opperf.power_samples.reason_shares). A transformers
+trace is parsed without its workload.json (renamed workload_info.json), as a user's trace comes.
 
 Stages can run separately (`--stages profile parse` on one call, `--stages replay report` on a later
 one with the same --work-dir), so the whole benchmark fits machines held for a few minutes at a time.

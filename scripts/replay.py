@@ -83,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "clock its kernels ran at in the workload (Profiling Average SM Clock(MHz), from a profile "
                           "taken with NVML) and that is below the replay's, heater GEMMs before each call until the "
                           "clock is down to it, except long GEMM/attention calls; after-long-gemm: after-gemm, and "
-                          "before each long call a GEMM block as long as the workload's GEMM history before it amounts to "
-                          "(Profiling Average Equivalent GEMM Before(us)), GEMM and attention calls excepted; gemm-history: "
-                          "after-long-gemm for those as well; phase-history: after-long-gemm with the GPU kept in the phase (the "
-                          "heater for 0.4 s before a row's first call, no idle between its calls) (all recorded per row "
-                          "in Replay L2 Policy)")
+                          "before each long call a GEMM block as long as the workload's GEMM history before it "
+                          "amounts to (Profiling Average Equivalent GEMM Before(us)), GEMM and attention calls "
+                          "excepted; gemm-history: after-long-gemm for those as well; phase-history: after-long-gemm "
+                          "with the GPU kept in the phase (the heater for 0.4 s before a row's first call, no idle "
+                          "between its calls) (all recorded per row in Replay L2 Policy)")
     how.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W, metavar="W",
                      help="cuda: no heater GEMM before a short call the workload ran while the GPU drew less than W "
                           "watts (Profiling Average Power(W)): a nearly idle GPU, as in a loop of tiny expert kernels "

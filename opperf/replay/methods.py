@@ -50,7 +50,9 @@ CUDA_TIMINGS = ("kernel", "event")
 # row's first call and, before each call, its GEMM history, with no idle between the calls. The workload runs a long
 # prefill without a pause and an elementwise call in it inherits the power-cap state the phase built: on an H200 the
 # prefill's `act * up` took 0.88 of its profiled time after equal idle, 0.91 after its history and 100 ms of rest
-# (gemm-history), 0.95-0.98 after 20-50 ms of GEMMs with no rest (benchmarks/results/power_phase/).
+# (gemm-history), 0.95-0.98 after 20-50 ms of GEMMs with no rest (benchmarks/results/power_phase/). Not the default:
+# on the dense decoder's H100 profile it took the prefill's silu and mul to 1.00 and every other heated row to
+# 1.06-1.23 (the same results; benchmarks/phase_replay.py, the workload's own sequence, reproduced all of them).
 POWER_POLICIES = ("cooldown", "match-clock", "after-gemm", "after-long-gemm", "gemm-history", "phase-history")
 GEMM_HISTORY_POLICIES = frozenset({"after-long-gemm", "gemm-history", "phase-history"})
 PHASE_PREHEAT_S = 0.4

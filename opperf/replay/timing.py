@@ -30,8 +30,9 @@ from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
                                    DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
-                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, PHASE_PREHEAT_S, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
-                                   METHOD_CUDA_KERNEL, METHOD_SESSION, POWER_POLICIES, TimingResult)
+                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
+                                   METHOD_CUDA_KERNEL, METHOD_SESSION, PHASE_PREHEAT_S, POWER_POLICIES,
+                                   TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
 
@@ -507,10 +508,10 @@ class CudaTimer:
 
     def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
         """Whether after-long-gemm, phase-history or gemm-history puts a GEMM block before this call: a long call
-        (but under gemm-history not a GEMM or attention call) that followed GEMM/attention work in the workload (its trace's
-        equivalent GEMM length before the call). A prefill's elementwise row follows its ~50 ms GEMM there and runs
-        12 % slower than rested, as it does after 35-70 ms of compute-bound GEMMs of other data, not after 30 ms or
-        less (benchmarks/results/memory_state/, history)."""
+        (under after-long-gemm and phase-history not a GEMM or attention call) that followed GEMM/attention work in
+        the workload (its trace's equivalent GEMM length before the call). A prefill's elementwise row follows its
+        ~50 ms GEMM there and runs 12 % slower than rested, as it does after 35-70 ms of compute-bound GEMMs of other
+        data, not after 30 ms or less (benchmarks/results/memory_state/, history)."""
         return (self.power_policy in GEMM_HISTORY_POLICIES and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
                 and call_us >= self.COOLDOWN_MIN_US
                 and (self.power_policy == "gemm-history" or not case.sets_own_clock))
