@@ -31,7 +31,6 @@ import datetime
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -40,27 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opperf import contract  # noqa: E402
 from opperf.errors import OpperfError  # noqa: E402
-from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
-from opperf.replay.engine import PreparedRow, prepare_row  # noqa: E402
-from opperf.replay.job import find_definition, recipe_for  # noqa: E402
 from opperf.parse.kernel_details import DURATION  # noqa: E402
 from opperf.power_samples import POWER_SAMPLES  # noqa: E402
-from opperf.replay.phase import call_keys, database_rows, phase_calls, throttled_phases, trace_calls  # noqa: E402
-from opperf.replay.timing import RangeSession, range_device_times  # noqa: E402
+from opperf.replay.phase import (call_keys, database_rows, phase_calls, replay_phases, throttled_phases,  # noqa: E402
+                                 trace_calls)
 
 # The dense decoder's 64 x 1,024-token prefill (benchmarks/cuda_replay.py, in_power_limited_phase).
 DENSE_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
-
-
-class _Synchronizer:
-    """What prepare_row needs of a timer: waiting for the device."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-
-    def synchronize(self) -> None:
-        if self.backend == "cuda":
-            torch.cuda.synchronize()
 
 
 def select_phases(args) -> list[list[dict]]:
@@ -111,57 +96,25 @@ def main() -> int:
             profiled_calls.setdefault(key, []).append(float(call[DURATION]))
     print(f"{len(phases)} phase(s): {len(keys)} calls of {len(set(keys))} rows, "
           f"{sum(sum(v) for v in profiled_calls.values()) / 1000:.1f} ms of profiled device time", flush=True)
-    backend = "cuda" if args.device.startswith("cuda") else "cpu"
-    device = _Synchronizer(backend)
-    prepared: dict[tuple, PreparedRow] = {}
-    for key in dict.fromkeys(keys):
-        row = rows[key]
-        definition = recipe_for(key[0], backend, find_definition(key[0], backend, DEFAULT_DEFINITIONS_DIR))
-        outcome = prepare_row(definition, row, backend=backend, device=args.device, timer=device,
-                              path=row["_path"], line=row["_line"]) if definition else None
-        if not isinstance(outcome, PreparedRow):
-            raise SystemExit(f"{row['_path']}:{row['_line']}: {key[0]} cannot be built "
-                             f"({getattr(outcome, 'status', 'no definition')}: {getattr(outcome, 'error', '')})")
-        prepared[key] = outcome
     from opperf.workload.power import NvmlSampler
 
-    sampler = NvmlSampler.start_if_available(0) if backend == "cuda" else None
-    from torch.profiler import ProfilerActivity, record_function
-
-    session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA] if backend == "cuda"
-                           else [ProfilerActivity.CPU], strict=True)
-    counts = {key: keys.count(key) for key in prepared}
-
-    def run_phases(timed: bool) -> None:
-        for ks in phase_keys:
-            device.synchronize()
-            time.sleep(args.rest_s)
-            for key in ks:
-                if timed:
-                    with record_function(names[key]):
-                        prepared[key].case.run()
-                else:
-                    prepared[key].case.run()
-        device.synchronize()
-
-    for _ in range(args.warmup):
-        run_phases(False)
-    names = {key: session.range_name(key, counts[key] * args.iterations, "phase") for key in prepared}
-    started = time.monotonic_ns() / 1000.0
-    for _ in range(args.iterations):
-        run_phases(True)
-    ended = time.monotonic_ns() / 1000.0
-    results = session.collect(range_device_times, "cuda profiler (CUPTI) device-kernel time per call, in phase")
-    state = sampler.state_during(started, ended) if sampler else None
-    if sampler:
-        sampler.stop()
-
-    if not any(sample > 0 for result in results.values() for sample in result.samples_us):
-        raise SystemExit("no device time was measured in the phase (the timer counts device kernels: run it on the "
+    sampler = NvmlSampler.start_if_available(0) if args.device.startswith("cuda") else None
+    try:
+        times = replay_phases(phase_keys, rows, device=args.device, iterations=args.iterations, warmup=args.warmup,
+                              rest_s=args.rest_s)
+    except OpperfError as exc:
+        raise SystemExit(str(exc)) from exc
+    finally:
+        if sampler:
+            sampler.stop()
+    state = sampler.state_during(times.started_us, times.ended_us) if sampler else None
+    counts = {key: keys.count(key) for key in times.samples}
+    if not any(sample > 0 for samples in times.samples.values() for sample in samples):
+        raise SystemExit("no time was measured in the phase (on cuda the timer counts device kernels: run it on the "
                          "GPU the profile was taken on)")
     table, total_profiled, total_phase, total_replay = [], 0.0, 0.0, 0.0
-    for key in prepared:
-        row, samples = rows[key], results[key].samples_us
+    for key, samples in times.samples.items():
+        row = rows[key]
         profiled = statistics.fmean(profiled_calls[key])
         row_mean = float(row[contract.PROFILING_AVERAGE])
         replayed = row.get(contract.REPLAY_MEDIAN) or ""
@@ -197,7 +150,8 @@ def main() -> int:
           f"{summary['time_weighted_gap']:.1%}; SM clock {summary['sm_mhz']} MHz, {summary['power_w']} W", flush=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
-        "device": torch.cuda.get_device_name() if backend == "cuda" else "cpu", "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+        "torch": torch.__version__, "method": times.method,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trace": str(args.trace), "rows": str(args.rows), "selection": "throttled" if args.throttled else
         {"shapes": args.shapes, "min_calls": args.min_calls, "max_gap": args.max_gap},

@@ -92,3 +92,49 @@ def test_the_real_trace_with_its_second_half_throttled_has_one_phase(tmp_path):
     assert len(phases) == 1 and phases[0][-1] is calls[-1]
     assert all(float(c["SM Clock(MHz)"]) == 1755.0 for c in phases[0])
     assert float(phases[0][0]["Start Time(us)"]) >= float(calls[0]["Start Time(us)"])
+
+
+CPU_TRACE = "tests/data/parse/cpu_decoder_trace.json"
+
+
+@pytest.fixture(scope="module")
+def cpu_parsed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu_parsed")
+    done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", CPU_TRACE,
+                           "--database-path", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_phase_replays_every_call_in_order_on_the_cpu(cpu_parsed):
+    from opperf.replay.phase import replay_phases
+
+    calls = trace_calls(CPU_TRACE)
+    rows = database_rows(cpu_parsed)
+    prefill = phase_calls(calls, ["1,4,", "4,"], min_calls=5)
+    keys = call_keys(prefill, rows, cpu_parsed)
+    times = replay_phases([keys, keys[:3]], rows, device="cpu", iterations=2, rest_s=0.0)
+    # Every row of the phases, each call of each iteration one sample, all of them measured.
+    assert set(times.samples) == set(keys)
+    for key, samples in times.samples.items():
+        assert len(samples) == 2 * (keys.count(key) + keys[:3].count(key)), key
+        assert all(sample > 0 for sample in samples), key
+    assert times.method == "cpu profiler op time per call, in the workload's call order (2 phase(s), 2 time(s))"
+    assert times.ended_us > times.started_us
+
+
+def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
+    import shutil
+
+    from opperf.replay.phase import replay_phases
+
+    broken = tmp_path / "db"
+    shutil.copytree(cpu_parsed, broken)
+    path = broken / "mm.csv"
+    rows = database_rows(broken)
+    key = next(k for k in rows if k[0] == "mm")
+    rows[key]["Input Shapes"] = "4,x"                      # not a shape
+    with pytest.raises(OpperfError, match=r"mm cannot be replayed in its phase: failed_build") as caught:
+        replay_phases([[key]], rows, device="cpu", rest_s=0.0)
+    assert str(caught.value).startswith(f"{path}, line 2: ")
+    assert "field 'Input Shapes': bad dimension 'x' in shape '4,x'" in str(caught.value)

@@ -5,13 +5,15 @@ policy (docs/replay.md, "Power state"). A long power-capped phase (the dense dec
 hundreds of milliseconds under NVML's `sw_power_cap`) leaves a state no policy reproduced for every row; the
 workload's own sequence, replayed once, does: its rows came out at 0.992 (H100) and 1.020 (H200) of their profiled
 time, against 0.939 one at a time (benchmarks/phase_replay.py, benchmarks/results/power_phase/). This module
-finds such a phase in a trace and keys each of its calls the way the parse groups calls into rows, so that a phase
-can be replayed from the rows' own recipes.
+finds such a phase in a trace (by shapes, or from the profile's NVML samples), keys each of its calls the way the
+parse groups calls into rows, and replays the phases from the rows' own recipes in the trace's order
+(`replay_phases`, cuda or cpu). It is not a stage of the workflow yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from opperf import contract
@@ -118,3 +120,93 @@ def call_keys(calls: Sequence[dict], rows: Mapping[tuple[str, ...], dict], where
         raise OpperfError(f"{len(missing)} of the phase's {len(keys)} calls have no row here (types "
                           f"{sorted({key[0] for key in missing})}): parse the same trace into it", path=where)
     return keys
+
+
+class _Device:
+    """What prepare_row needs of a timer: waiting for the device (nothing to wait for on the CPU)."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+
+    def synchronize(self) -> None:
+        if self.backend == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+
+@dataclass
+class PhaseTimes:
+    """What a phase replay measured: each row's per-call samples (µs), how, and when (monotonic µs)."""
+
+    samples: dict[tuple[str, ...], list[float]]
+    method: str
+    started_us: float
+    ended_us: float
+
+
+def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
+                  device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
+                  definitions_dir: str | Path | None = None) -> PhaseTimes:
+    """Run each phase's calls in order, back to back, `iterations` times after `warmup` untimed runs, with
+    `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
+    by its first call) and is timed in a profiler range of its row: CUPTI kernel time on cuda, the op's CPU event
+    time on cpu, as replay's timers take them. No cache preparation and no heater run between the calls: the
+    phase's own calls are the neighbourhood. An OpperfError names the first row that cannot be built."""
+    import time
+
+    from torch.profiler import ProfilerActivity, record_function
+
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR
+    from opperf.replay.engine import PreparedRow, prepare_row
+    from opperf.replay.job import find_definition, recipe_for
+    from opperf.replay.timing import RangeSession, range_cpu_op_times, range_device_times
+
+    backend = "cuda" if str(device).startswith("cuda") else "cpu"
+    waiter = _Device(backend)
+    prepared: dict[tuple[str, ...], PreparedRow] = {}
+    for key in dict.fromkeys(k for keys in phase_keys for k in keys):
+        row = rows[key]
+        definition = recipe_for(key[0], backend, find_definition(key[0], backend,
+                                                                 definitions_dir or DEFAULT_DEFINITIONS_DIR))
+        outcome = (prepare_row(definition, row, backend=backend, device=device, timer=waiter, path=row.get("_path"),
+                               line=row.get("_line")) if definition else None)
+        if not isinstance(outcome, PreparedRow):
+            raise OpperfError(f"{key[0]} cannot be replayed in its phase: "
+                              f"{getattr(outcome, 'status', 'no definition')} {getattr(outcome, 'error', '')}".strip(),
+                              path=row.get("_path"), row=row.get("_line"))
+        prepared[key] = outcome
+    if backend == "cuda":
+        session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
+        attribute, method = range_device_times, "cuda profiler (CUPTI) device-kernel time per call"
+    else:
+        session = RangeSession([ProfilerActivity.CPU], record_shapes=True, strict=True)
+        attribute, method = range_cpu_op_times, "cpu profiler op time per call"
+    method += f", in the workload's call order ({len(phase_keys)} phase(s), {iterations} time(s))"
+    counts: dict[tuple[str, ...], int] = {}
+    for keys in phase_keys:
+        for key in keys:
+            counts[key] = counts.get(key, 0) + 1
+    names: dict[tuple[str, ...], str] = {}
+
+    def run(timed: bool) -> None:
+        for keys in phase_keys:
+            waiter.synchronize()
+            time.sleep(rest_s)
+            for key in keys:
+                if timed:
+                    with record_function(names[key]):
+                        prepared[key].case.run()
+                else:
+                    prepared[key].case.run()
+        waiter.synchronize()
+
+    for _ in range(warmup):
+        run(False)
+    names.update({key: session.range_name(key, counts[key] * iterations, "phase") for key in prepared})
+    started = time.monotonic_ns() / 1000.0
+    for _ in range(iterations):
+        run(True)
+    ended = time.monotonic_ns() / 1000.0
+    results = session.collect(attribute, method)
+    return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended)
