@@ -454,14 +454,16 @@ def profile_iterations(profile: Path) -> int | None:
     return None
 
 
+# Input-shape prefixes of the dense decoder's 64 x 1,024-token prefill (benchmarks/phase_replay.py selects it by them).
+POWER_LIMITED_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
+
+
 def in_power_limited_phase(row: dict) -> bool:
     """A dense row of the decode-batch-64 context prefill (64 x 1024 = 65,536 tokens): the longest, GEMM-bound
     phase of the run, where the GPU sits at its power limit and every kernel runs at a lower clock than
     replay's (see cuda_power_probe.json). Reported apart so that its bias is visible, never dropped."""
     shapes = row.get(contract.INPUT_SHAPES, "")
-    return row.get("_workload") == "dense" and shapes.startswith(("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,"))
-
-
+    return row.get("_workload") == "dense" and shapes.startswith(POWER_LIMITED_PREFILL_SHAPES)
 
 
 def power_state_split(rows: list[dict]) -> dict:

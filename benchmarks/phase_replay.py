@@ -31,11 +31,14 @@ import datetime
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cuda_replay import POWER_LIMITED_PREFILL_SHAPES, gap_summary  # noqa: E402  (beside this script)
 
 from opperf import contract  # noqa: E402
 from opperf.errors import OpperfError  # noqa: E402
@@ -43,9 +46,6 @@ from opperf.parse.kernel_details import DURATION  # noqa: E402
 from opperf.power_samples import POWER_SAMPLES  # noqa: E402
 from opperf.replay.phase import (call_keys, database_rows, phase_calls, replay_phases, throttled_phases,  # noqa: E402
                                  trace_calls)
-
-# The dense decoder's 64 x 1,024-token prefill (benchmarks/cuda_replay.py, in_power_limited_phase).
-DENSE_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
 
 
 def select_phases(args) -> list[list[dict]]:
@@ -67,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trace", type=Path, required=True, help="the profile's trace.json")
     parser.add_argument("--rows", type=Path, required=True, help="the parsed or replayed database directory")
-    parser.add_argument("--shapes", nargs="*", default=list(DENSE_PREFILL_SHAPES),
+    parser.add_argument("--shapes", nargs="*", default=list(POWER_LIMITED_PREFILL_SHAPES),
                         help="input-shape prefixes of the phase's calls (none: the whole trace)")
     parser.add_argument("--min-calls", type=int, default=20)
     parser.add_argument("--max-gap", type=int, default=3, help="other calls allowed between two of the phase's")
@@ -108,7 +108,7 @@ def main() -> int:
         if sampler:
             sampler.stop()
     state = sampler.state_during(times.started_us, times.ended_us) if sampler else None
-    counts = {key: keys.count(key) for key in times.samples}
+    counts = Counter(keys)
     if not any(sample > 0 for samples in times.samples.values() for sample in samples):
         raise SystemExit("no time was measured in the phase (on cuda the timer counts device kernels: run it on the "
                          "GPU the profile was taken on)")
@@ -138,12 +138,10 @@ def main() -> int:
         replay = f"{e['replay_ratio']:.3f}" if e["replay_ratio"] else "-"
         print(f"| {e['type']} {e['input_shapes'][:40]} | {e['calls_in_phase']} | {e['profiled_us']:.1f} | "
               f"{e['phase_us']:.1f} | {e['phase_ratio']:.3f} | {replay} |")
-    gaps = [abs(e["phase_ratio"] - 1) for e in table]
+    gaps = gap_summary([(e["phase_us"], e["profiled_us"], e["calls_in_phase"]) for e in table])
     summary = {"phases": len(phases), "rows": len(table), "calls": len(keys),
                "phase_time_ratio": total_phase / total_profiled, "replay_time_ratio": total_replay / total_profiled,
-               "median_gap": statistics.median(gaps),
-               "time_weighted_gap": sum(abs(e["phase_us"] - e["profiled_us"]) * e["calls_in_phase"] for e in table)
-               / total_profiled,
+               "median_gap": gaps["median_gap"], "time_weighted_gap": gaps["time_weighted_gap"],
                "sm_mhz": state[0] if state else None, "power_w": state[1] if state else None}
     print(f"\nphase time / profiled {summary['phase_time_ratio']:.3f} (isolated replay "
           f"{summary['replay_time_ratio']:.3f}); median gap {summary['median_gap']:.1%}, time-weighted "

@@ -56,8 +56,8 @@ def reason_shares(samples: list, max_clock: float | None = None, fields=SAMPLE_F
     full = max_clock or max(s[clock] for s in masked)
     throttled = [int(s[mask]) for s in masked if s[clock] <= full - THROTTLED_MHZ]
     counts: dict[str, int] = {}
-    for mask in throttled:
-        for name in reason_names(mask) or ["none"]:
+    for bits in throttled:
+        for name in reason_names(bits) or ["none"]:
             counts[name] = counts.get(name, 0) + 1
     return {"samples": len(masked), "throttled_samples": len(throttled), "full_clock_mhz": full,
             "reasons": {name: count / len(throttled) for name, count in sorted(counts.items(), key=lambda kv: -kv[1])}}

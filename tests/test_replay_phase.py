@@ -14,13 +14,17 @@ from opperf.replay.phase import call_keys, database_rows, phase_calls, trace_cal
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 
 
-@pytest.fixture(scope="module")
-def parsed(tmp_path_factory):
-    out = tmp_path_factory.mktemp("parsed")
-    done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", TRACE,
+def _parse(trace: str, out):
+    """The parse stage's database of `trace` in `out`."""
+    done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", trace,
                            "--database-path", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    return _parse(TRACE, tmp_path_factory.mktemp("parsed"))
 
 
 def test_every_call_of_the_trace_finds_its_row_and_every_row_has_calls(parsed):
@@ -99,11 +103,7 @@ CPU_TRACE = "tests/data/parse/cpu_decoder_trace.json"
 
 @pytest.fixture(scope="module")
 def cpu_parsed(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cpu_parsed")
-    done = subprocess.run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path", CPU_TRACE,
-                           "--database-path", str(out)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return out
+    return _parse(CPU_TRACE, tmp_path_factory.mktemp("cpu_parsed"))
 
 
 def test_a_phase_replays_every_call_in_order_on_the_cpu(cpu_parsed):

@@ -12,6 +12,7 @@ parse groups calls into rows, and replays the phases from the rows' own recipes 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,10 +184,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         session = RangeSession([ProfilerActivity.CPU], record_shapes=True, strict=True)
         attribute, method = range_cpu_op_times, "cpu profiler op time per call"
     method += f", in the workload's call order ({len(phase_keys)} phase(s), {iterations} time(s))"
-    counts: dict[tuple[str, ...], int] = {}
-    for keys in phase_keys:
-        for key in keys:
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter(key for keys in phase_keys for key in keys)
     names: dict[tuple[str, ...], str] = {}
 
     def run(timed: bool) -> None:
