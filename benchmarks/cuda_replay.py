@@ -11,7 +11,10 @@ prefill and decode over a KV cache:
   2. parse      scripts/parse_kernel_details.py → data/{device}/torch/{version_dir}/{Type}.csv
   3. replay     scripts/replay.py --database-path (a copy of the parsed database per cache policy,
                 plus a second, independent replay under the default policy for repeatability)
-  4. fixed cost scripts/replay.py --rows on a one-row CSV, three times (a warm machine's per-job cost)
+  4. phase      scripts/phase_replay.py --apply-to each replayed database: the workload's power-capped phases
+                (NVML's samples beside the trace) replayed in its call order and folded into the rows, as the
+                workflow's stage 4b does (`--no-phase`: the rows as replayed one at a time)
+  5. fixed cost scripts/replay.py --rows on a one-row CSV, three times (a warm machine's per-job cost)
 
 and writes `cuda_replay.json` and `cuda_replay.md` in --output: per policy the median / p90 /
 time-weighted gap between each profiled row's replay and its in-workload time (overall and per
@@ -33,7 +36,9 @@ replay/profiled of the elementwise rows of 20 µs or more), `repeatability_media
 whether it is met; `policy_gates` has the same under every other cache policy replayed). `power_state` splits the
 default policy's rows by the SM clock the workload ran them at (`power_state_split`): how much of the time-weighted
 gap comes from rows the workload ran throttled; each workload's `profile_clock_event_reasons` says why, by NVML's
-clock-event reasons over the profile's throttled samples (opperf.power_samples.reason_shares). A transformers
+clock-event reasons over the profile's throttled samples (opperf.power_samples.reason_shares), and its
+`phase_replay` what stage 4b did (rows in the profile's power-capped phases, rows folded in, their in-phase time over
+profiled; null when the stage did not run). A transformers
 trace is parsed without its workload.json (renamed workload_info.json), as a user's trace comes.
 
 Stages can run separately (`--stages profile parse` on one call, `--stages replay report` on a later
@@ -111,7 +116,8 @@ SMOKE_WORKLOADS = {
     "hf_qwen2_moe_60x4": Workload("transformers", "tests/data/workload/tiny_qwen2_moe.json", 2, (16,), (2,), 16, 1,
                                   True),
 }
-STAGES = ("profile", "parse", "replay", "fixed", "report")
+STAGES = ("profile", "parse", "replay", "phase", "fixed", "report")
+PHASE_TABLE = "phase_replay.csv"          # scripts/phase_replay.py's table, beside a run's database
 ENVIRONMENT_FILE = "environment.json"     # written on the GPU host, so the report can be made anywhere
 REPEAT_RUN = f"{DEFAULT_CACHE_POLICY}-repeat"
 
@@ -226,6 +232,36 @@ def stage_replay(work: Path, args) -> dict:
                        "--reports-dir", str(work / name / run_name / "reports")]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"replay_{run_name}.log")
     return timings
+
+
+def stage_phase(work: Path, args) -> dict:
+    """Stage 4b on every replayed run of every workload: its phases replayed and folded into its rows in place."""
+    timings = {}
+    for name in args.workloads:
+        for run_name in runs_to_replay(args):
+            target = database_dir(work, name, run_name, args)
+            command = [sys.executable, "scripts/phase_replay.py", "--profiling-path",
+                       str(work / name / "profile" / "trace.json"), "--rows", str(target),
+                       "--output", str(work / name / run_name / PHASE_TABLE), "--apply-to", str(target),
+                       "--device", "cuda" if args.backend == "cuda" else "cpu"]
+            timings[f"{name}/{run_name}"] = run(command, work / name / f"phase_{run_name}.log")
+    return timings
+
+
+def phase_summary(work: Path, name: str, args) -> dict | None:
+    """What stage 4b did for a workload's default run: rows in its phases, rows folded in, their in-phase time
+    over their profiled time (None: the stage did not run)."""
+    path = work / name / DEFAULT_CACHE_POLICY / PHASE_TABLE
+    if not path.exists():
+        return None
+    with open(path, newline="") as handle:
+        lines = list(csv.DictReader(handle))
+    applied = [line for line in lines if line["Applied"] == "yes"]
+    profiled = sum(float(line["Phase Profiled Average Duration(us)"]) * int(line["Phase Calls"]) for line in applied)
+    replayed = sum(float(line["Phase Replay Average Duration(us)"]) * int(line["Phase Calls"]) for line in applied)
+    return {"rows": len(lines), "rows_applied": len(applied), "calls": sum(int(line["Phase Calls"]) for line in lines),
+            "method": lines[0]["Phase Timing Method"] if lines else None,
+            "time_ratio": replayed / profiled if profiled else None}
 
 
 def stage_fixed(work: Path, args) -> dict:
@@ -421,7 +457,8 @@ def workload_entry(work: Path, name: str, args) -> dict:
     workload = args.catalog[name]
     return {"name": name, "source": workload.source, "model": workload.model, "unseen": workload.unseen,
             "profile_iterations": profile_iterations(work / name / "profile"),
-            "profile_clock_event_reasons": profile_clock_event_reasons(work / name / "profile"), "rows": len(rows),
+            "profile_clock_event_reasons": profile_clock_event_reasons(work / name / "profile"),
+            "phase_replay": phase_summary(work, name, args), "rows": len(rows),
             "profiled_time_replayed": replayed / total if total else None,
             "trace_time_attributed": min(shares) if shares else None,
             "unattributed": {t: e["unattributed"] for t, e in attribution.items() if e.get("unattributed")},
@@ -677,6 +714,13 @@ def markdown(report: dict) -> str:
                      f"{_ratio(part['median_ratio'])} | {_pct(part['time_weighted_gap'])} | "
                      f"{_pct(part['gap_contribution'])} ({_pct(part['signed_gap_contribution'])}) |")
     for entry in report["workloads"]:
+        phase = entry.get("phase_replay")
+        if phase and phase["rows"]:
+            lines.append(f"\n{entry['name']}: phase replay (stage 4b) ran {phase['calls']} calls of {phase['rows']} "
+                         f"rows in the profile's power-capped phases and folded {phase['rows_applied']} rows in; "
+                         f"their in-phase time was {_ratio(phase['time_ratio'])} of profiled")
+        elif phase:
+            lines.append(f"\n{entry['name']}: phase replay (stage 4b) found no power-capped phase")
         shares = entry.get("profile_clock_event_reasons")
         if shares and shares["throttled_samples"]:
             lines.append(f"\n{entry['name']}: {shares['throttled_samples']} of the profile's {shares['samples']} NVML "
@@ -746,7 +790,7 @@ def main() -> int:
     else:
         args.version_dir = version_dir(args.backend)
     for stage, function in (("profile", stage_profile), ("parse", stage_parse), ("replay", stage_replay),
-                            ("fixed", stage_fixed)):
+                            ("phase", stage_phase), ("fixed", stage_fixed)):
         if stage in args.stages:
             print(f"== {stage}", flush=True)
             wall[stage] = function(work, args)

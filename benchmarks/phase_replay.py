@@ -44,22 +44,19 @@ from opperf import contract  # noqa: E402
 from opperf.errors import OpperfError  # noqa: E402
 from opperf.parse.kernel_details import DURATION  # noqa: E402
 from opperf.power_samples import POWER_SAMPLES  # noqa: E402
-from opperf.replay.phase import (call_keys, database_rows, phase_calls, replay_phases, throttled_phases,  # noqa: E402
-                                 trace_calls)
+from opperf.replay.phase import call_keys, database_rows, replay_phases, select_phases, trace_calls  # noqa: E402
 
 
-def select_phases(args) -> list[list[dict]]:
-    """The phases to replay: the first run of --shapes, or with --throttled every power-capped phase the profile's
-    NVML samples show (opperf.replay.phase.throttled_phases)."""
-    calls = trace_calls(args.trace)
-    if not args.throttled:
-        return [phase_calls(calls, args.shapes, args.min_calls, args.max_gap)]
-    samples = args.trace.parent / POWER_SAMPLES
-    max_clock = json.loads(samples.read_text()).get("max_clock_mhz") if samples.exists() else None
-    phases = throttled_phases(calls, max_clock, min_device_ms=args.min_phase_ms)
+def phases_to_replay(args) -> list[list[dict]]:
+    """The phases to replay: the first run of --shapes (the whole trace with no shapes), or with --throttled every
+    power-capped phase the profile's NVML samples show, as stage 4b finds them (opperf.replay.phase.select_phases)."""
+    if not args.throttled and not args.shapes:
+        return [trace_calls(args.trace)]
+    phases = select_phases(args.trace, shapes=[] if args.throttled else args.shapes, min_calls=args.min_calls,
+                           max_gap=args.max_gap, min_phase_ms=args.min_phase_ms)
     if not phases:
         raise OpperfError(f"no power-capped phase of {args.min_phase_ms} ms or more (the trace needs NVML's samples "
-                          f"beside it: {samples.name})", field="--throttled")
+                          f"beside it: {POWER_SAMPLES})", field="--throttled")
     return phases[:args.max_phases] if args.max_phases else phases
 
 
@@ -83,7 +80,7 @@ def main() -> int:
     args = parser.parse_args()
 
     try:
-        phases = select_phases(args)
+        phases = phases_to_replay(args)
         rows = database_rows(args.rows)
         phase_keys = [call_keys(phase, rows, args.rows) for phase in phases]
     except OpperfError as exc:

@@ -60,6 +60,12 @@ PROFILED_POWER = "Profiling Average Power(W)"          # the same sampler: the G
 PROFILED_GEMM_BEFORE = "Profiling Average Equivalent GEMM Before(us)"
 PROFILED_IDLE_BEFORE = "Profiling Average Idle Before(us)"
 REPLAY_POWER = "Replay Power(W)"
+# With phase replay (opperf.replay.phase; docs/replay.md, "Phase replay"): the mean of the row's calls replayed inside
+# the workload's power-capped phases, in its call order; how many of the row's profiled calls those were; and the
+# one-at-a-time replay mean the row had before `Average Duration(us)` became the call-weighted blend of the two.
+REPLAY_PHASE_AVERAGE = "Replay Phase Average Duration(us)"
+REPLAY_PHASE_CALLS = "Replay Phase Calls"
+REPLAY_ISOLATED_AVERAGE = "Replay Isolated Average Duration(us)"
 REPLAY_SAMPLE_COUNT = "Replay Sample Count"
 REPLAY_TIMING_METHOD = "Replay Timing Method"
 REPLAY_L2_POLICY = "Replay L2 Policy"
@@ -95,7 +101,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     SOURCE, CONSUMER_QUERY, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES,
     PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN,
     REPLAY_P10, REPLAY_P90, REPLAY_CV, REPLAY_SAMPLE_COUNT, REPLAY_TIMING_METHOD, REPLAY_L2_POLICY, REPLAY_RECIPE,
-    REPLAY_STATUS, REPLAY_ERROR, REPLAY_SM_CLOCK, REPLAY_POWER, COLLECTED_AT,
+    REPLAY_STATUS, REPLAY_ERROR, REPLAY_SM_CLOCK, REPLAY_POWER, REPLAY_ISOLATED_AVERAGE, REPLAY_PHASE_AVERAGE,
+    REPLAY_PHASE_CALLS, COLLECTED_AT,
 )
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.

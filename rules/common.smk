@@ -45,6 +45,11 @@ def device_conda_env(wildcards):
     return backend_conda_env(DEVICES[wildcards.device].backend)
 
 
+def phase_conda_env(wildcards):
+    """Stage 4b runs on the cpu and cuda back ends only (it follows a torch.profiler trace)."""
+    return backend_conda_env(DEVICES[wildcards.device].backend)
+
+
 def workload_model_dims(wildcards):
     """The workload model's own entry of models.yaml: editing another model must not re-profile."""
     import yaml
@@ -222,6 +227,52 @@ def database_rows_input(wildcards):
     if replay_enabled(wildcards.device):
         return f"{_stage_root(wildcards)}/replayed/{wildcards.kernel}.csv"
     return replay_rows_input(wildcards)
+
+
+def phase_replay_enabled(device):
+    """Phase replay follows a torch.profiler trace's call order: cpu and cuda databases that are replayed here."""
+    return (
+        replay_enabled(device) and config["replay"]["phase"]["enabled"] and database_backend(device) in ("cpu", "cuda")
+    )
+
+
+def phase_table_path(wildcards):
+    return f"{_stage_root(wildcards)}/phase_replay.csv"
+
+
+def database_phase_input(wildcards):
+    """The phase stage's table a database CSV folds in, where the stage runs (else nothing)."""
+    return [phase_table_path(wildcards)] if phase_replay_enabled(wildcards.device) else []
+
+
+def database_phase_option(wildcards):
+    table = database_phase_input(wildcards)
+    return f"--phase {table[0]}" if table else ""
+
+
+def phase_replayed_csvs(wildcards):
+    """Every replayed CSV of one database: the rows the phases' calls map to."""
+    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
+    return [f"{_stage_root(wildcards)}/replayed/{kernel}.csv" for kernel in kernel_types(*key)]
+
+
+def phase_replay_device(wildcards):
+    """The torch device the phases run on: the database's back end, the first of replay.device_ids on cuda."""
+    if database_backend(wildcards.device) != "cuda":
+        return "cpu"
+    ids = config["replay"].get("device_ids")
+    return f"cuda:{ids[0]}" if ids else "cuda"
+
+
+def phase_replay_options(wildcards):
+    """scripts/phase_replay.py's selection options from config replay.phase."""
+    phase = config["replay"]["phase"]
+    shapes = " ".join(f"'{shape}'" for shape in phase["shapes"])
+    return (
+        (f"--shapes {shapes} " if shapes else "")
+        + f"--min-calls {phase['min_calls']} --max-gap {phase['max_gap']} "
+        + f"--min-phase-ms {phase['min_phase_ms']} --min-row-us {phase['min_row_us']} --rest-s {phase['rest_s']}"
+    )
 
 
 def database_rows_file(wildcards):

@@ -3,7 +3,8 @@ rule database_kernel:
     input:
         rows=database_rows_input,
         definition=kernel_definition,
-        code=stage_code("database"),
+        phase=database_phase_input,
+        code=stage_code("database", "replay/phase"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
         layouts="data/{device}/{stack}/{version_dir}/layouts/{kernel}.csv",
@@ -17,10 +18,11 @@ rule database_kernel:
         rows=database_rows_file,
         backend=lambda wildcards: database_backend(wildcards.device),
         definition=kernel_definition_option,
+        phase=database_phase_option,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py kernel --rows {params.rows} --kernel {wildcards.kernel:q} "
-        "--backend {params.backend} --definition {params.definition} "
+        "--backend {params.backend} --definition {params.definition} {params.phase} "
         "--output {output.csv} --layouts {output.layouts} --log-level {params.log_level} > {log} 2>&1"
 
 

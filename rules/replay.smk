@@ -41,3 +41,32 @@ rule replay_kernel:
         "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
         "--l2-policy {params.l2_policy} --cpu-threads {threads} --cpu-timing {params.cpu_timing} --memory-fraction {params.memory_fraction} {params.prune_options} "
         "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"
+
+
+rule phase_replay:
+    """The workload's power-capped phases replayed in its own call order, after every kernel type's replay; a table
+    of in-phase means that the database stage folds into the rows (stage 4b, docs/replay.md "Phase replay")."""
+    input:
+        profiles=raw_profile_files,
+        replayed=phase_replayed_csvs,
+        code=stage_code("replay"),
+    output:
+        table="results/{device}/{stack}/{version_dir}/phase_replay.csv",
+    log:
+        "logs/replay/{device}/{stack}/{version_dir}/phase_replay.log",
+    benchmark:
+        "benchmarks/runs/replay/{device}/{stack}/{version_dir}/phase_replay.tsv"
+    conda:
+        phase_conda_env
+    resources:
+        gpu=replay_device_slots("gpu"),
+        mem_mb=4000,
+    params:
+        profiles=raw_profile_paths,
+        device=phase_replay_device,
+        options=phase_replay_options,
+        log_level=config["log_level"],
+    shell:
+        "python scripts/phase_replay.py --profiling-path {params.profiles:q} --rows {input.replayed:q} "
+        "--output {output.table} --device {params.device} {params.options} "
+        "--log-level {params.log_level} > {log} 2>&1"

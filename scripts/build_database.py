@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "dtype spellings")
     kernel.add_argument("--definition", default="",
                         help="the kernel type's definition file, if any (its out= slots and query mode)")
+    kernel.add_argument("--phase", default="",
+                        help="the phase stage's table (scripts/phase_replay.py), folded into the rows first")
     mapping = sub.add_parser("op-mapping", help="generate op_mapping.yaml from the kernel definitions")
     mapping.add_argument("--kernels", nargs="+", required=True,
                          help="the database's kernel CSVs (data/{device}/{stack}/{version_dir}/*.csv)")
@@ -56,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     if args.command == "kernel":
         finalise_kernel_csv(args.rows, args.kernel, args.output, backend=args.backend,
-                            definition_path=args.definition or None, layouts=args.layouts)
+                            definition_path=args.definition or None, layouts=args.layouts,
+                            phase_table=args.phase or None)
     elif args.command == "op-mapping":
         build_op_mapping(args.kernels, args.device, args.devices, args.definitions, args.output)
     elif args.command == "directory":

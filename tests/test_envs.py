@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("cpu", "cuda", "npu")
 # conda: directives that pick the env by back end (rules/common.smk): the rule may run in any of the three.
 PER_BACKEND_ENV = {"device_conda_env", "workload_conda_env()", "comm_conda_env()"}
+# ... and one that only the back ends with torch.profiler traces use (stage 4b: rules/common.smk phase_conda_env).
+TRACE_BACKEND_ENV = {"phase_conda_env"}
 # Modules a rule imports only on a back end whose env is not this one, or that the host provides.
 NOT_FROM_THE_ENV = {
     # torch_npu / vllm_ascend code runs on the npu back end only; check_npu_definitions.py (cpu env) imports
@@ -69,6 +71,8 @@ def rule_envs(body: str) -> set[str]:
     value = match.group(1).strip()
     if literal := re.fullmatch(r'"\.\./envs/(\w+)\.yaml"', value):
         return {literal.group(1)}
+    if value in TRACE_BACKEND_ENV:
+        return {"cpu", "cuda"}
     assert value in PER_BACKEND_ENV, f"conda: {value} is new to this test; say which envs it can give"
     return set(BACKENDS)
 

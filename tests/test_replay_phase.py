@@ -138,3 +138,67 @@ def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
         replay_phases([[key]], rows, device="cpu", rest_s=0.0)
     assert str(caught.value).startswith(f"{path}, line 2: ")
     assert "field 'Input Shapes': bad dimension 'x' in shape '4,x'" in str(caught.value)
+
+
+def _table(kernel, shapes, calls, profiled, replayed, applied="yes"):
+    from opperf.replay.phase import PHASE_TABLE_COLUMNS
+
+    line = dict.fromkeys(PHASE_TABLE_COLUMNS, "")
+    line.update({"Type": kernel, "Input Shapes": shapes, "Phase Calls": str(calls),
+                 "Phase Profiled Average Duration(us)": str(profiled),
+                 "Phase Replay Average Duration(us)": str(replayed), "Phase Timing Method": "cuda, in order",
+                 "Applied": applied})
+    import pandas as pd
+
+    return pd.DataFrame([line], columns=list(PHASE_TABLE_COLUMNS))
+
+
+def test_a_phase_table_blends_each_row_over_its_calls_and_leaves_every_other_row_alone():
+    import pandas as pd
+
+    from opperf.replay.phase import apply_phase_table
+
+    frame = pd.DataFrame([
+        {"Input Shapes": "64,1024,4096", "Profiling Sample Count": "8", "Average Duration(us)": "90",
+         "Replay Timing Method": "cuda profiler", "source": "profiled"},
+        {"Input Shapes": "1,1,4096", "Profiling Sample Count": "40", "Average Duration(us)": "3",
+         "Replay Timing Method": "cuda profiler", "source": "profiled"},
+        {"Input Shapes": "64,1024,4096", "Profiling Sample Count": "", "Average Duration(us)": "95",
+         "Replay Timing Method": "", "source": "generated"}])
+    table = pd.concat([_table("silu", "64,1024,4096", 2, 100, 102),
+                       _table("silu", "1,1,4096", 40, 2.5, 3.4, applied="no: shorter than 10 us")])
+    folded, changed = apply_phase_table(frame, "silu", table)
+    assert changed == 1
+    first = folded.iloc[0]
+    # 2 of 8 calls in the phase at 102 us, 6 replayed one at a time at 90 us.
+    assert first["Average Duration(us)"] == "93" and first["Replay Isolated Average Duration(us)"] == "90"
+    assert first["Replay Phase Average Duration(us)"] == "102" and first["Replay Phase Calls"] == "2"
+    assert first["Replay Timing Method"] == ("cuda profiler; 2 of 8 calls replayed in the workload's phase(s): "
+                                             "cuda, in order")
+    assert folded.iloc[1].to_dict() == {**frame.iloc[1].to_dict(), "Replay Isolated Average Duration(us)": "",
+                                        "Replay Phase Average Duration(us)": "", "Replay Phase Calls": ""}
+    assert folded.iloc[2]["Average Duration(us)"] == "95"          # a grid row has no calls in any phase
+    # Folded twice (a database applied in place again): the same row, not a blend of a blend.
+    again, _ = apply_phase_table(folded, "silu", table)
+    assert again.iloc[0].to_dict() == first.to_dict()
+    # Another kernel type's table lines do not apply.
+    assert apply_phase_table(frame, "mul", table)[1] == 0
+
+
+def _phase_script(*args):
+    return subprocess.run([sys.executable, "scripts/phase_replay.py", *map(str, args)], capture_output=True, text=True)
+
+
+def test_the_stage_refuses_a_kernel_table_and_names_calls_without_rows_leaving_no_table(cpu_parsed, tmp_path):
+    table = tmp_path / "phase.csv"
+    kernel_table = tmp_path / "kernel_details.csv"
+    kernel_table.write_text("Name,Type,Duration(us)\nmm,MatMulV2,1.0\n")
+    done = _phase_script("--profiling-path", kernel_table, "--rows", cpu_parsed, "--output", table)
+    assert done.returncode == 2 and not table.exists()
+    assert done.stderr.startswith(f"error: {kernel_table}, field '--profiling-path': phase replay follows a "
+                                  "torch.profiler trace's call order")
+    # The CUDA trace's calls against the CPU trace's rows: none of them is here.
+    done = _phase_script("--profiling-path", TRACE, "--rows", cpu_parsed, "--output", table, "--shapes", "1,4,",
+                         "--min-calls", "5", "--device", "cpu")
+    assert done.returncode == 2 and not table.exists()
+    assert "calls have no row here" in done.stderr and "parse the same trace into it" in done.stderr

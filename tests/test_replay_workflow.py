@@ -32,7 +32,7 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
     # The report waited for every database job of its database: all kernel CSVs, op_mapping and manifest.
     timings = json.loads((workdir / report).read_text())["stage_timings_s"]
     assert timings["database"]["jobs"] == len(kernels) + 2
-    assert timings["replay"]["jobs"] == len(kernels)
+    assert timings["replay"]["jobs"] == len(kernels) + 1          # and stage 4b (no phase in a CPU trace)
 
     # A definition of a kernel type this database does not have, edited, and one of its own rewritten with
     # the same content: op_mapping.yaml reads neither, nothing re-runs.
@@ -48,6 +48,46 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
     plan = run_workflow(workdir, [report], dry_run=True, config=config)
     replays = [wildcards["kernel"] for rule, wildcards in plan if rule == "replay_kernel"]
     assert replays == ["mm"]
-    assert [wildcards["kernel"] for rule, wildcards in plan if rule == "database_kernel"] == ["mm"]
-    assert {rule for rule, _ in plan} == {"replay_kernel", "database_kernel", "database_op_mapping",
+    # Stage 4b reads every replayed CSV, and every database CSV folds its table in.
+    assert sorted(wildcards["kernel"] for rule, wildcards in plan if rule == "database_kernel") == sorted(kernels)
+    assert {rule for rule, _ in plan} == {"replay_kernel", "phase_replay", "database_kernel", "database_op_mapping",
                                           "database_complete", "replay_report"}
+
+
+def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_its_settings(tmp_path):
+    """Stage 4b through the workflow: its table, its rows folded in by the database stage, and a change of its
+    settings re-running it and the database, not the replays."""
+    workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
+    # No NVML samples beside a CPU trace: no power-capped phase, an empty table, the rows as replayed.
+    config["replay"]["phase"] = {"enabled": True}
+    kernels = [f"data/{root}/{kernel}.csv" for kernel in ("mm", "add", "silu")]
+    run_workflow(workdir, kernels, config=config)
+    table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
+    assert table.empty and "Phase Replay Average Duration(us)" in table.columns
+    mm = pd.read_csv(workdir / kernels[0], dtype=str, keep_default_na=False)
+    assert "Replay Phase Calls" not in mm.columns
+
+    # The trace's six calls (mm, add, silu twice) selected by shape: each row's two calls ran in the phase.
+    config["replay"]["phase"] = {"enabled": True, "shapes": ["8,"], "min_calls": 3, "max_gap": 0, "min_row_us": 0,
+                                 "rest_s": 0}
+    plan = run_workflow(workdir, kernels, dry_run=True, config=config)
+    assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]
+    run_workflow(workdir, kernels, config=config)
+    table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
+    assert sorted(table["Type"]) == ["add", "mm", "silu"]
+    assert (table["Phase Calls"] == "2").all() and (table["Applied"] == "yes").all()
+    assert table["Phase Timing Method"].iloc[0] == ("cpu profiler op time per call, in the workload's call order "
+                                                    "(1 phase(s), 1 time(s))")
+    for kernel, path in zip(("mm", "add", "silu"), kernels):
+        row = pd.read_csv(workdir / path, dtype=str, keep_default_na=False).iloc[0]
+        replayed = pd.read_csv(workdir / "results" / root / "replayed" / f"{kernel}.csv", dtype=str,
+                               keep_default_na=False).iloc[0]
+        line = table[table["Type"] == kernel].iloc[0]
+        # Both profiled calls were in the phase: the runtime's duration is the in-phase mean; the replay kept.
+        assert row["Average Duration(us)"] == line["Phase Replay Average Duration(us)"] == row[
+            "Replay Phase Average Duration(us)"]
+        assert row["Replay Isolated Average Duration(us)"] == replayed["Average Duration(us)"] != ""
+        assert row["Replay Phase Calls"] == "2" and "Replay Phase Calls" not in replayed.index
+        assert row["Replay Timing Method"].endswith("2 of 2 calls replayed in the workload's phase(s): "
+                                                    "cpu profiler op time per call, in the workload's call order "
+                                                    "(1 phase(s), 1 time(s))")

@@ -48,13 +48,15 @@ def layouts_path(kernel_csv: str | Path) -> Path:
 
 
 def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path, backend: str = "npu",
-                        definition_path: str | Path | None = None, layouts: str | Path | None = None) -> int:
+                        definition_path: str | Path | None = None, layouts: str | Path | None = None,
+                        phase_table: str | Path | None = None) -> int:
     """Check and write `{KernelType}.csv` (what the runtime reads) and its layouts file (every row).
 
     Returns the row count of the layouts file, which is every input row: none is ever dropped. The
     runtime's CSV holds one row per runtime key (`opperf.database.runtime.runtime_view`); the definition,
     where there is one, says which slots are `out=` arguments and whether the runtime queries the type
-    by its output alone (`query_mode: elementwise`).
+    by its output alone (`query_mode: elementwise`). A phase stage's table (`phase_table`, opperf.replay.phase)
+    is folded into the rows first.
     """
     from opperf.database.runtime import runtime_view
 
@@ -64,6 +66,10 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
     with span("database.kernel", log, kernel=kernel_type) as result:
         frame = read_database_csv(rows_path, required=contract.BASE_COLUMNS)
         validate_rows(frame, rows_path)
+        if phase_table:
+            from opperf.replay.phase import apply_phase_table, read_phase_table
+
+            frame, result["phase_rows"] = apply_phase_table(frame, kernel_type, read_phase_table(phase_table))
         if contract.SOURCE not in frame.columns:
             frame[contract.SOURCE] = contract.SOURCE_PROFILED
         else:

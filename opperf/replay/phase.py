@@ -7,19 +7,25 @@ workload's own sequence, replayed once, does: its rows came out at 0.992 (H100) 
 time, against 0.939 one at a time (benchmarks/phase_replay.py, benchmarks/results/power_phase/). This module
 finds such a phase in a trace (by shapes, or from the profile's NVML samples), keys each of its calls the way the
 parse groups calls into rows, and replays the phases from the rows' own recipes in the trace's order
-(`replay_phases`, cuda or cpu). It is not a stage of the workflow yet.
+(`replay_phases`, cuda or cpu). As the workflow's phase stage (scripts/phase_replay.py) it writes a table of the
+in-phase means (`phase_table`), which the database stage folds into the rows (`apply_phase_table`): a row's
+`Average Duration(us)` becomes the call-weighted blend of its in-phase mean and its one-at-a-time replay.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
+from opperf.stats import format_number
 from opperf.parse.aggregate import CALL_KEY_COLUMNS
 from opperf.parse.kernel_details import DURATION, TYPE
 from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
@@ -32,6 +38,19 @@ SM_CLOCK = FIELDS[0]
 # A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
 PHASE_MAX_IDLE_US = 100.0
 PHASE_MIN_DEVICE_MS = 20.0
+# Rows shorter than this keep their one-at-a-time replay: in the phase they run on the row's own tensors, not on the
+# previous call's fresh output, and lose the cache state the insitu policy gives them (the dense prefill's 1.2 us
+# rsqrt replayed at 1.35-1.38x in its phase, 0.94-0.96x alone; H200 dense 2026-11-28: 10-20 us means and norms at
+# 1.06-1.2x in the phase, 0.94-1.01x alone; every row of 20 us or more was within 0.96-1.05x).
+PHASE_MIN_ROW_US = 20.0
+
+# The phase stage's table: one line per row replayed in a phase (keyed as the parse keys rows).
+PHASE_CALLS = "Phase Calls"
+PHASE_PROFILED = "Phase Profiled Average Duration(us)"
+PHASE_REPLAYED = "Phase Replay Average Duration(us)"
+PHASE_METHOD = "Phase Timing Method"
+PHASE_APPLIED = "Applied"
+PHASE_TABLE_COLUMNS = (TYPE, *KEY_COLUMNS, PHASE_CALLS, PHASE_PROFILED, PHASE_REPLAYED, PHASE_METHOD, PHASE_APPLIED)
 
 
 def row_key(kernel_type: str, row: Mapping[str, object]) -> tuple[str, ...]:
@@ -102,14 +121,20 @@ def _number(value) -> float | None:
         return None
 
 
-def database_rows(directory: str | Path) -> dict[tuple[str, ...], dict]:
-    """Every row of a parsed (or replayed) database directory (one CSV per kernel type), by its key, with the
-    file and line it came from (`_path`, `_line`)."""
-    rows = {}
-    for path in sorted(Path(directory).glob("*.csv")):
+def database_rows(paths: str | Path | Sequence[str | Path]) -> dict[tuple[str, ...], dict]:
+    """Every row of parsed (or replayed) kernel CSVs, given as files or as database directories (one CSV per kernel
+    type), by its key, with the file and line it came from (`_path`, `_line`). Of rows sharing a key a profiled
+    one is kept (a grid row never has a trace's calls)."""
+    rows: dict[tuple[str, ...], dict] = {}
+    given = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    files = [f for p in map(Path, given) for f in (sorted(p.glob("*.csv")) if p.is_dir() else [p])]
+    for path in files:
         for line, record in enumerate(read_database_csv(path).to_dict("records"), start=2):
             record = {key: "" if value is None else str(value) for key, value in record.items()}
-            rows[row_key(path.stem, record)] = {**record, "_path": str(path), "_line": line}
+            key = row_key(path.stem, record)
+            if key in rows and record.get(contract.SOURCE) == contract.SOURCE_GENERATED:
+                continue
+            rows[key] = {**record, "_path": str(path), "_line": line}
     return rows
 
 
@@ -208,3 +233,100 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     ended = time.monotonic_ns() / 1000.0
     results = session.collect(attribute, method)
     return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended)
+
+
+def select_phases(trace: str | Path, *, shapes: Sequence[str] = (), min_calls: int = 20, max_gap: int = 3,
+                  min_phase_ms: float = PHASE_MIN_DEVICE_MS) -> list[list[dict]]:
+    """A trace's phases to replay: with `shapes`, the first run of calls whose input shapes start with one of them
+    (`phase_calls`); else every power-capped phase its NVML samples show (`throttled_phases`; [] when the trace
+    was profiled without the sampler or never throttled)."""
+    import json
+
+    from opperf.power_samples import POWER_SAMPLES
+
+    calls = trace_calls(trace)
+    if shapes:
+        return [phase_calls(calls, shapes, min_calls, max_gap)]
+    samples = Path(trace).parent / POWER_SAMPLES
+    max_clock = json.loads(samples.read_text()).get("max_clock_mhz") if samples.exists() else None
+    return throttled_phases(calls, max_clock, min_device_ms=min_phase_ms)
+
+
+def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
+                times: PhaseTimes | None, min_row_us: float = PHASE_MIN_ROW_US) -> pd.DataFrame:
+    """One line per row replayed in a phase: its calls there, their profiled mean, the replayed mean, how it was
+    timed, and whether the database stage applies it (`yes`, or why not: a row shorter than `min_row_us`, a row
+    the timer measured nothing for)."""
+    profiled: dict[tuple[str, ...], list[float]] = {}
+    for phase, keys in zip(phases, phase_keys):
+        for call, key in zip(phase, keys):
+            profiled.setdefault(key, []).append(float(call[DURATION]))
+    lines = []
+    for key, durations in profiled.items():
+        samples = [s for s in (times.samples.get(key, ()) if times else ()) if s > 0]
+        profiled_mean = sum(durations) / len(durations)
+        replayed = sum(samples) / len(samples) if samples else None
+        if replayed is None:
+            applied = "no: nothing measured"
+        elif profiled_mean < min_row_us:
+            applied = f"no: shorter than {min_row_us:g} us"
+        else:
+            applied = "yes"
+        lines.append({TYPE: key[0], **dict(zip(KEY_COLUMNS, key[1:])), PHASE_CALLS: len(durations),
+                      PHASE_PROFILED: format_number(profiled_mean), PHASE_REPLAYED: format_number(replayed),
+                      PHASE_METHOD: times.method, PHASE_APPLIED: applied})
+    return pd.DataFrame(lines, columns=list(PHASE_TABLE_COLUMNS)).fillna("")
+
+
+def applied_time_ratio(table: pd.DataFrame) -> tuple[int, float | None]:
+    """How many of the table's rows apply, and their calls' in-phase time over their profiled time."""
+    applied = [line for line in table.to_dict("records") if line[PHASE_APPLIED] == "yes"]
+    replayed = sum(float(line[PHASE_REPLAYED]) * int(line[PHASE_CALLS]) for line in applied)
+    profiled = sum(float(line[PHASE_PROFILED]) * int(line[PHASE_CALLS]) for line in applied)
+    return len(applied), (replayed / profiled if profiled else None)
+
+
+_PHASE_NOTE = " replayed in the workload's phase(s):"
+_PHASE_NOTE_START = re.compile(r"(?:^|; )\d+ of \d+ calls" + re.escape(_PHASE_NOTE))
+
+
+def read_phase_table(path: str | Path) -> pd.DataFrame:
+    """A phase stage's table, checked for its columns (an OpperfError names the file and what is missing)."""
+    return read_database_csv(path, required=PHASE_TABLE_COLUMNS)
+
+
+def apply_phase_table(frame: pd.DataFrame, kernel_type: str, table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows with their phase replay folded in, and how many changed. A row with an applied line of `table`
+    keeps its one-at-a-time mean in `Replay Isolated Average Duration(us)` and gets the in-phase mean and call
+    count; its `Average Duration(us)` becomes the blend over its profiled calls (k of n in the phase):
+    (k * in-phase + (n - k) * isolated) / n, the in-phase mean alone when every call was in the phase. Every other
+    row is left exactly as it was."""
+    lines = {row_key(kernel_type, line): line for line in table.to_dict("records")
+             if str(line.get(TYPE)) == kernel_type and str(line.get(PHASE_APPLIED)) == "yes"}
+    if not lines:
+        return frame, 0
+    records = frame.to_dict("records")
+    changed = 0
+    for record in records:
+        line = lines.get(row_key(kernel_type, {k: "" if v is None else str(v) for k, v in record.items()}))
+        if line is None or record.get(contract.SOURCE) == contract.SOURCE_GENERATED:
+            continue
+        phase_mean, calls = float(line[PHASE_REPLAYED]), int(float(line[PHASE_CALLS]))
+        # Applied before (a database folded in place twice): the one-at-a-time mean is the kept one.
+        isolated = _number(record.get(contract.REPLAY_ISOLATED_AVERAGE)) or _number(record.get(contract.REPLAY_AVERAGE))
+        total = max(int(_number(record.get(contract.PROFILING_SAMPLE_COUNT)) or calls), calls)
+        if isolated is None and calls < total:
+            continue
+        blended = phase_mean if isolated is None else (phase_mean * calls + isolated * (total - calls)) / total
+        record[contract.REPLAY_ISOLATED_AVERAGE] = format_number(isolated)
+        record[contract.REPLAY_PHASE_AVERAGE] = format_number(phase_mean)
+        record[contract.REPLAY_PHASE_CALLS] = str(calls)
+        record[contract.REPLAY_AVERAGE] = format_number(blended)
+        method = _PHASE_NOTE_START.split(str(record.get(contract.REPLAY_TIMING_METHOD) or ""))[0]
+        record[contract.REPLAY_TIMING_METHOD] = "; ".join(filter(None, (
+            method, f"{calls} of {total} calls{_PHASE_NOTE} {line[PHASE_METHOD]}")))
+        changed += 1
+    columns = contract.order_columns([*frame.columns, contract.REPLAY_AVERAGE, contract.REPLAY_TIMING_METHOD,
+                                      contract.REPLAY_ISOLATED_AVERAGE, contract.REPLAY_PHASE_AVERAGE,
+                                      contract.REPLAY_PHASE_CALLS])
+    return pd.DataFrame(records, columns=columns).fillna(""), changed

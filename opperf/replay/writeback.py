@@ -22,6 +22,8 @@ REPLAY_RESULT_COLUMNS = (contract.REPLAY_AVERAGE, contract.REPLAY_MEDIAN, contra
                          contract.REPLAY_CV, contract.REPLAY_SAMPLE_COUNT, contract.REPLAY_TIMING_METHOD,
                          contract.REPLAY_L2_POLICY, contract.REPLAY_RECIPE, contract.REPLAY_STATUS, contract.REPLAY_ERROR,
                          contract.REPLAY_SM_CLOCK, contract.REPLAY_POWER)
+# A phase replay's columns (opperf.replay.phase) describe the row's previous replay: cleared with it.
+PHASE_COLUMNS = (contract.REPLAY_ISOLATED_AVERAGE, contract.REPLAY_PHASE_AVERAGE, contract.REPLAY_PHASE_CALLS)
 INVALID_STATUSES = FAILED_STATUSES | {STATUS_NO_DEFINITION, STATUS_UNSUPPORTED_BACKEND}
 
 
@@ -45,7 +47,7 @@ class WritebackReport:
 def apply_outcome(row: dict[str, str], outcome: RowOutcome, collected_at: str) -> None:
     for column in REPLAY_RESULT_COLUMNS:
         row[column] = ""
-    for column in [c for c in row if c.startswith(contract.MICROBENCH_COUNTER_PREFIX)]:
+    for column in [c for c in row if c.startswith(contract.MICROBENCH_COUNTER_PREFIX) or c in PHASE_COLUMNS]:
         row[column] = ""
     row.update(outcome.columns)
     row[contract.REPLAY_RECIPE] = outcome.recipe

@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Stage 4b: replay the workload's power-capped phases in its own call order (docs/replay.md, "Phase replay").
+
+One at a time, a row replays in the power state its policy approximates; inside a long power-capped phase (a dense
+prefill under NVML's sw_power_cap) the workload's own rows ran 5-15 % slower than any policy reproduced. This
+stage finds those phases in each torch.profiler trace of the database (from the NVML samples the workload stage
+wrote beside it, or with --shapes by input-shape prefixes), rebuilds each distinct row's call from the replayed
+rows (the same definitions, schema recipes and checks as scripts/replay.py), runs the phases' calls back to back
+in the trace's order, and times every call (CUPTI kernel time on cuda, the op's profiler time on cpu). It writes a
+table, one line per row, that the database stage folds into the rows (build_database.py kernel --phase):
+`Average Duration(us)` becomes the call-weighted blend of the in-phase mean and the one-at-a-time replay.
+
+A trace without a power-capped phase gives an empty table (nothing to correct). Phases found but nothing measured
+is an error: the run is on the wrong device, or the timer saw no kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, run_cli  # noqa: E402
+from opperf.replay.phase import PHASE_MIN_DEVICE_MS, PHASE_MIN_ROW_US  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="exit codes: 0 ok (an empty table when no phase was found), 2 bad input "
+                                            "or nothing measured (one line on stderr)")
+    parser.add_argument("--profiling-path", nargs="+", required=True,
+                        help="the database's profiles, as the parse was given them (torch.profiler traces or "
+                             "directories holding them; NVML's power_samples.json beside each)")
+    parser.add_argument("--rows", nargs="+", required=True,
+                        help="the replayed kernel CSVs (files or database directories) the phases' calls map to")
+    parser.add_argument("--output", required=True, type=Path, help="the phase table (CSV, written atomically)")
+    parser.add_argument("--shapes", nargs="*", default=[],
+                        help="instead of NVML's power-capped phases: the first run of calls whose input shapes start "
+                             "with one of these prefixes (e.g. '64,1024,'), per trace")
+    parser.add_argument("--min-calls", type=int, default=20, help="--shapes: the shortest run taken")
+    parser.add_argument("--max-gap", type=int, default=3, help="--shapes: other calls allowed between two of the run's")
+    parser.add_argument("--min-phase-ms", type=float, default=PHASE_MIN_DEVICE_MS,
+                        help="the shortest power-capped phase replayed (device ms)")
+    parser.add_argument("--min-row-us", type=float, default=PHASE_MIN_ROW_US,
+                        help="rows whose in-phase calls averaged less keep their one-at-a-time replay")
+    parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase (s)")
+    parser.add_argument("--device", default="cuda", help="torch device to replay on (cuda, cuda:1, cpu)")
+    parser.add_argument("--apply-to", type=Path,
+                        help="also fold the table into the kernel CSVs of this directory, in place (a replay run by "
+                             "hand or by a benchmark; the workflow folds it in its database stage)")
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from opperf.errors import OpperfError
+    from opperf.io import write_csv_atomic
+    from opperf.parse.discover import discover_inputs
+    from opperf.parse.kernel_details import DURATION
+    from opperf.replay.phase import (applied_time_ratio, apply_phase_table, call_keys, database_rows, phase_table,
+                                     replay_phases, select_phases)
+
+    found = discover_inputs(args.profiling_path)
+    if found.tables:
+        raise OpperfError("phase replay follows a torch.profiler trace's call order; this profile is a kernel table "
+                          "(an NPU bundle or msprof export) with no power samples to find phases by",
+                          path=found.tables[0], field="--profiling-path")
+    rows = database_rows(args.rows)
+    phases, keys = [], []
+    for trace in found.torch_traces:
+        for phase in select_phases(trace, shapes=args.shapes, min_calls=args.min_calls, max_gap=args.max_gap,
+                                   min_phase_ms=args.min_phase_ms):
+            phases.append(phase)
+            keys.append(call_keys(phase, rows, ", ".join(map(str, args.rows))))
+        print(f"{trace}: {len(phases)} phase(s) so far", flush=True)
+    if not phases:
+        print("no phase to replay (no power-capped phase in the NVML samples, or none beside the trace): every row "
+              "keeps its one-at-a-time replay", flush=True)
+        table = phase_table([], [], None, args.min_row_us)
+    else:
+        calls = sum(len(k) for k in keys)
+        profiled_ms = sum(float(call[DURATION]) for phase in phases for call in phase) / 1000
+        print(f"replaying {len(phases)} phase(s): {calls} calls of {len({k for ks in keys for k in ks})} rows, "
+              f"{profiled_ms:.1f} ms of profiled device time, on {args.device}", flush=True)
+        times = replay_phases(keys, rows, device=args.device, rest_s=args.rest_s)
+        if not any(sample > 0 for samples in times.samples.values() for sample in samples):
+            raise OpperfError(f"nothing was measured in {len(phases)} phase(s) (on cuda the timer counts device "
+                              f"kernels: replay on the GPU the profile was taken on)", field="--device")
+        table = phase_table(phases, keys, times, args.min_row_us)
+        applied, ratio = applied_time_ratio(table)
+        print(f"{applied} of {len(table)} rows applied; their calls replayed in phase at "
+              f"{ratio if ratio is not None else float('nan'):.3f}x their profiled time", flush=True)
+    write_csv_atomic(args.output, table)
+    if args.apply_to is not None:
+        from opperf.io import read_database_csv
+
+        for path in sorted(args.apply_to.glob("*.csv")):
+            frame, changed = apply_phase_table(read_database_csv(path), path.stem, table)
+            if changed:
+                write_csv_atomic(path, frame)
+                print(f"{path}: {changed} row(s) folded in", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
