@@ -2,9 +2,10 @@ rule replay_report:
     """The replay report of one database: markdown, duration gaps, JSON summary, plots (stage 7)."""
     input:
         replayed=report_replayed_csvs,
+        phase=database_phase_input,
         # the finished database: every database job's benchmark file exists before the stage timings are read
         database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
-        code=stage_code("report"),
+        code=stage_code("report", "replay/phase"),
         templates=["templates/replay_report.md.j2", "templates/replay_report.html.j2"],
     output:
         report="reports/{device}/{stack}/{version_dir}/replay_report.md",
@@ -56,10 +57,11 @@ rule replay_report:
         band=config["report"]["duration_gap_band"],
         trace_dir="traces/{device}/{stack}/{version_dir}",
         parsed_dir="results/{device}/{stack}/{version_dir}/parsed",
+        phase=database_phase_option,
         log_level=config["log_level"],
     shell:
         "python scripts/report.py --csv {input.replayed:q} --output-dir {params.output_dir} "
         "--database {wildcards.device}/{wildcards.stack}/{wildcards.version_dir} --backend {params.backend} "
         "--band {params.band} --benchmarks-root benchmarks/runs --trace-dir {params.trace_dir} "
-        "--parsed-dir {params.parsed_dir} "
+        "--parsed-dir {params.parsed_dir} {params.phase} "
         "--log-level {params.log_level} > {log} 2>&1"

@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parsed-dir", default="",
                         help="the parse stage's directory of this database: its trace_attribution.json (how much of "
                              "the traces' device time became rows) goes into the report; none there, none shown")
+    parser.add_argument("--phase", default="",
+                        help="the phase stage's table (scripts/phase_replay.py): folded into the rows first, so the "
+                             "report shows what the database holds")
     add_logging_args(parser)
     return parser
 
@@ -53,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
     write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
                  benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
                  device_ids=device_ids, max_concurrency=args.max_concurrency,
-                 attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None)
+                 attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None,
+                 phase_table=args.phase or None)
     return 0
 
 

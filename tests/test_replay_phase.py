@@ -140,14 +140,14 @@ def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
     assert "field 'Input Shapes': bad dimension 'x' in shape '4,x'" in str(caught.value)
 
 
-def _table(kernel, shapes, calls, profiled, replayed, applied="yes"):
+def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature):
     from opperf.replay.phase import PHASE_TABLE_COLUMNS
 
     line = dict.fromkeys(PHASE_TABLE_COLUMNS, "")
     line.update({"Type": kernel, "Input Shapes": shapes, "Phase Calls": str(calls),
                  "Phase Profiled Average Duration(us)": str(profiled),
                  "Phase Replay Average Duration(us)": str(replayed), "Phase Timing Method": "cuda, in order",
-                 "Applied": applied})
+                 "Applied": applied, **signature})
     import pandas as pd
 
     return pd.DataFrame([line], columns=list(PHASE_TABLE_COLUMNS))
@@ -202,3 +202,18 @@ def test_the_stage_refuses_a_kernel_table_and_names_calls_without_rows_leaving_n
                          "--min-calls", "5", "--device", "cpu")
     assert done.returncode == 2 and not table.exists()
     assert "calls have no row here" in done.stderr and "parse the same trace into it" in done.stderr
+
+
+def test_the_report_shows_the_rows_as_the_database_folds_them(tmp_path):
+    from opperf.report.build import summarise_kernel
+
+    path = tmp_path / "silu.csv"
+    path.write_text("OP State,Accelerator Core,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
+                    "Output Data Types,Output Formats,Average Duration(us),Profiling Average Duration(us),"
+                    "Profiling Sample Count,Replay Status\n"
+                    "dynamic,AI_VECTOR_CORE,\"64,1024,4096\",DT_BF16,ND,\"64,1024,4096\",DT_BF16,ND,90,100,8,ok\n")
+    alone = summarise_kernel(path, "silu", (0.8, 1.2), [])
+    signature = {"Output Shapes": "64,1024,4096", "Input Data Types": "DT_BF16", "Output Data Types": "DT_BF16"}
+    folded = summarise_kernel(path, "silu", (0.8, 1.2), [], _table("silu", "64,1024,4096", 2, 100, 102, **signature))
+    assert [p.replayed_us for p in alone.pairs] == [90.0]
+    assert [p.replayed_us for p in folded.pairs] == [93.0]

@@ -25,12 +25,16 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import atomic_output, read_database_csv, write_text_atomic
 from opperf.log import get_logger
 from opperf.replay.engine import STATUS_OK, duration_value
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = get_logger("report")
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -114,8 +118,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], gaps: list[dict]) -> KernelSummary:
+def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], gaps: list[dict],
+                     phase_table: "pd.DataFrame | None" = None) -> KernelSummary:
+    """One kernel type's rows against their profile; a phase stage's table folded in first, as the database
+    stage folds it (opperf.replay.phase)."""
     frame = read_database_csv(path)
+    if phase_table is not None:
+        from opperf.replay.phase import apply_phase_table
+
+        frame, _ = apply_phase_table(frame, kernel_type, phase_table)
     summary = KernelSummary(kernel_type, rows=len(frame))
     for index, row in enumerate(frame.to_dict(orient="records")):
         line = index + 2
@@ -449,13 +460,20 @@ def _attribution_lines(attribution: dict) -> list[str]:
 def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, title: str, backend: str = "cpu",
                  band: tuple[float, float] = DEFAULT_BAND, benchmarks_root: str | Path | None = None,
                  database_key: Sequence[str] = (), task_log_dir: str = "", device_ids: Sequence[int] = (),
-                 max_concurrency: int = 1, attribution: dict | None = None) -> list[Path]:
-    """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database)."""
+                 max_concurrency: int = 1, attribution: dict | None = None,
+                 phase_table: str | Path | None = None) -> list[Path]:
+    """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database), with a
+    phase stage's table (`phase_table`) folded into replayed rows as the database holds them."""
     if not 0 < band[0] < band[1]:
         raise OpperfError(f"band {list(band)} must be two increasing positive ratios", field="duration_gap_band")
     output_dir = Path(output_dir)
     gaps: list[dict] = []
-    summaries = [summarise_kernel(Path(p), Path(p).stem, band, gaps) for p in sorted(csv_files, key=str)]
+    table = None
+    if phase_table:
+        from opperf.replay.phase import read_phase_table
+
+        table = read_phase_table(phase_table)
+    summaries = [summarise_kernel(Path(p), Path(p).stem, band, gaps, table) for p in sorted(csv_files, key=str)]
     timings = stage_timings(Path(benchmarks_root), database_key) if benchmarks_root else {}
     passed_ops = sum(1 for s in summaries if s.rows and s.passed == s.rows)
     op_results = {}
