@@ -217,3 +217,34 @@ def test_the_report_shows_the_rows_as_the_database_folds_them(tmp_path):
     folded = summarise_kernel(path, "silu", (0.8, 1.2), [], _table("silu", "64,1024,4096", 2, 100, 102, **signature))
     assert [p.replayed_us for p in alone.pairs] == [90.0]
     assert [p.replayed_us for p in folded.pairs] == [93.0]
+
+
+def test_a_phase_cycles_each_rows_recorded_input_values_from_call_to_call(tmp_path, monkeypatch):
+    """The MoE fixture's expert splits were recorded per call: in its phase each call after a row's first takes the
+    next recorded offsets, as one-at-a-time replay does, not the first ones every time."""
+    from collections import Counter
+
+    from opperf.replay import inputs
+    from opperf.replay.phase import replay_phases
+
+    trace = "tests/data/parse/cuda_tiny_qwen2_moe/trace.json.gz"
+    parsed = _parse(trace, tmp_path / "db")
+    rows = database_rows(parsed)
+    keys = [k for k in call_keys(trace_calls(trace), rows, parsed)
+            if k[0] == "_grouped_mm"]
+    calls = Counter(keys)
+    seen: dict[str, list[int]] = {}
+    next_values = inputs.ReplayCase.next_values
+
+    def recording(case):
+        next_values(case)
+        target = case.value_variants[0][0]
+        seen.setdefault(case.description, []).append(target.tolist())
+
+    monkeypatch.setattr(inputs.ReplayCase, "next_values", recording)
+    times = replay_phases([keys], rows, device="cpu", rest_s=0.0)
+    assert {key: len(samples) for key, samples in times.samples.items()} == dict(calls)
+    assert sum(len(v) for v in seen.values()) == sum(n - 1 for n in calls.values()) == 10
+    # The 24-token rows' 2nd to 4th calls ran the 2nd to 4th recorded splits (the row's Profiling Input Values).
+    assert [5, 7, 11, 15, 23, 24] in next(v for v in seen.values() if len(v) == 3)
+    assert all(len({tuple(offsets) for offsets in v}) == len(v) for v in seen.values())

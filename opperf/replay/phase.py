@@ -178,7 +178,8 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
     by its first call) and is timed in a profiler range of its row: CUPTI kernel time on cuda, the op's CPU event
     time on cpu, as replay's timers take them. No cache preparation and no heater run between the calls: the
-    phase's own calls are the neighbourhood. An OpperfError names the first row that cannot be built."""
+    phase's own calls are the neighbourhood. A row's recorded input values (MoE splits, masks) are cycled from call
+    to call, as one-at-a-time replay cycles them. An OpperfError names the first row that cannot be built."""
     import time
 
     from torch.profiler import ProfilerActivity, record_function
@@ -213,10 +214,16 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     names: dict[tuple[str, ...], str] = {}
 
     def run(timed: bool) -> None:
+        started: set[tuple[str, ...]] = set()
         for keys in phase_keys:
             waiter.synchronize()
             time.sleep(rest_s)
             for key in keys:
+                # Each call after a row's first takes the row's next recorded input values (MoE splits, masks), as
+                # the workload's calls had their own; the copy runs outside the row's range.
+                if key in started:
+                    prepared[key].case.next_values()
+                started.add(key)
                 if timed:
                     with record_function(names[key]):
                         prepared[key].case.run()
