@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
 from opperf.power_samples import OLD_SAMPLE_FIELDS, POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
+from opperf.replay.phase import PHASE_CALLS, PHASE_METHOD, applied_time_ratio, read_phase_table  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
                                    DEFAULT_POWER_POLICY, POWER_POLICIES)
 
@@ -254,14 +255,10 @@ def phase_summary(work: Path, name: str, args) -> dict | None:
     path = work / name / DEFAULT_CACHE_POLICY / PHASE_TABLE
     if not path.exists():
         return None
-    with open(path, newline="") as handle:
-        lines = list(csv.DictReader(handle))
-    applied = [line for line in lines if line["Applied"] == "yes"]
-    profiled = sum(float(line["Phase Profiled Average Duration(us)"]) * int(line["Phase Calls"]) for line in applied)
-    replayed = sum(float(line["Phase Replay Average Duration(us)"]) * int(line["Phase Calls"]) for line in applied)
-    return {"rows": len(lines), "rows_applied": len(applied), "calls": sum(int(line["Phase Calls"]) for line in lines),
-            "method": lines[0]["Phase Timing Method"] if lines else None,
-            "time_ratio": replayed / profiled if profiled else None}
+    table = read_phase_table(path)
+    applied, ratio = applied_time_ratio(table)
+    return {"rows": len(table), "rows_applied": applied, "calls": int(table[PHASE_CALLS].astype(int).sum()),
+            "method": table[PHASE_METHOD].iloc[0] if len(table) else None, "time_ratio": ratio}
 
 
 def stage_fixed(work: Path, args) -> dict:

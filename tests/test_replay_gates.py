@@ -106,3 +106,17 @@ def test_a_call_can_replay_some_runs_and_report_them_all(cuda_replay):
     args.replay_runs = ["insitu-repeat"]
     assert cuda_replay.runs_to_replay(args) == ["insitu-repeat"]
     assert cuda_replay.replay_runs(args) == ["insitu", "flush", "insitu-repeat"]      # what the report reads
+
+
+def test_a_workloads_phase_replay_summary_comes_from_its_stage_4b_table(cuda_replay, tmp_path):
+    import shutil
+
+    assert cuda_replay.phase_summary(tmp_path, "dense", None) is None          # the stage did not run
+    run = tmp_path / "dense" / "insitu"
+    run.mkdir(parents=True)
+    shutil.copy("benchmarks/results/phase_stage/h200_a/phase_replay_dense.csv", run / "phase_replay.csv")
+    summary = cuda_replay.phase_summary(tmp_path, "dense", None)
+    assert {k: summary[k] for k in ("rows", "rows_applied", "calls")} == {"rows": 232, "rows_applied": 145,
+                                                                          "calls": 2754}
+    assert summary["time_ratio"] == pytest.approx(0.98141, abs=1e-5)
+    assert summary["method"].endswith("in the workload's call order (9 phase(s), 1 time(s))")
