@@ -59,6 +59,7 @@ def main(args: argparse.Namespace) -> int:
     from opperf.io import write_csv_atomic
     from opperf.parse.discover import discover_inputs
     from opperf.parse.kernel_details import DURATION
+    from opperf.power_samples import POWER_SAMPLES
     from opperf.replay.phase import (applied_time_ratio, apply_phase_table, call_keys, database_rows, phase_table,
                                      replay_phases, select_phases)
 
@@ -70,14 +71,21 @@ def main(args: argparse.Namespace) -> int:
     rows = database_rows(args.rows)
     phases, keys = [], []
     for trace in found.torch_traces:
-        for phase in select_phases(trace, shapes=args.shapes, min_calls=args.min_calls, max_gap=args.max_gap,
-                                   min_phase_ms=args.min_phase_ms):
+        found_here = select_phases(trace, shapes=args.shapes, min_calls=args.min_calls, max_gap=args.max_gap,
+                                   min_phase_ms=args.min_phase_ms)
+        for phase in found_here:
             phases.append(phase)
             keys.append(call_keys(phase, rows, ", ".join(map(str, args.rows))))
-        print(f"{trace}: {len(phases)} phase(s) so far", flush=True)
+        if found_here or args.shapes:
+            how = "selected by --shapes" if args.shapes else "power-capped, from its NVML samples"
+            print(f"{trace}: {len(found_here)} phase(s) {how}, {sum(map(len, found_here))} calls", flush=True)
+        elif (trace.parent / POWER_SAMPLES).exists():
+            print(f"{trace}: no power-capped phase of {args.min_phase_ms:g} ms or more in its NVML samples",
+                  flush=True)
+        else:
+            print(f"{trace}: no NVML samples beside it ({POWER_SAMPLES}), so no phase to find", flush=True)
     if not phases:
-        print("no phase to replay (no power-capped phase in the NVML samples, or none beside the trace): every row "
-              "keeps its one-at-a-time replay", flush=True)
+        print("no phase to replay: every row keeps its one-at-a-time replay", flush=True)
         table = phase_table([], [], None, args.min_row_us)
     else:
         calls = sum(len(k) for k in keys)

@@ -248,3 +248,19 @@ def test_a_phase_cycles_each_rows_recorded_input_values_from_call_to_call(tmp_pa
     # The 24-token rows' 2nd to 4th calls ran the 2nd to 4th recorded splits (the row's Profiling Input Values).
     assert [5, 7, 11, 15, 23, 24] in next(v for v in seen.values() if len(v) == 3)
     assert all(len({tuple(offsets) for offsets in v}) == len(v) for v in seen.values())
+
+
+def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(tmp_path):
+    from test_power_state import _trace_with_samples
+
+    trace, _ = _trace_with_samples(tmp_path, layout="new")       # half of it 225 MHz under the full clock
+    rows = _parse(str(trace), tmp_path / "db")
+    table = tmp_path / "phase.csv"
+    # Its throttled half holds far less than 20 ms of device time: no power-capped phase.
+    done = _phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    assert done.returncode == 0, done.stderr
+    assert f"{trace}: no power-capped phase of 20 ms or more in its NVML samples" in done.stdout
+    assert table.read_text().startswith("Type,Input Shapes,") and len(table.read_text().splitlines()) == 1
+    (trace.parent / "power_samples.json").unlink()
+    done = _phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    assert f"{trace}: no NVML samples beside it (power_samples.json), so no phase to find" in done.stdout

@@ -251,12 +251,13 @@ def select_phases(trace: str | Path, *, shapes: Sequence[str] = (), min_calls: i
 
     from opperf.power_samples import POWER_SAMPLES
 
-    calls = trace_calls(trace)
     if shapes:
-        return [phase_calls(calls, shapes, min_calls, max_gap)]
+        return [phase_calls(trace_calls(trace), shapes, min_calls, max_gap)]
     samples = Path(trace).parent / POWER_SAMPLES
-    max_clock = json.loads(samples.read_text()).get("max_clock_mhz") if samples.exists() else None
-    return throttled_phases(calls, max_clock, min_device_ms=min_phase_ms)
+    if not samples.exists():
+        return []               # no clock to find a phase by: the trace is not even read
+    max_clock = json.loads(samples.read_text()).get("max_clock_mhz")
+    return throttled_phases(trace_calls(trace), max_clock, min_device_ms=min_phase_ms)
 
 
 def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
