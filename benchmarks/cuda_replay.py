@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
 from opperf.power_samples import OLD_SAMPLE_FIELDS, POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
-from opperf.replay.phase import PHASE_CALLS, PHASE_METHOD, applied_time_ratio, read_phase_table  # noqa: E402
+from opperf.replay.phase_table import PHASE_CALLS, PHASE_METHOD, applied_time_ratio, read_phase_table  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
                                    DEFAULT_POWER_POLICY, POWER_POLICIES)
 

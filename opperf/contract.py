@@ -97,6 +97,9 @@ PROFILING_INPUT_REUSE = "Profiling Input Reuse Distance(MiB)"
 # row's distinct calls `values*calls` joined by `|` (opperf.input_values); replay cycles through them.
 PROFILING_INPUT_VALUES = "Profiling Input Values"
 
+# What the parse groups a row's calls by besides the contract signature (opperf.parse.aggregate): scalars and strides.
+CALL_KEY_COLUMNS: tuple[str, ...] = (INPUT_SCALARS, INPUT_STRIDES)
+
 EXTRA_COLUMNS: tuple[str, ...] = (
     SOURCE, CONSUMER_QUERY, INPUT_SCALARS, INPUT_STRIDES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES,
     PROFILING_SAMPLE_COUNT, REPLAY_MEDIAN,

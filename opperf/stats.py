@@ -12,6 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+def number_or_none(value: object) -> float | None:
+    """A cell or field as a float, None where it is empty or not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def format_number(value: float | None) -> str:
     """A value as written into a database CSV: rounded to 6 decimals, trailing zeros dropped; None/NaN → ''."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

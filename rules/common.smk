@@ -1,6 +1,7 @@
 """Config validation and the input functions every rule shares (path logic only, no computation)."""
 
 import difflib
+import shlex
 from pathlib import Path
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
@@ -46,8 +47,8 @@ def device_conda_env(wildcards):
 
 
 def phase_conda_env(wildcards):
-    """Stage 4b runs on the cpu and cuda back ends only (it follows a torch.profiler trace)."""
-    return backend_conda_env(DEVICES[wildcards.device].backend)
+    """Stage 4b's env: the device's, on the cpu and cuda back ends only (it follows a torch.profiler trace)."""
+    return device_conda_env(wildcards)
 
 
 def workload_model_dims(wildcards):
@@ -250,12 +251,6 @@ def database_phase_option(wildcards):
     return f"--phase {table[0]}" if table else ""
 
 
-def phase_replayed_csvs(wildcards):
-    """Every replayed CSV of one database: the rows the phases' calls map to."""
-    key = (wildcards.device, wildcards.stack, wildcards.version_dir)
-    return [f"{_stage_root(wildcards)}/replayed/{kernel}.csv" for kernel in kernel_types(*key)]
-
-
 def phase_replay_device(wildcards):
     """The torch device the phases run on: the database's back end, the first of replay.device_ids on cuda."""
     if database_backend(wildcards.device) != "cuda":
@@ -267,7 +262,7 @@ def phase_replay_device(wildcards):
 def phase_replay_options(wildcards):
     """scripts/phase_replay.py's selection options from config replay.phase."""
     phase = config["replay"]["phase"]
-    shapes = " ".join(f"'{shape}'" for shape in phase["shapes"])
+    shapes = " ".join(shlex.quote(shape) for shape in phase["shapes"])
     return (
         (f"--shapes {shapes} " if shapes else "")
         + f"--min-calls {phase['min_calls']} --max-gap {phase['max_gap']} "
@@ -470,8 +465,9 @@ def report_targets():
     return targets
 
 
-def report_replayed_csvs(wildcards):
-    """Every replayed CSV of one database (the kernel list comes from the parse checkpoint)."""
+def replayed_csvs(wildcards):
+    """Every replayed CSV of one database (the kernel list comes from the parse checkpoint): what stage 4b maps
+    the phases' calls to and what the report reads."""
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
     return ["results/{}/{}/{}/replayed/{}.csv".format(*key, kernel) for kernel in kernel_types(*key)]
 

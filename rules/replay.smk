@@ -48,7 +48,7 @@ rule phase_replay:
     of in-phase means that the database stage folds into the rows (stage 4b, docs/replay.md "Phase replay")."""
     input:
         profiles=raw_profile_files,
-        replayed=phase_replayed_csvs,
+        replayed=replayed_csvs,
         code=stage_code("replay"),
     output:
         table="results/{device}/{stack}/{version_dir}/phase_replay.csv",

@@ -1,7 +1,7 @@
 rule replay_report:
     """The replay report of one database: markdown, duration gaps, JSON summary, plots (stage 7)."""
     input:
-        replayed=report_replayed_csvs,
+        replayed=replayed_csvs,
         phase=database_phase_input,
         # the finished database: every database job's benchmark file exists before the stage timings are read
         database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",

@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.replay.phase import PHASE_MIN_DEVICE_MS, PHASE_MIN_ROW_US  # noqa: E402
+from opperf.replay.phase import PHASE_MIN_DEVICE_MS  # noqa: E402
+from opperf.replay.phase_table import PHASE_MIN_ROW_US  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +61,8 @@ def main(args: argparse.Namespace) -> int:
     from opperf.parse.discover import discover_inputs
     from opperf.parse.kernel_details import DURATION
     from opperf.power_samples import POWER_SAMPLES
-    from opperf.replay.phase import (applied_time_ratio, apply_phase_table, call_keys, database_rows, phase_table,
-                                     replay_phases, select_phases)
+    from opperf.replay.phase import call_keys, database_rows, phase_table, replay_phases, select_phases
+    from opperf.replay.phase_table import applied_time_ratio, apply_phase_table
 
     found = discover_inputs(args.profiling_path)
     if found.tables:

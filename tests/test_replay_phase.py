@@ -141,7 +141,7 @@ def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
 
 
 def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature):
-    from opperf.replay.phase import PHASE_TABLE_COLUMNS
+    from opperf.replay.phase_table import PHASE_TABLE_COLUMNS
 
     line = dict.fromkeys(PHASE_TABLE_COLUMNS, "")
     line.update({"Type": kernel, "Input Shapes": shapes, "Phase Calls": str(calls),
@@ -156,7 +156,11 @@ def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature
 def test_a_phase_table_blends_each_row_over_its_calls_and_leaves_every_other_row_alone():
     import pandas as pd
 
-    from opperf.replay.phase import apply_phase_table
+    from opperf.parse.kernel_details import TYPE
+    from opperf.replay import phase_table
+    from opperf.replay.phase_table import apply_phase_table
+
+    assert phase_table.TYPE == TYPE          # the table's type column is the parse's (kept apart: no polars here)
 
     frame = pd.DataFrame([
         {"Input Shapes": "64,1024,4096", "Profiling Sample Count": "8", "Average Duration(us)": "90",

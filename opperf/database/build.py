@@ -67,7 +67,7 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
         frame = read_database_csv(rows_path, required=contract.BASE_COLUMNS)
         validate_rows(frame, rows_path)
         if phase_table:
-            from opperf.replay.phase import apply_phase_table, read_phase_table
+            from opperf.replay.phase_table import apply_phase_table, read_phase_table
 
             frame, result["phase_rows"] = apply_phase_table(frame, kernel_type, read_phase_table(phase_table))
         if contract.SOURCE not in frame.columns:

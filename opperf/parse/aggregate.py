@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from opperf.contract import (BASE_COLUMNS, INPUT_DTYPES, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES, OUTPUT_DTYPES,
+from opperf.contract import (BASE_COLUMNS, CALL_KEY_COLUMNS, INPUT_DTYPES, INPUT_SHAPES, OUTPUT_DTYPES,
                              OUTPUT_SHAPES, PROFILING_INPUT_REUSE, PROFILING_INPUT_VALUES,
                              PROFILING_AVERAGE, PROFILING_MEDIAN, PROFILING_SAMPLE_COUNT, PROFILING_STD, SOURCE,
                              SOURCE_PROFILED,
@@ -143,8 +143,7 @@ def _kernel_or_empty(value: str | None) -> str:
     return normalise_kernel_type(value) if value is not None else ""
 
 
-# Columns of torch traces that tell calls of equal shapes apart (kernel_details rows have neither).
-CALL_KEY_COLUMNS = (INPUT_SCALARS, INPUT_STRIDES)
+# Columns of torch traces that tell calls of equal shapes apart (kernel_details rows have neither): CALL_KEY_COLUMNS.
 # Per-slot measurements of each call (`;`-aligned with Input Shapes): a row gets each slot's median over its calls.
 SLOT_MEDIAN_COLUMNS = (PROFILING_INPUT_REUSE,)
 # Per-slot values of each call that replay cycles through (opperf.input_values): a row keeps its distinct calls.

@@ -124,7 +124,7 @@ def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], ga
     stage folds it (opperf.replay.phase)."""
     frame = read_database_csv(path)
     if phase_table is not None:
-        from opperf.replay.phase import apply_phase_table
+        from opperf.replay.phase_table import apply_phase_table
 
         frame, _ = apply_phase_table(frame, kernel_type, phase_table)
     summary = KernelSummary(kernel_type, rows=len(frame))
@@ -470,7 +470,7 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     gaps: list[dict] = []
     table = None
     if phase_table:
-        from opperf.replay.phase import read_phase_table
+        from opperf.replay.phase_table import read_phase_table
 
         table = read_phase_table(phase_table)
     summaries = [summarise_kernel(Path(p), Path(p).stem, band, gaps, table) for p in sorted(csv_files, key=str)]
