@@ -29,6 +29,10 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
         assert (frame["Replay Status"] == "ok").all(), (path.name, frame["Replay Error"].tolist())
         assert (frame["Average Duration(us)"] != "").all()
     assert list((workdir / "traces" / root / "mm").glob("*_S04_verify/replay_mm.py"))
+    # Stage 4b ran (on by default) and found no phase: no NVML samples beside a CPU trace; the rows as replayed.
+    table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
+    assert table.empty and "Phase Replay Average Duration(us)" in table.columns
+    assert "Replay Phase Calls" not in pd.read_csv(workdir / "data" / root / "mm.csv", dtype=str).columns
     # The report waited for every database job of its database: all kernel CSVs, op_mapping and manifest.
     timings = json.loads((workdir / report).read_text())["stage_timings_s"]
     assert timings["database"]["jobs"] == len(kernels) + 2
@@ -58,20 +62,10 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     """Stage 4b through the workflow: its table, its rows folded in by the database stage, and a change of its
     settings re-running it and the database, not the replays."""
     workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
-    # No NVML samples beside a CPU trace: no power-capped phase, an empty table, the rows as replayed.
-    config["replay"]["phase"] = {"enabled": True}
-    kernels = [f"data/{root}/{kernel}.csv" for kernel in ("mm", "add", "silu")]
-    run_workflow(workdir, kernels, config=config)
-    table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
-    assert table.empty and "Phase Replay Average Duration(us)" in table.columns
-    mm = pd.read_csv(workdir / kernels[0], dtype=str, keep_default_na=False)
-    assert "Replay Phase Calls" not in mm.columns
-
     # The trace's six calls (mm, add, silu twice) selected by shape: each row's two calls ran in the phase.
     config["replay"]["phase"] = {"enabled": True, "shapes": ["8,"], "min_calls": 3, "max_gap": 0, "min_row_us": 0,
                                  "rest_s": 0}
-    plan = run_workflow(workdir, kernels, dry_run=True, config=config)
-    assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]
+    kernels = [f"data/{root}/{kernel}.csv" for kernel in ("mm", "add", "silu")]
     run_workflow(workdir, kernels, config=config)
     table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
     assert sorted(table["Type"]) == ["add", "mm", "silu"]
@@ -91,3 +85,7 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
         assert row["Replay Timing Method"].endswith("2 of 2 calls replayed in the workload's phase(s): "
                                                     "cpu profiler op time per call, in the workload's call order "
                                                     "(1 phase(s), 1 time(s))")
+    # Another phase setting re-runs stage 4b and the database, not the replays.
+    config["replay"]["phase"]["min_row_us"] = 1e9
+    plan = run_workflow(workdir, kernels, dry_run=True, config=config)
+    assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]
