@@ -189,20 +189,36 @@ def test_a_phase_table_blends_each_row_over_its_calls_and_leaves_every_other_row
     assert apply_phase_table(frame, "mul", table)[1] == 0
 
 
-def _phase_script(*args):
-    return subprocess.run([sys.executable, "scripts/phase_replay.py", *map(str, args)], capture_output=True, text=True)
+@pytest.fixture
+def phase_script(capsys):
+    """scripts/phase_replay.py's command line run in this process (its run_cli: exit code, one line on stderr)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("phase_replay_script", "scripts/phase_replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(*args):
+        capsys.readouterr()
+        code = module.run_cli(module.build_parser(), module.main, [str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
 
 
-def test_the_stage_refuses_a_kernel_table_and_names_calls_without_rows_leaving_no_table(cpu_parsed, tmp_path):
+def test_the_stage_refuses_a_kernel_table_and_names_calls_without_rows_leaving_no_table(cpu_parsed, tmp_path,
+                                                                                       phase_script):
     table = tmp_path / "phase.csv"
     kernel_table = tmp_path / "kernel_details.csv"
     kernel_table.write_text("Name,Type,Duration(us)\nmm,MatMulV2,1.0\n")
-    done = _phase_script("--profiling-path", kernel_table, "--rows", cpu_parsed, "--output", table)
+    done = phase_script("--profiling-path", kernel_table, "--rows", cpu_parsed, "--output", table)
     assert done.returncode == 2 and not table.exists()
     assert done.stderr.startswith(f"error: {kernel_table}, field '--profiling-path': phase replay follows a "
                                   "torch.profiler trace's call order")
     # The CUDA trace's calls against the CPU trace's rows: none of them is here.
-    done = _phase_script("--profiling-path", TRACE, "--rows", cpu_parsed, "--output", table, "--shapes", "1,4,",
+    done = phase_script("--profiling-path", TRACE, "--rows", cpu_parsed, "--output", table, "--shapes", "1,4,",
                          "--min-calls", "5", "--device", "cpu")
     assert done.returncode == 2 and not table.exists()
     assert "calls have no row here" in done.stderr and "parse the same trace into it" in done.stderr
@@ -254,17 +270,17 @@ def test_a_phase_cycles_each_rows_recorded_input_values_from_call_to_call(tmp_pa
     assert all(len({tuple(offsets) for offsets in v}) == len(v) for v in seen.values())
 
 
-def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(tmp_path):
+def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(parsed, tmp_path, phase_script):
     from test_power_state import _trace_with_samples
 
     trace, _ = _trace_with_samples(tmp_path, layout="new")       # half of it 225 MHz under the full clock
-    rows = _parse(str(trace), tmp_path / "db")
+    rows = parsed                                                # the same calls: the same rows
     table = tmp_path / "phase.csv"
     # Its throttled half holds far less than 20 ms of device time: no power-capped phase.
-    done = _phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
     assert done.returncode == 0, done.stderr
     assert f"{trace}: no power-capped phase of 20 ms or more in its NVML samples" in done.stdout
     assert table.read_text().startswith("Type,Input Shapes,") and len(table.read_text().splitlines()) == 1
     (trace.parent / "power_samples.json").unlink()
-    done = _phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
     assert f"{trace}: no NVML samples beside it (power_samples.json), so no phase to find" in done.stdout
