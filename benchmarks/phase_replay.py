@@ -42,9 +42,9 @@ from cuda_replay import POWER_LIMITED_PREFILL_SHAPES, gap_summary  # noqa: E402 
 
 from opperf import contract  # noqa: E402
 from opperf.errors import OpperfError  # noqa: E402
-from opperf.parse.kernel_details import DURATION  # noqa: E402
 from opperf.power_samples import POWER_SAMPLES  # noqa: E402
-from opperf.replay.phase import call_keys, database_rows, replay_phases, select_phases, trace_calls  # noqa: E402
+from opperf.replay.phase import (call_keys, database_rows, profiled_call_times, replay_phases,  # noqa: E402
+                                 select_phases, trace_calls)
 
 
 def phases_to_replay(args) -> list[list[dict]]:
@@ -86,11 +86,7 @@ def main() -> int:
     except OpperfError as exc:
         raise SystemExit(f"{args.trace}: {exc}") from exc
     keys = [key for ks in phase_keys for key in ks]
-    # The profiled time of exactly the calls replayed, per row (the row's own mean covers every call of the trace).
-    profiled_calls: dict[tuple, list[float]] = {}
-    for phase, ks in zip(phases, phase_keys):
-        for call, key in zip(phase, ks):
-            profiled_calls.setdefault(key, []).append(float(call[DURATION]))
+    profiled_calls = profiled_call_times(phases, phase_keys)
     print(f"{len(phases)} phase(s): {len(keys)} calls of {len(set(keys))} rows, "
           f"{sum(sum(v) for v in profiled_calls.values()) / 1000:.1f} ms of profiled device time", flush=True)
     from opperf.workload.power import NvmlSampler
@@ -106,7 +102,7 @@ def main() -> int:
             sampler.stop()
     state = sampler.state_during(times.started_us, times.ended_us) if sampler else None
     counts = Counter(keys)
-    if not any(sample > 0 for samples in times.samples.values() for sample in samples):
+    if not times.measured:
         raise SystemExit("no time was measured in the phase (on cuda the timer counts device kernels: run it on the "
                          "GPU the profile was taken on)")
     table, total_profiled, total_phase, total_replay = [], 0.0, 0.0, 0.0

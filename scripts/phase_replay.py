@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"replaying {len(phases)} phase(s): {calls} calls of {len({k for ks in keys for k in ks})} rows, "
               f"{profiled_ms:.1f} ms of profiled device time, on {args.device}", flush=True)
         times = replay_phases(keys, rows, device=args.device, rest_s=args.rest_s)
-        if not any(sample > 0 for samples in times.samples.values() for sample in samples):
+        if not times.measured:
             raise OpperfError(f"nothing was measured in {len(phases)} phase(s) (on cuda the timer counts device "
                               f"kernels: replay on the GPU the profile was taken on)", field="--device")
         table = phase_table(phases, keys, times, args.min_row_us)

@@ -24,11 +24,11 @@ import pandas as pd
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
-from opperf.stats import format_number, number_or_none
 from opperf.parse.kernel_details import DURATION
+from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
 from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, PHASE_METHOD, PHASE_MIN_ROW_US,
                                        PHASE_PROFILED, PHASE_REPLAYED, PHASE_TABLE_COLUMNS, TYPE, row_key)
-from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
+from opperf.stats import format_number, number_or_none
 
 START = "Start Time(us)"
 SM_CLOCK = FIELDS[0]
@@ -140,6 +140,12 @@ class PhaseTimes:
     started_us: float
     ended_us: float
 
+    @property
+    def measured(self) -> bool:
+        """Whether any call took time: on cuda a run on another GPU than the profile's, or one whose timer saw no
+        kernel, measured nothing."""
+        return any(sample > 0 for samples in self.samples.values() for sample in samples)
+
 
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
                   device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
@@ -230,15 +236,23 @@ def select_phases(trace: str | Path, *, shapes: Sequence[str] = (), min_calls: i
     return throttled_phases(trace_calls(trace), max_clock, min_device_ms=min_phase_ms)
 
 
+def profiled_call_times(phases: Sequence[Sequence[dict]],
+                        phase_keys: Sequence[Sequence[tuple[str, ...]]]) -> dict[tuple[str, ...], list[float]]:
+    """Per row, the profiled device times (µs) of exactly its calls in the phases (the row's own mean covers every
+    call of the trace), in phase order."""
+    profiled: dict[tuple[str, ...], list[float]] = {}
+    for phase, keys in zip(phases, phase_keys):
+        for call, key in zip(phase, keys):
+            profiled.setdefault(key, []).append(float(call[DURATION]))
+    return profiled
+
+
 def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
                 times: PhaseTimes | None, min_row_us: float = PHASE_MIN_ROW_US) -> pd.DataFrame:
     """One line per row replayed in a phase: its calls there, their profiled mean, the replayed mean, how it was
     timed, and whether the database stage applies it (`yes`, or why not: a row shorter than `min_row_us`, a row
     the timer measured nothing for)."""
-    profiled: dict[tuple[str, ...], list[float]] = {}
-    for phase, keys in zip(phases, phase_keys):
-        for call, key in zip(phase, keys):
-            profiled.setdefault(key, []).append(float(call[DURATION]))
+    profiled = profiled_call_times(phases, phase_keys)
     lines = []
     for key, durations in profiled.items():
         samples = [s for s in (times.samples.get(key, ()) if times else ()) if s > 0]
