@@ -75,6 +75,8 @@ def main() -> int:
     parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase")
     parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=0)
+    parser.add_argument("--warm-inputs", action="store_true",
+                        help="before each call, rewrite the inputs insitu keeps warm into L2 (no flush)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
@@ -94,7 +96,7 @@ def main() -> int:
     sampler = NvmlSampler.start_if_available(0) if args.device.startswith("cuda") else None
     try:
         times = replay_phases(phase_keys, rows, device=args.device, iterations=args.iterations, warmup=args.warmup,
-                              rest_s=args.rest_s)
+                              rest_s=args.rest_s, warm_inputs=args.warm_inputs)
     except OpperfError as exc:
         raise SystemExit(str(exc)) from exc
     finally:
@@ -146,7 +148,8 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "trace": str(args.trace), "rows": str(args.rows), "selection": "throttled" if args.throttled else
         {"shapes": args.shapes, "min_calls": args.min_calls, "max_gap": args.max_gap},
-        "iterations": args.iterations, "warmup": args.warmup, "rest_s": args.rest_s, "summary": summary,
+        "iterations": args.iterations, "warmup": args.warmup, "rest_s": args.rest_s,
+        "warm_inputs": args.warm_inputs, "summary": summary,
         "table": table}, indent=1) + "\n")
     return 0
 

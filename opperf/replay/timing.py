@@ -343,6 +343,11 @@ class CacheState:
             self.flush()
         if neighbour is not None:
             neighbour()
+        self.rewrite(views)
+
+    def rewrite(self, views: list[torch.Tensor]) -> None:
+        """Make the warm inputs resident as their producer left them: a copy from the twin (insitu), else in place.
+        Without the flush it is what an in-order phase replay runs before a call (opperf.replay.phase)."""
         for view in views:
             twin = self._twins.get(id(view))
             if twin is None:
@@ -351,7 +356,7 @@ class CacheState:
                 view.copy_(twin)
 
 
-def _device_l2_bytes(device: torch.device) -> int:
+def device_l2_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size)
     if device.type == "npu":
@@ -392,7 +397,7 @@ class CudaTimer:
         self.device = torch.device(device)
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.cache = CacheState(self.device, l2_policy, _device_l2_bytes(self.device))
+        self.cache = CacheState(self.device, l2_policy, device_l2_bytes(self.device))
         self.primary = primary
         from torch.profiler import ProfilerActivity
 
@@ -654,7 +659,7 @@ class SessionExecutionTimer:
     def __init__(self, device: torch.device | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
                  synchronize=None):
         self._synchronize = synchronize
-        self.cache = (CacheState(device, l2_policy, _device_l2_bytes(device))
+        self.cache = (CacheState(device, l2_policy, device_l2_bytes(device))
                       if device is not None and l2_policy != "none" else None)
         self._results: dict[Hashable, TimingResult] = {}
 
