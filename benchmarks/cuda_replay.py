@@ -11,9 +11,9 @@ prefill and decode over a KV cache:
   2. parse      scripts/parse_kernel_details.py → data/{device}/torch/{version_dir}/{Type}.csv
   3. replay     scripts/replay.py --database-path (a copy of the parsed database per cache policy,
                 plus a second, independent replay under the default policy for repeatability)
-  4. phase      scripts/phase_replay.py --apply-to each replayed database: the workload's power-capped phases
-                (NVML's samples beside the trace) replayed in its call order and folded into the rows, as the
-                workflow's stage 4b does (`--no-phase`: the rows as replayed one at a time)
+  4. phase      scripts/phase_replay.py --apply-to each replayed database: the workload's calls replayed once in
+                its own order (each call's warm inputs rewritten into L2 before it) and folded into the rows, as
+                the workflow's stage 4b does with its defaults (`--no-phase`: the rows as replayed one at a time)
   5. fixed cost scripts/replay.py --rows on a one-row CSV, three times (a warm machine's per-job cost)
 
 and writes `cuda_replay.json` and `cuda_replay.md` in --output: per policy the median / p90 /
@@ -37,7 +37,7 @@ whether it is met; `policy_gates` has the same under every other cache policy re
 default policy's rows by the SM clock the workload ran them at (`power_state_split`): how much of the time-weighted
 gap comes from rows the workload ran throttled; each workload's `profile_clock_event_reasons` says why, by NVML's
 clock-event reasons over the profile's throttled samples (opperf.power_samples.reason_shares), and its
-`phase_replay` what stage 4b did (rows in the profile's power-capped phases, rows folded in, their in-phase time over
+`phase_replay` what stage 4b did (rows replayed in the profile's order, rows folded in, their in-order time over
 profiled; null when the stage did not run). A transformers
 trace is parsed without its workload.json (renamed workload_info.json), as a user's trace comes.
 
@@ -236,7 +236,8 @@ def stage_replay(work: Path, args) -> dict:
 
 
 def stage_phase(work: Path, args) -> dict:
-    """Stage 4b on every replayed run of every workload: its phases replayed and folded into its rows in place."""
+    """Stage 4b on every replayed run of every workload: its calls replayed in order and folded into its rows in
+    place."""
     timings = {}
     for name in args.workloads:
         for run_name in runs_to_replay(args):
@@ -714,10 +715,10 @@ def markdown(report: dict) -> str:
         phase = entry.get("phase_replay")
         if phase and phase["rows"]:
             lines.append(f"\n{entry['name']}: phase replay (stage 4b) ran {phase['calls']} calls of {phase['rows']} "
-                         f"rows in the profile's power-capped phases and folded {phase['rows_applied']} rows in; "
-                         f"their in-phase time was {_ratio(phase['time_ratio'])} of profiled")
+                         f"rows in the profile's order and folded {phase['rows_applied']} rows in; "
+                         f"their in-order time was {_ratio(phase['time_ratio'])} of profiled")
         elif phase:
-            lines.append(f"\n{entry['name']}: phase replay (stage 4b) found no power-capped phase")
+            lines.append(f"\n{entry['name']}: phase replay (stage 4b) found nothing to replay")
         shares = entry.get("profile_clock_event_reasons")
         if shares and shares["throttled_samples"]:
             lines.append(f"\n{entry['name']}: {shares['throttled_samples']} of the profile's {shares['samples']} NVML "

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from opperf.errors import OpperfError
-from opperf.replay.phase import call_keys, database_rows, phase_calls, trace_calls
+from opperf.replay.phase import call_keys, database_rows, phase_calls, phase_table, trace_calls
 
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 
@@ -138,6 +138,19 @@ def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
         replay_phases([[key]], rows, device="cpu", rest_s=0.0)
     assert str(caught.value).startswith(f"{path}, line 2: ")
     assert "field 'Input Shapes': bad dimension 'x' in shape '4,x'" in str(caught.value)
+    # Beside rows that can be built it is left out with its calls, and so is a row whose replay failed alone.
+    others = [k for k in rows if k[0] in ("add", "silu")]
+    failed = next(k for k in rows if k[0] == "mul")
+    rows[failed]["Replay Status"] = "failed_crash"
+    times = replay_phases([[key, *others, failed, key]], rows, device="cpu", rest_s=0.0)
+    assert set(times.samples) == set(others) and set(times.left_out) == {key, failed}
+    assert times.left_out[key].startswith("failed_build ") and "bad dimension 'x'" in times.left_out[key]
+    assert times.left_out[failed] == "its one-at-a-time replay was failed_crash"
+    table = phase_table([[{"Duration(us)": 1.0}] * (len(others) + 3)], [[key, *others, failed, key]], times)
+    applied = dict(zip(table["Type"], table["Applied"]))
+    assert applied["mul"] == "no: not replayed in order, its one-at-a-time replay was failed_crash"
+    assert applied["mm"].startswith("no: not replayed in order, failed_build ")
+    assert {applied[k[0]] for k in others} == {"yes"}
 
 
 def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature):
@@ -277,10 +290,10 @@ def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(parsed, 
     rows = parsed                                                # the same calls: the same rows
     table = tmp_path / "phase.csv"
     # Its throttled half holds far less than 20 ms of device time: no power-capped phase.
-    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table, "--scope", "throttled")
     assert done.returncode == 0, done.stderr
     assert f"{trace}: no power-capped phase of 20 ms or more in its NVML samples" in done.stdout
     assert table.read_text().startswith("Type,Input Shapes,") and len(table.read_text().splitlines()) == 1
     (trace.parent / "power_samples.json").unlink()
-    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table)
+    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table, "--scope", "throttled")
     assert f"{trace}: no NVML samples beside it (power_samples.json), so no phase to find" in done.stdout

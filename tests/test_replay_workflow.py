@@ -29,14 +29,18 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
         assert (frame["Replay Status"] == "ok").all(), (path.name, frame["Replay Error"].tolist())
         assert (frame["Average Duration(us)"] != "").all()
     assert list((workdir / "traces" / root / "mm").glob("*_S04_verify/replay_mm.py"))
-    # Stage 4b ran (on by default) and found no phase: no NVML samples beside a CPU trace; the rows as replayed.
+    # Stage 4b ran (on by default) over the whole trace in its order: every row's calls, every row folded in.
     table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
-    assert table.empty and "Phase Replay Average Duration(us)" in table.columns
-    assert "Replay Phase Calls" not in pd.read_csv(workdir / "data" / root / "mm.csv", dtype=str).columns
+    assert sorted(table["Type"]) == sorted(kernels) and (table["Applied"] == "yes").all()
+    for kernel in kernels:
+        row = pd.read_csv(workdir / "data" / root / f"{kernel}.csv", dtype=str, keep_default_na=False).iloc[0]
+        line = table[table["Type"] == kernel].iloc[0]
+        assert row["Replay Phase Calls"] == line["Phase Calls"] == row["Profiling Sample Count"], kernel
+        assert row["Average Duration(us)"] == line["Phase Replay Average Duration(us)"] != "", kernel
     # The report waited for every database job of its database: all kernel CSVs, op_mapping and manifest.
     timings = json.loads((workdir / report).read_text())["stage_timings_s"]
     assert timings["database"]["jobs"] == len(kernels) + 2
-    assert timings["replay"]["jobs"] == len(kernels) + 1          # and stage 4b (no phase in a CPU trace)
+    assert timings["replay"]["jobs"] == len(kernels) + 1          # and stage 4b
 
     # A definition of a kernel type this database does not have, edited, and one of its own rewritten with
     # the same content: op_mapping.yaml reads neither, nothing re-runs.
@@ -86,6 +90,6 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
                                                     "cpu profiler op time per call, in the workload's call order "
                                                     "(1 phase(s), 1 time(s))")
     # Another phase setting re-runs stage 4b and the database, not the replays.
-    config["replay"]["phase"]["min_row_us"] = 1e9
+    config["replay"]["phase"].update(shapes=[], scope="throttled")
     plan = run_workflow(workdir, kernels, dry_run=True, config=config)
     assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -31,6 +31,8 @@ from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, 
 from opperf.stats import format_number, number_or_none
 
 START = "Start Time(us)"
+# What stage 4b replays in order: every call of the trace (default), or only its power-capped phases (NVML).
+PHASE_SCOPES = ("trace", "throttled")
 SM_CLOCK = FIELDS[0]
 # A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
 PHASE_MAX_IDLE_US = 100.0
@@ -131,6 +133,13 @@ class _Device:
             torch.cuda.synchronize()
 
 
+def _not_replayable(row: Mapping[str, str]) -> str:
+    """Why a row is left out of the order ('' if it is not): its one-at-a-time replay did not succeed (a row that
+    crashed or ran out of memory alone would take the whole phase with it)."""
+    status = (row.get(contract.REPLAY_STATUS) or "").strip()
+    return f"its one-at-a-time replay was {status}" if status and status != "ok" else ""
+
+
 @dataclass
 class PhaseTimes:
     """What a phase replay measured: each row's per-call samples (µs), how, and when (monotonic µs)."""
@@ -139,6 +148,7 @@ class PhaseTimes:
     method: str
     started_us: float
     ended_us: float
+    left_out: dict[tuple[str, ...], str] = field(default_factory=dict)   # rows not replayed in order, and why
 
     @property
     def measured(self) -> bool:
@@ -149,18 +159,22 @@ class PhaseTimes:
 
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
                   device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
-                  definitions_dir: str | Path | None = None, warm_inputs: bool = False) -> PhaseTimes:
+                  definitions_dir: str | Path | None = None, warm_inputs: bool = True) -> PhaseTimes:
     """Run each phase's calls in order, back to back, `iterations` times after `warmup` untimed runs, with
     `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
     by its first call) and is timed in a profiler range of its row: CUPTI kernel time on cuda, the op's CPU event
-    time on cpu, as replay's timers take them. No cache preparation and no heater run between the calls: the
-    phase's own calls are the neighbourhood. A row's recorded input values (MoE splits, masks) are cycled from call
-    to call, as one-at-a-time replay cycles them. An OpperfError names the first row that cannot be built.
+    time on cpu, as replay's timers take them. No flush and no heater run between the calls: the phase's own calls
+    are the neighbourhood. A row's recorded input values (MoE splits, masks) are cycled from call to call, as
+    one-at-a-time replay cycles them.
 
     A call's inputs are its row's own tensors, not the previous call's outputs, so an input the workload had just
-    written is cold here. With `warm_inputs` (cuda), before each call the inputs the insitu cache policy keeps warm
-    (by the workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the call's
-    range and with no flush: the rest of the cache is what the phase's calls left."""
+    written would be cold here. With `warm_inputs` (cuda), before each call the inputs the insitu cache policy keeps
+    warm (by the workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the
+    call's range: the rest of the cache is what the phase's calls left. Without it the dense decoder's rows under
+    10 us replayed at 1.14-1.25x (H200, benchmarks/results/whole_order/).
+
+    A row that cannot be built, or whose one-at-a-time replay failed, is left out with its calls (`left_out` says
+    why); an OpperfError names the first such row when none is left to replay."""
     import time
 
     from torch.profiler import ProfilerActivity, record_function
@@ -173,17 +187,28 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     backend = "cuda" if str(device).startswith("cuda") else "cpu"
     waiter = _Device(backend)
     prepared: dict[tuple[str, ...], PreparedRow] = {}
+    left_out: dict[tuple[str, ...], str] = {}
     for key in dict.fromkeys(k for keys in phase_keys for k in keys):
         row = rows[key]
-        definition = recipe_for(key[0], backend, find_definition(key[0], backend,
-                                                                 definitions_dir or DEFAULT_DEFINITIONS_DIR))
-        outcome = (prepare_row(definition, row, backend=backend, device=device, timer=waiter, path=row.get("_path"),
-                               line=row.get("_line")) if definition else None)
-        if not isinstance(outcome, PreparedRow):
-            raise OpperfError(f"{key[0]} cannot be replayed in its phase: "
-                              f"{getattr(outcome, 'status', 'no definition')} {getattr(outcome, 'error', '')}".strip(),
-                              path=row.get("_path"), row=row.get("_line"))
-        prepared[key] = outcome
+        reason = _not_replayable(row)
+        if not reason:
+            definition = recipe_for(key[0], backend, find_definition(key[0], backend,
+                                                                     definitions_dir or DEFAULT_DEFINITIONS_DIR))
+            outcome = (prepare_row(definition, row, backend=backend, device=device, timer=waiter,
+                                   path=row.get("_path"), line=row.get("_line")) if definition else None)
+            if isinstance(outcome, PreparedRow):
+                prepared[key] = outcome
+                continue
+            reason = (f"{getattr(outcome, 'status', 'no definition')} "
+                      f"{getattr(outcome, 'error', '')}").strip()
+        left_out[key] = reason
+    if not prepared:
+        key, reason = next(iter(left_out.items()), (("",), "no calls"))
+        raise OpperfError(f"{key[0]} cannot be replayed in its phase: {reason}"
+                          + (f" (and {len(left_out) - 1} other row(s))" if len(left_out) > 1 else ""),
+                          path=rows[key].get("_path") if key in rows else None,
+                          row=rows[key].get("_line") if key in rows else None)
+    phase_keys = [[key for key in keys if key in prepared] for keys in phase_keys]
     caches: dict[tuple[str, ...], tuple] = {}
     if warm_inputs and backend == "cuda":
         import torch
@@ -236,20 +261,26 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         run(True)
     ended = time.monotonic_ns() / 1000.0
     results = session.collect(attribute, method)
-    return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended)
+    return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended, left_out)
 
 
-def select_phases(trace: str | Path, *, shapes: Sequence[str] = (), min_calls: int = 20, max_gap: int = 3,
-                  min_phase_ms: float = PHASE_MIN_DEVICE_MS) -> list[list[dict]]:
+def select_phases(trace: str | Path, *, scope: str = "trace", shapes: Sequence[str] = (), min_calls: int = 20,
+                  max_gap: int = 3, min_phase_ms: float = PHASE_MIN_DEVICE_MS) -> list[list[dict]]:
     """A trace's phases to replay: with `shapes`, the first run of calls whose input shapes start with one of them
-    (`phase_calls`); else every power-capped phase its NVML samples show (`throttled_phases`; [] when the trace
-    was profiled without the sampler or never throttled)."""
+    (`phase_calls`); else with scope `trace` the whole trace as one phase, with `throttled` every power-capped phase
+    its NVML samples show (`throttled_phases`; [] when the trace was profiled without the sampler or never
+    throttled)."""
     import json
 
     from opperf.power_samples import POWER_SAMPLES
 
+    if scope not in PHASE_SCOPES:
+        raise OpperfError(f"phase scope {scope!r} is not one of {PHASE_SCOPES}", field="--scope")
     if shapes:
         return [phase_calls(trace_calls(trace), shapes, min_calls, max_gap)]
+    if scope == "trace":
+        calls = trace_calls(trace)
+        return [calls] if calls else []
     samples = Path(trace).parent / POWER_SAMPLES
     if not samples.exists():
         return []               # no clock to find a phase by: the trace is not even read
@@ -274,12 +305,15 @@ def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[
     timed, and whether the database stage applies it (`yes`, or why not: a row shorter than `min_row_us`, a row
     the timer measured nothing for)."""
     profiled = profiled_call_times(phases, phase_keys)
+    left_out = times.left_out if times else {}
     lines = []
     for key, durations in profiled.items():
         samples = [s for s in (times.samples.get(key, ()) if times else ()) if s > 0]
         profiled_mean = sum(durations) / len(durations)
         replayed = sum(samples) / len(samples) if samples else None
-        if replayed is None:
+        if key in left_out:
+            applied = f"no: not replayed in order, {left_out[key]}"
+        elif replayed is None:
             applied = "no: nothing measured"
         elif profiled_mean < min_row_us:
             applied = f"no: shorter than {min_row_us:g} us"

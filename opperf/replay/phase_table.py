@@ -1,7 +1,7 @@
 """Stage 4b's table and how it is folded into a database's rows, with no trace or profiler behind it.
 
 The phase stage (scripts/phase_replay.py, opperf.replay.phase) writes one line per row it replayed in the
-workload's power-capped phases; the database stage (opperf.database.build) and the replay report
+workload's own call order (the whole trace, or its power-capped phases); the database stage (opperf.database.build) and the replay report
 (opperf.report.build) fold it into the rows they read. Those run where the parse's polars may not be installed
 (the npu env writes replay reports), so this module needs pandas only.
 """
@@ -22,11 +22,11 @@ TYPE = "Type"       # the kernel type, as the parse's call tables (and profiler 
 # What the parse groups a row's calls by, besides the kernel type (opperf.parse.aggregate).
 KEY_COLUMNS = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.OUTPUT_DTYPES,
                *contract.CALL_KEY_COLUMNS)
-# Rows shorter than this keep their one-at-a-time replay: in the phase they run on the row's own tensors, not on the
-# previous call's fresh output, and lose the cache state the insitu policy gives them (the dense prefill's 1.2 us
-# rsqrt replayed at 1.35-1.38x in its phase, 0.94-0.96x alone; H200 dense 2026-11-28: 10-20 us means and norms at
-# 1.06-1.2x in the phase, 0.94-1.01x alone; every row of 20 us or more was within 0.96-1.05x).
-PHASE_MIN_ROW_US = 20.0
+# Rows whose calls averaged less keep their one-at-a-time replay (none by default). Without the warm inputs
+# rewritten before each call a short row ran on cold inputs in order (the dense decoder's rows under 10 us at
+# 1.14-1.25x, H200 2026-11-28); with them every length came closer in order than alone
+# (benchmarks/results/whole_order/), so every row takes its in-order mean.
+PHASE_MIN_ROW_US = 0.0
 
 # The phase stage's table: one line per row replayed in a phase (keyed as the parse keys rows).
 PHASE_CALLS = "Phase Calls"
