@@ -245,7 +245,8 @@ def stage_phase(work: Path, args) -> dict:
             command = [sys.executable, "scripts/phase_replay.py", "--profiling-path",
                        str(work / name / "profile" / "trace.json"), "--rows", str(target),
                        "--output", str(work / name / run_name / PHASE_TABLE), "--apply-to", str(target),
-                       "--device", "cuda" if args.backend == "cuda" else "cpu"]
+                       "--device", "cuda" if args.backend == "cuda" else "cpu",
+                       *(["--iterations", str(args.phase_iterations)] if args.phase_iterations else [])]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"phase_{run_name}.log")
     return timings
 
@@ -756,6 +757,8 @@ def main() -> int:
     parser.add_argument("--profile-iterations", type=int, default=1,
                         help="passes of each workload under the profiler (scripts/profile_workload.py; recorded in "
                              "the JSON): more passes average each row's profiled time over more calls")
+    parser.add_argument("--phase-iterations", type=int, default=0, metavar="N",
+                        help="stage 4b: times the profile's order is replayed (0: the stage's default)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
                         help="a second replay under the default policy (another seed) for repeatability "

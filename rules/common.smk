@@ -267,7 +267,8 @@ def phase_replay_options(wildcards):
         (f"--shapes {shapes} " if shapes else "")
         + f"--scope {phase['scope']} --{'' if phase['warm_inputs'] else 'no-'}warm-inputs "
         + f"--min-calls {phase['min_calls']} --max-gap {phase['max_gap']} "
-        + f"--min-phase-ms {phase['min_phase_ms']} --min-row-us {phase['min_row_us']} --rest-s {phase['rest_s']}"
+        + f"--min-phase-ms {phase['min_phase_ms']} --min-row-us {phase['min_row_us']} "
+        + f"--iterations {phase['iterations']} --rest-s {phase['rest_s']}"
     )
 
 

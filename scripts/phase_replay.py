@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.replay.phase import PHASE_MIN_DEVICE_MS, PHASE_SCOPES  # noqa: E402
+from opperf.replay.phase import PHASE_ITERATIONS, PHASE_MIN_DEVICE_MS, PHASE_SCOPES  # noqa: E402
 from opperf.replay.phase_table import PHASE_MIN_ROW_US  # noqa: E402
 
 
@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rows whose in-phase calls averaged less keep their one-at-a-time replay")
     parser.add_argument("--warm-inputs", action=argparse.BooleanOptionalAction, default=True,
                         help="cuda: rewrite each call's warm inputs into L2 before it (insitu, no flush)")
+    parser.add_argument("--iterations", type=int, default=PHASE_ITERATIONS,
+                        help="times the phases are replayed, each after --rest-s of idle (a row's mean is over all)")
     parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase (s)")
     parser.add_argument("--device", default="cuda", help="torch device to replay on (cuda, cuda:1, cpu)")
     parser.add_argument("--apply-to", type=Path,
@@ -103,7 +105,10 @@ def main(args: argparse.Namespace) -> int:
         profiled_ms = sum(float(call[DURATION]) for phase in phases for call in phase) / 1000
         print(f"replaying {len(phases)} phase(s): {calls} calls of {len({k for ks in keys for k in ks})} rows, "
               f"{profiled_ms:.1f} ms of profiled device time, on {args.device}", flush=True)
-        times = replay_phases(keys, rows, device=args.device, rest_s=args.rest_s, warm_inputs=args.warm_inputs)
+        if args.iterations < 1:
+            raise OpperfError(f"--iterations {args.iterations}: replay the phases at least once", field="--iterations")
+        times = replay_phases(keys, rows, device=args.device, iterations=args.iterations, rest_s=args.rest_s,
+                              warm_inputs=args.warm_inputs)
         for key, reason in times.left_out.items():
             row = rows[key]
             print(f"left out of the order: {row['_path']}, line {row['_line']} ({key[0]} {key[1]}): {reason}",

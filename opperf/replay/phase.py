@@ -33,6 +33,9 @@ from opperf.stats import format_number, number_or_none
 START = "Start Time(us)"
 # What stage 4b replays in order: every call of the trace (default), or only its power-capped phases (NVML).
 PHASE_SCOPES = ("trace", "throttled")
+# Times stage 4b replays them: a row's in-order mean is over a few calls a pass, and one pass left two replays of the
+# dense decoder 1.5 % apart at the median (H200, benchmarks/results/whole_order/).
+PHASE_ITERATIONS = 3
 SM_CLOCK = FIELDS[0]
 # A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
 PHASE_MAX_IDLE_US = 100.0
