@@ -6,10 +6,12 @@ writes each row's in-order mean (`phase_us`) beside its profiled one. This scrip
 one-at-a-time replay (`Replay Average Duration(us)`) of every row whose profiled mean is at least each of
 --min-row-us, keeps the one-at-a-time value for the others, and reports the median / p90 / time-weighted gap, the
 large elementwise rows' ratio and the kernel types over the per-type gate (benchmarks/cuda_replay.py's own
-definitions), as a markdown table and a JSON file:
+definitions), as a markdown table and a JSON file. Without --whole it reports a database stage 4b folded, as folded
+and as replayed one at a time (`Replay Isolated Average Duration(us)`):
 
     python benchmarks/whole_order_gaps.py --database DB_DIR --whole whole_warm_dense.json whole_plain_dense.json \\
         --min-row-us 0 3 10 20 inf --output gaps.json
+    python benchmarks/whole_order_gaps.py --database FOLDED_DB_DIR
 """
 
 from __future__ import annotations
@@ -53,32 +55,39 @@ def figures(rows: list[dict]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database", type=Path, required=True, help="the replayed database directory (*.csv)")
-    parser.add_argument("--whole", type=Path, nargs="+", required=True, help="benchmarks/phase_replay.py JSONs")
+    parser.add_argument("--whole", type=Path, nargs="+", default=[], help="benchmarks/phase_replay.py JSONs")
     parser.add_argument("--min-row-us", type=float, nargs="+", default=[0.0, 3.0, 10.0, 20.0, math.inf])
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
+    folded = [r for r in read_rows(args.database)
+              if r.get(contract.SOURCE, contract.SOURCE_PROFILED) == contract.SOURCE_PROFILED]
+    if not folded:
+        raise SystemExit(f"{args.database}: no profiled rows (*.csv)")
     # One at a time as the base: a database stage 4b folded keeps that value in its own column.
     rows = [{**r, contract.REPLAY_AVERAGE: r.get(contract.REPLAY_ISOLATED_AVERAGE) or r.get(contract.REPLAY_AVERAGE)}
-            for r in read_rows(args.database)
-            if r.get(contract.SOURCE, contract.SOURCE_PROFILED) == contract.SOURCE_PROFILED]
-    if not rows:
-        raise SystemExit(f"{args.database}: no profiled rows (*.csv)")
+            for r in folded]
     results = []
     print("| in-order run | rows from it: profiled mean ≥ | median | p90 | time-weighted | large elementwise | "
           "types over 5 % |")
     print("|---|---|---|---|---|---|---|")
+
+    def report(name: str, label: str, result: dict) -> None:
+        results.append(result)
+        types = ", ".join(f"{t} {100 * v:.1f} %" for t, v in sorted(result["types_over"].items())) or "none"
+        ratio = result["large_elementwise_ratio"]
+        print(f"| {name} | {label} | {100 * result['median_gap']:.1f} % | {100 * result['p90_gap']:.1f} % | "
+              f"{100 * result['time_weighted_gap']:.1f} % | {f'{ratio:.3f}' if ratio else '-'} | {types} |")
+
+    if not args.whole:
+        report("stage 4b, as folded", "every row it applied", {"whole": None, **figures(folded)})
+        report("stage 4b, as folded", "none (one at a time)", {"whole": None, **figures(rows)})
     for path in args.whole:
         whole = json.loads(path.read_text())
         for threshold in args.min_row_us:
-            result = {"whole": str(path), "warm_inputs": whole.get("warm_inputs", False), "min_row_us": threshold,
-                      **figures(with_order(rows, whole, threshold))}
-            results.append(result)
-            types = ", ".join(f"{t} {100 * v:.1f} %" for t, v in sorted(result["types_over"].items())) or "none"
-            ratio = result["large_elementwise_ratio"]
-            print(f"| {path.stem} | {'none (one at a time)' if math.isinf(threshold) else f'{threshold:g} µs'} | "
-                  f"{100 * result['median_gap']:.1f} % | {100 * result['p90_gap']:.1f} % | "
-                  f"{100 * result['time_weighted_gap']:.1f} % | {f'{ratio:.3f}' if ratio else '-'} | {types} |")
+            report(path.stem, "none (one at a time)" if math.isinf(threshold) else f"{threshold:g} µs",
+                   {"whole": str(path), "warm_inputs": whole.get("warm_inputs", False), "min_row_us": threshold,
+                    **figures(with_order(rows, whole, threshold))})
     if args.output:
         args.output.write_text(json.dumps({"database": str(args.database), "results": results}, indent=1,
                                           default=str) + "\n")

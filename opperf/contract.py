@@ -60,9 +60,10 @@ PROFILED_POWER = "Profiling Average Power(W)"          # the same sampler: the G
 PROFILED_GEMM_BEFORE = "Profiling Average Equivalent GEMM Before(us)"
 PROFILED_IDLE_BEFORE = "Profiling Average Idle Before(us)"
 REPLAY_POWER = "Replay Power(W)"
-# With phase replay (opperf.replay.phase; docs/replay.md, "Phase replay"): the mean of the row's calls replayed inside
-# the workload's power-capped phases, in its call order; how many of the row's profiled calls those were; and the
-# one-at-a-time replay mean the row had before `Average Duration(us)` became the call-weighted blend of the two.
+# With phase replay (opperf.replay.phase; docs/replay.md, "Phase replay"): the mean of the row's calls replayed in the
+# workload's own call order (the whole trace, or its power-capped phases); how many of the row's profiled calls those
+# were; and the one-at-a-time replay mean the row had before `Average Duration(us)` became the call-weighted blend of
+# the two.
 REPLAY_PHASE_AVERAGE = "Replay Phase Average Duration(us)"
 REPLAY_PHASE_CALLS = "Replay Phase Calls"
 REPLAY_ISOLATED_AVERAGE = "Replay Isolated Average Duration(us)"

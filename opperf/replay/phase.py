@@ -1,15 +1,17 @@
-"""A profiled phase's calls in trace order, each mapped to its row of the parsed database.
+"""A profile's calls in trace order, each mapped to its row of the parsed database, and replayed in that order.
 
 Row by row, replay reproduces a call's inputs, layout and cache state and approximates the GPU's power state with a
-policy (docs/replay.md, "Power state"). A long power-capped phase (the dense decoder's 64 x 1,024-token prefill,
-hundreds of milliseconds under NVML's `sw_power_cap`) leaves a state no policy reproduced for every row; the
-workload's own sequence, replayed once, does: its rows came out at 0.992 (H100) and 1.020 (H200) of their profiled
-time, against 0.939 one at a time (benchmarks/phase_replay.py, benchmarks/results/power_phase/). This module
-finds such a phase in a trace (by shapes, or from the profile's NVML samples), keys each of its calls the way the
-parse groups calls into rows, and replays the phases from the rows' own recipes in the trace's order
-(`replay_phases`, cuda or cpu). As the workflow's phase stage (scripts/phase_replay.py) it writes a table of the
-in-phase means (`phase_table`), which the database stage folds into the rows (opperf.replay.phase_table): a row's
-`Average Duration(us)` becomes the call-weighted blend of its in-phase mean and its one-at-a-time replay.
+policy (docs/replay.md, "Power state"). Inside the workload each call ran in the state the calls before it left: a
+long power-capped prefill (hundreds of milliseconds under NVML's `sw_power_cap`) and throttled decode steps leave a
+state no policy reproduced for every row. The workload's own sequence, replayed with each call's warm inputs
+rewritten into L2 before it, does: on an H200 the whole trace in order took the dense decoder from 4.3 / 12.8 / 6.0 %
+(median / p90 / time-weighted gap, one at a time) to 2.3 / 7.3 / 1.6 % and Mixtral from 4.5 / 12.6 / 2.7 % to
+1.9 / 9.0 / 0.9 % (benchmarks/results/whole_order/). This module selects what to replay (the whole trace, its
+power-capped phases from the NVML samples, or a run of shapes), keys each call the way the parse groups calls into
+rows, and replays the calls from the rows' own recipes in the trace's order (`replay_phases`, cuda or cpu). As the
+workflow's stage 4b (scripts/phase_replay.py) it writes a table of the in-order means (`phase_table`), which the
+database stage folds into the rows (opperf.replay.phase_table): a row's `Average Duration(us)` becomes the
+call-weighted blend of its in-order mean and its one-at-a-time replay.
 """
 
 from __future__ import annotations
