@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 import yaml
 
@@ -160,6 +161,21 @@ def test_insitu_rewrites_warm_inputs_from_twins_and_keeps_their_values():
     storage.zero_()
     inplace.prepare(views)                   # no twins: the bytes stay as they are
     assert not storage.any()
+
+
+def test_rewrite_makes_the_warm_inputs_resident_without_a_flush(monkeypatch):
+    """What the in-order phase replay runs before each call: the warm inputs from their twins, and the rest of the
+    cache as the calls before it left it (no flush)."""
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    activation, weight = torch.randn(10, 4), torch.randn(10, 4)
+    case = ReplayCase(fn=torch.add, args=(activation, weight), warm=(activation,))
+    _, views, text = state.plan(case)
+    assert len(views) == 1 and "1 warm input(s)" in text and "1 cold input(s)" in text
+    before = activation.clone()
+    activation.zero_()
+    monkeypatch.setattr(state, "flush", lambda: pytest.fail("rewrite flushed the cache"))
+    state.rewrite(views)
+    assert torch.equal(activation, before)
 
 
 def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewrite():
