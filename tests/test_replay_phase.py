@@ -153,6 +153,31 @@ def test_a_phase_row_that_cannot_be_built_is_named(cpu_parsed, tmp_path):
     assert {applied[k[0]] for k in others} == {"yes"}
 
 
+def test_a_call_out_of_memory_in_order_fails_the_phase_naming_its_row_and_what_to_do(cpu_parsed, monkeypatch):
+    import torch
+
+    from opperf.replay import inputs
+    from opperf.replay.phase import replay_phases
+
+    rows = database_rows(cpu_parsed)
+    keys = [k for k in rows if k[0] in ("add", "silu")][:2]
+    run = inputs.ReplayCase.run
+    calls = []
+
+    def short_of_memory(case):                  # each row's first call (its check) fits; the order's does not
+        calls.append(case)
+        if len(calls) > len(keys):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return run(case)
+
+    monkeypatch.setattr(inputs.ReplayCase, "run", short_of_memory)
+    with pytest.raises(OpperfError, match=r"ran out of device memory in order, with the inputs of 2 rows held") as caught:
+        replay_phases([keys], rows, device="cpu", rest_s=0.0)
+    row = rows[keys[0]]
+    assert str(caught.value).startswith(f"{row['_path']}, line {row['_line']}: {keys[0][0]} ran out")
+    assert "replay.phase.scope: throttled" in str(caught.value) and "Tried to allocate 2.00 GiB" in str(caught.value)
+
+
 def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature):
     from opperf.replay.phase_table import PHASE_TABLE_COLUMNS
 

@@ -182,6 +182,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     why); an OpperfError names the first such row when none is left to replay."""
     import time
 
+    import torch
     from torch.profiler import ProfilerActivity, record_function
 
     from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR
@@ -216,8 +217,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     phase_keys = [[key for key in keys if key in prepared] for keys in phase_keys]
     caches: dict[tuple[str, ...], tuple] = {}
     if warm_inputs and backend == "cuda":
-        import torch
-
         from opperf.replay.timing import CacheState, device_l2_bytes
 
         target = torch.device(device)
@@ -251,19 +250,33 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 if key in caches:
                     cache, views = caches[key]
                     cache.rewrite(views)
-                if timed:
-                    with record_function(names[key]):
+                try:
+                    if timed:
+                        with record_function(names[key]):
+                            prepared[key].case.run()
+                    else:
                         prepared[key].case.run()
-                else:
-                    prepared[key].case.run()
+                except torch.OutOfMemoryError as exc:
+                    # Every row's inputs stay allocated for the whole order; one call's outputs did not fit beside
+                    # them (stage 4b then fails, and each row keeps nothing of it).
+                    row = rows[key]
+                    raise OpperfError(f"{key[0]} ran out of device memory in order, with the inputs of "
+                                      f"{len(prepared)} rows held for the whole order: replay only the power-capped "
+                                      f"phases (replay.phase.scope: throttled) or turn stage 4b off "
+                                      f"(replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
+                                      path=row.get("_path"), row=row.get("_line")) from exc
         waiter.synchronize()
 
     for _ in range(warmup):
         run(False)
     names.update({key: session.range_name(key, counts[key] * iterations, "phase") for key in prepared})
     started = time.monotonic_ns() / 1000.0
-    for _ in range(iterations):
-        run(True)
+    try:
+        for _ in range(iterations):
+            run(True)
+    except BaseException:
+        session.close()
+        raise
     ended = time.monotonic_ns() / 1000.0
     results = session.collect(attribute, method)
     return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended, left_out)

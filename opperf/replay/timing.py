@@ -71,6 +71,12 @@ class RangeSession:
         self._pending[token] = (key, repeat_count, policy)
         return f"{self.PREFIX}{token}"
 
+    def close(self) -> None:
+        """Stop the session without reading it (its calls failed)."""
+        profiler, self._profiler, self._pending = self._profiler, None, {}
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+
     def collect(self, attribute, method: str) -> dict[Hashable, TimingResult]:
         results: dict[Hashable, TimingResult] = {}
         if self._profiler is None:
