@@ -13,8 +13,9 @@ distinct row's call once from the parsed database (the same definitions, schema 
 scripts/replay.py), runs the phases' calls in the trace's order --iterations times (default once, as the workload
 did: run longer, the phase throttles further) after --warmup more and --rest-s of idle before each phase, and times
 every call with the profiler (CUPTI kernel time per call, each in a range of its row, as replay's kernel timing
-does). Inputs are the rows' own tensors, not the previous call's outputs; no cache preparation and no heaters run
-in between.
+does). Inputs are the rows' own tensors, not the previous call's outputs; with --warm-inputs each call's warm inputs
+are rewritten into L2 before it (stage 4b's default), with --cold-copies as well a row's calls take turns over
+copies of its cold inputs; no flush and no heaters run in between.
 
 Per row it reports the in-phase mean against the profiled mean of the same calls and, where the database was
 replayed, the row's replay against its own profiled mean; with NVML, the SM clock and power over the phase runs.
@@ -77,6 +78,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--warm-inputs", action="store_true",
                         help="before each call, rewrite the inputs insitu keeps warm into L2 (no flush)")
+    parser.add_argument("--cold-copies", action="store_true",
+                        help="with --warm-inputs: a row's calls take turns over copies of its cold inputs")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
@@ -96,7 +99,7 @@ def main() -> int:
     sampler = NvmlSampler.start_if_available(0) if args.device.startswith("cuda") else None
     try:
         times = replay_phases(phase_keys, rows, device=args.device, iterations=args.iterations, warmup=args.warmup,
-                              rest_s=args.rest_s, warm_inputs=args.warm_inputs)
+                              rest_s=args.rest_s, warm_inputs=args.warm_inputs, cold_copies=args.cold_copies)
     except OpperfError as exc:
         raise SystemExit(str(exc)) from exc
     finally:
@@ -149,7 +152,7 @@ def main() -> int:
         "trace": str(args.trace), "rows": str(args.rows), "selection": "throttled" if args.throttled else
         {"shapes": args.shapes, "min_calls": args.min_calls, "max_gap": args.max_gap},
         "iterations": args.iterations, "warmup": args.warmup, "rest_s": args.rest_s,
-        "warm_inputs": args.warm_inputs, "summary": summary,
+        "warm_inputs": args.warm_inputs, "cold_copies": args.cold_copies, "summary": summary,
         "table": table}, indent=1) + "\n")
     return 0
 

@@ -5,7 +5,8 @@
 # carried). Steps:
 #   1. the chain of benchmarks/input_values_ab_run.sh for WORKLOADS (profile 5 passes, parse, one replay with the
 #      default policies), unless SKIP_CHAIN is set (a later call on the same warm machine);
-#   2. for each workload and each of MODES ("warm plain"), the whole trace in order into whole_<mode>_<w>.json.
+#   2. for each workload and each of MODES ("warm plain"; "copies": warm inputs and --cold-copies), the whole trace in
+#      order into whole_<mode>_<w>.json.
 # Results land in $OUT beside the chain's input_values_<DEV><TAG>.tar.gz (its databases, for the recomputation):
 #   DEV=H200 WORKLOADS="dense hf_mixtral_8x2" bash benchmarks/whole_order_run.sh
 # then `python benchmarks/whole_order_gaps.py` over the JSONs and the databases (issue 18's figures).
@@ -19,7 +20,8 @@ for mode in ${MODES:-warm plain}; do
   for w in $WORKLOADS; do
     rows=$(ls -d $W/$w/insitu/data/$DEV/torch/*/ | head -1)
     timeout ${WHOLE_TIMEOUT:-150} python benchmarks/phase_replay.py --trace $W/$w/profile/trace.json --rows $rows \
-        --shapes $([ $mode = warm ] && echo --warm-inputs) --output $OUT/whole_${mode}_$w.json \
+        --shapes $(case $mode in warm) echo --warm-inputs;; copies) echo --warm-inputs --cold-copies;; esac) \
+        --output $OUT/whole_${mode}_$w.json \
         > $OUT/whole_${mode}_$w.log 2>&1
     echo "whole trace in order, $mode, $w: exit $?"; tail -2 $OUT/whole_${mode}_$w.log
   done

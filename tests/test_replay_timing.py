@@ -178,6 +178,37 @@ def test_rewrite_makes_the_warm_inputs_resident_without_a_flush(monkeypatch):
     assert torch.equal(activation, before)
 
 
+def test_cold_input_copies_give_a_rows_calls_fresh_cold_inputs_and_share_the_rest():
+    """In order, a row's calls take turns over copies of its cold inputs (different weights of one shape in the
+    workload); the warm inputs, the recorded-value inputs and an input sharing storage with another stay shared."""
+    from opperf.replay.timing import cold_input_copies
+
+    activation, weight, bias = torch.randn(4, 64), torch.randn(64, 64), torch.randn(64)
+    offsets = torch.tensor([1, 3, 4], dtype=torch.int32)
+    storage = torch.randn(8, 8)
+    left, right = storage[:, :4], storage[:, 4:]
+    case = ReplayCase(fn=torch.addmm, args=(bias, activation, weight, offsets, left, right),
+                      warm=(activation,), value_variants=[(offsets, [offsets.clone(), offsets + 1])])
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state.plan(case)
+    assert [id(t) for t in state.cold] == [id(bias), id(weight), id(offsets), id(left), id(right)]
+    cases = cold_input_copies(case, state.cold, 1 << 20, calls=3)
+    assert len(cases) == 3 and cases[0] is case                       # one per call, within 2 x 1 MiB of copies
+    for copy in cases[1:]:
+        bias_copy, activation_copy, weight_copy, offsets_copy = copy.args[:4]
+        assert activation_copy is activation and offsets_copy is offsets      # warm, recorded: shared
+        assert copy.args[4] is left and copy.args[5] is right                   # one storage, two inputs: shared
+        assert weight_copy is not weight and torch.equal(weight_copy, weight)   # cold: a fresh copy, same values
+        assert bias_copy is not bias and torch.equal(bias_copy, bias)
+        assert copy.value_variants[0][0] is offsets
+    assert len({id(c.args[2]) for c in cases}) == 3
+    # No more copies than twice the cache holds of them (16.6 KiB of cold inputs, 32 KiB of cache: 4), nor than
+    # max_copies.
+    assert len(cold_input_copies(case, state.cold, 1 << 15, calls=40)) == 4
+    assert len(cold_input_copies(case, state.cold, 1 << 30, calls=40, max_copies=5)) == 5
+    assert cold_input_copies(case, [], 1 << 20, calls=3) == [case]
+
+
 def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewrite():
     offsets = torch.tensor([1, 3, 4], dtype=torch.int32)
     tokens = torch.randn(4, 8)

@@ -164,7 +164,8 @@ class PhaseTimes:
 
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
                   device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
-                  definitions_dir: str | Path | None = None, warm_inputs: bool = True) -> PhaseTimes:
+                  definitions_dir: str | Path | None = None, warm_inputs: bool = True, cold_copies: bool = False,
+                  cold_copy_budget_bytes: int = 8 << 30) -> PhaseTimes:
     """Run each phase's calls in order, back to back, `iterations` times after `warmup` untimed runs, with
     `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
     by its first call) and is timed in a profiler range of its row: CUPTI kernel time on cuda, the op's CPU event
@@ -177,6 +178,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     warm (by the workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the
     call's range: the rest of the cache is what the phase's calls left. Without it the dense decoder's rows under
     10 us replayed at 1.14-1.25x (H200, benchmarks/results/whole_order/).
+
+    With `cold_copies` as well (not yet measured on a GPU, so off by default), a row's calls take turns over copies
+    of its cold inputs (`opperf.replay.timing.cold_input_copies`, within `cold_copy_budget_bytes` in all), so that
+    calls the workload ran on different weights of one shape do not find one weight in L2.
 
     A row that cannot be built, or whose one-at-a-time replay failed, is left out with its calls (`left_out` says
     why); an OpperfError names the first such row when none is left to replay."""
@@ -216,14 +221,22 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                           row=rows[key].get("_line") if key in rows else None)
     phase_keys = [[key for key in keys if key in prepared] for keys in phase_keys]
     caches: dict[tuple[str, ...], tuple] = {}
+    turns = {key: [outcome.case] for key, outcome in prepared.items()}   # the cases a row's calls take in turn
     if warm_inputs and backend == "cuda":
-        from opperf.replay.timing import CacheState, device_l2_bytes
+        from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes
 
         target = torch.device(device)
         target = target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
+        l2_bytes = device_l2_bytes(target)
+        calls_per_pass = Counter(key for keys in phase_keys for key in keys)
+        budget = cold_copy_budget_bytes
         for key, outcome in prepared.items():
-            cache = CacheState(target, "insitu", device_l2_bytes(target))
+            cache = CacheState(target, "insitu", l2_bytes)
             caches[key] = (cache, cache.plan(outcome.case)[1])
+            if cold_copies and budget > 0:
+                turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, calls_per_pass[key])
+                budget -= sum(t.numel() * t.element_size() for copy in turns[key][1:] for t in copy.tensors()
+                              if all(t is not u for u in outcome.case.tensors()))
     if backend == "cuda":
         session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         attribute, method = range_device_times, "cuda profiler (CUPTI) device-kernel time per call"
@@ -233,29 +246,32 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     method += f", in the workload's call order ({len(phase_keys)} phase(s), {iterations} time(s))"
     if caches:
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
+    if any(len(cases) > 1 for cases in turns.values()):
+        method += ", cold inputs in turns over copies"
     counts = Counter(key for keys in phase_keys for key in keys)
     names: dict[tuple[str, ...], str] = {}
 
     def run(timed: bool) -> None:
-        started: set[tuple[str, ...]] = set()
+        made: Counter = Counter()
         for keys in phase_keys:
             waiter.synchronize()
             time.sleep(rest_s)
             for key in keys:
                 # Each call after a row's first takes the row's next recorded input values (MoE splits, masks), as
                 # the workload's calls had their own; the copy runs outside the row's range.
-                if key in started:
+                if made[key]:
                     prepared[key].case.next_values()
-                started.add(key)
+                case = turns[key][made[key] % len(turns[key])]
+                made[key] += 1
                 if key in caches:
                     cache, views = caches[key]
                     cache.rewrite(views)
                 try:
                     if timed:
                         with record_function(names[key]):
-                            prepared[key].case.run()
+                            case.run()
                     else:
-                        prepared[key].case.run()
+                        case.run()
                 except torch.OutOfMemoryError as exc:
                     # Every row's inputs stay allocated for the whole order; one call's outputs did not fit beside
                     # them (stage 4b then fails, and each row keeps nothing of it).

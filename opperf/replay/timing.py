@@ -236,13 +236,16 @@ def _ops_in_ranges(ranges, ops):
             yield op, position
 
 
-def _clone_case(case: ReplayCase) -> ReplayCase:
-    """A copy of the case with fresh tensor inputs (for cache input rotation); an input with recorded values keeps
-    cycling through them in the copy."""
+def _clone_case(case: ReplayCase, only: set[int] | None = None) -> ReplayCase:
+    """A copy of the case with fresh tensor inputs (for cache input rotation), or fresh copies of only the inputs
+    whose id is in `only` (the others shared); an input with recorded values keeps cycling through them in the
+    copy."""
     copies: dict[int, torch.Tensor] = {}
 
     def clone(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
+            if only is not None and id(value) not in only:
+                return value
             copies[id(value)] = value.clone()
             return copies[id(value)]
         if isinstance(value, (list, tuple)):
@@ -250,9 +253,29 @@ def _clone_case(case: ReplayCase) -> ReplayCase:
         return value
     copy = ReplayCase(fn=case.fn, args=tuple(clone(a) for a in case.args),
                       kwargs={k: clone(v) for k, v in case.kwargs.items()}, description=case.description)
-    copy.value_variants = [(copies[id(target)], variants) for target, variants in case.value_variants
-                           if id(target) in copies]
+    copy.value_variants = [(copies.get(id(target), target), variants) for target, variants in case.value_variants
+                           if id(target) in copies or only is not None]
     return copy
+
+
+def cold_input_copies(case: ReplayCase, cold: list[torch.Tensor], l2_bytes: int, calls: int,
+                      max_copies: int = 16) -> list[ReplayCase]:
+    """The case, then copies of it whose `cold` inputs are fresh tensors and every other input shared, to run in
+    turn: in an in-order replay (opperf.replay.phase) a row's calls on one weight would find it in L2 where the
+    workload's calls of that row read different weights (Qwen2-MoE's q, k and v projections: one `addmm` row per
+    token count, 0.88-0.93x in order). As many copies as the row has calls, at most `max_copies`, and no more than
+    twice the cache holds of those inputs; none for inputs whose values are recorded (the timer writes them) or
+    that share storage with another input."""
+    targets = {target.untyped_storage().data_ptr() for target, _ in case.value_variants}
+    storages = [t.untyped_storage().data_ptr() for t in case.tensors()]
+    rotating = [t for t in cold if t.untyped_storage().data_ptr() not in targets
+                and storages.count(t.untyped_storage().data_ptr()) == 1]
+    size = sum(t.numel() * t.element_size() for t in rotating)
+    if not rotating or not size:
+        return [case]
+    count = min(max_copies, calls, max(1, -(-2 * l2_bytes // size)))
+    only = {id(t) for t in rotating}
+    return [case] + [_clone_case(case, only) for _ in range(count - 1)]
 
 
 def storage_bytes_view(tensor: torch.Tensor) -> torch.Tensor:
@@ -286,6 +309,7 @@ class CacheState:
         self.device, self.policy, self.l2_bytes = device, policy, int(l2_bytes)
         self._flush_buffer: torch.Tensor | None = None
         self._twins: dict[int, torch.Tensor] = {}     # insitu: id(view) -> a copy of its bytes
+        self.cold: list[torch.Tensor] = []            # the last plan's inputs kept cold (none resident)
 
     def flush(self) -> None:
         if self._flush_buffer is None:
@@ -307,6 +331,7 @@ class CacheState:
             return [case], [], "none (warm from the previous call)"
         views, seen = [], set()
         self._twins = {}
+        self.cold = []
         warm = {id(t) for t in case.warm_tensors()}
         by_reuse = warm_inputs = cold_inputs = 0
         for tensor in case.tensors():
@@ -320,6 +345,7 @@ class CacheState:
                 keep = min(whole.numel(), self.l2_bytes) if id(tensor) in warm else 0
             if keep == 0:
                 cold_inputs += 1
+                self.cold.append(tensor)
                 continue
             warm_inputs += 1                  # one rewrite may serve several inputs (the same tensor twice)
             view = whole[whole.numel() - keep:]
