@@ -75,7 +75,7 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     assert sorted(table["Type"]) == ["add", "mm", "silu"]
     assert (table["Phase Calls"] == "2").all() and (table["Applied"] == "yes").all()
     assert table["Phase Timing Method"].iloc[0] == ("cpu profiler op time per call, in the workload's call order "
-                                                    "(1 phase(s), 1 time(s))")
+                                                    "(1 phase(s), 3 time(s))")
     for kernel, path in zip(("mm", "add", "silu"), kernels):
         row = pd.read_csv(workdir / path, dtype=str, keep_default_na=False).iloc[0]
         replayed = pd.read_csv(workdir / "results" / root / "replayed" / f"{kernel}.csv", dtype=str,
@@ -88,7 +88,7 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
         assert row["Replay Phase Calls"] == "2" and "Replay Phase Calls" not in replayed.index
         assert row["Replay Timing Method"].endswith("2 of 2 calls replayed in the workload's phase(s): "
                                                     "cpu profiler op time per call, in the workload's call order "
-                                                    "(1 phase(s), 1 time(s))")
+                                                    "(1 phase(s), 3 time(s))")
     # Another phase setting re-runs stage 4b and the database, not the replays.
     config["replay"]["phase"].update(shapes=[], scope="throttled")
     plan = run_workflow(workdir, kernels, dry_run=True, config=config)
