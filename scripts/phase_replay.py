@@ -4,8 +4,9 @@
 One at a time, a row replays in the cache state its policy approximates and the power state a heater
 approximates; inside the workload its calls ran in the state the calls before them left, and no policy reproduced
 that for every row (a dense prefill under NVML's sw_power_cap ran its memory-bound rows 5-15 % slower; short rows
-of throttled decode steps 4-6 % slower). This stage replays each torch.profiler trace of the database once in the
-trace's order, back to back (--scope trace, the default), or only its power-capped phases (--scope throttled,
+of throttled decode steps 4-6 % slower). This stage replays every call of each torch.profiler trace of the database
+in the trace's order, back to back, --iterations times (--scope trace, the default), or only its power-capped phases
+(--scope throttled,
 from the NVML samples the workload stage wrote beside it; --shapes selects by input-shape prefixes). It rebuilds
 each distinct row's call from the replayed rows (the same definitions, schema recipes and checks as
 scripts/replay.py), rewrites each call's warm inputs into L2 before it (as the insitu cache policy would, with no
