@@ -6,9 +6,8 @@ approximates; inside the workload its calls ran in the state the calls before th
 that for every row (a dense prefill under NVML's sw_power_cap ran its memory-bound rows 5-15 % slower; short rows
 of throttled decode steps 4-6 % slower). This stage replays every call of each torch.profiler trace of the database
 in the trace's order, back to back, --iterations times (--scope trace, the default), or only its power-capped phases
-(--scope throttled,
-from the NVML samples the workload stage wrote beside it; --shapes selects by input-shape prefixes). It rebuilds
-each distinct row's call from the replayed rows (the same definitions, schema recipes and checks as
+(--scope throttled, from the NVML samples the workload stage wrote beside it; --shapes selects by input-shape
+prefixes). It rebuilds each distinct row's call from the replayed rows (the same definitions, schema recipes and checks as
 scripts/replay.py), rewrites each call's warm inputs into L2 before it (as the insitu cache policy would, with no
 flush), and times every call (CUPTI kernel time on cuda, the op's profiler time on cpu). It writes a table, one line
 per row, that the database stage folds into the rows (build_database.py kernel --phase): `Average Duration(us)`
