@@ -145,6 +145,14 @@ def _not_replayable(row: Mapping[str, str]) -> str:
     return f"its one-at-a-time replay was {status}" if status and status != "ok" else ""
 
 
+def _out_of_memory(key: tuple[str, ...], row: Mapping[str, str], held: int, where: str,
+                   exc: BaseException) -> OpperfError:
+    return OpperfError(f"{key[0]} ran out of device memory {where}, with the inputs of {held} rows held for the "
+                       f"whole order: replay only the power-capped phases (replay.phase.scope: throttled) or turn "
+                       f"stage 4b off (replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
+                       path=row.get("_path"), row=row.get("_line"))
+
+
 @dataclass
 class PhaseTimes:
     """What a phase replay measured: each row's per-call samples (µs), how, and when (monotonic µs)."""
@@ -232,11 +240,14 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         budget = cold_copy_budget_bytes
         for key, outcome in prepared.items():
             cache = CacheState(target, "insitu", l2_bytes)
-            caches[key] = (cache, cache.plan(outcome.case)[1])
-            if cold_copies and budget > 0:
-                turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, calls_per_pass[key])
-                budget -= sum(t.numel() * t.element_size() for copy in turns[key][1:] for t in copy.tensors()
-                              if all(t is not u for u in outcome.case.tensors()))
+            try:
+                caches[key] = (cache, cache.plan(outcome.case)[1])
+                if cold_copies and budget > 0:
+                    turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, calls_per_pass[key])
+                    budget -= sum(t.numel() * t.element_size() for copy in turns[key][1:] for t in copy.tensors()
+                                  if all(t is not u for u in outcome.case.tensors()))
+            except torch.OutOfMemoryError as exc:
+                raise _out_of_memory(key, rows[key], len(prepared), "making its warm inputs' twins", exc) from exc
     if backend == "cuda":
         session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         attribute, method = range_device_times, "cuda profiler (CUPTI) device-kernel time per call"
@@ -275,12 +286,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 except torch.OutOfMemoryError as exc:
                     # Every row's inputs stay allocated for the whole order; one call's outputs did not fit beside
                     # them (stage 4b then fails, and each row keeps nothing of it).
-                    row = rows[key]
-                    raise OpperfError(f"{key[0]} ran out of device memory in order, with the inputs of "
-                                      f"{len(prepared)} rows held for the whole order: replay only the power-capped "
-                                      f"phases (replay.phase.scope: throttled) or turn stage 4b off "
-                                      f"(replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
-                                      path=row.get("_path"), row=row.get("_line")) from exc
+                    raise _out_of_memory(key, rows[key], len(prepared), "in order", exc) from exc
         waiter.synchronize()
 
     for _ in range(warmup):
