@@ -106,14 +106,23 @@ def cpu_parsed(tmp_path_factory):
     return _parse(CPU_TRACE, tmp_path_factory.mktemp("cpu_parsed"))
 
 
-def test_a_phase_replays_every_call_in_order_on_the_cpu(cpu_parsed):
+def test_a_phase_replays_every_call_in_order_on_the_cpu(cpu_parsed, monkeypatch, caplog):
+    import logging
+
     from opperf.replay.phase import replay_phases
 
     calls = trace_calls(CPU_TRACE)
     rows = database_rows(cpu_parsed)
     prefill = phase_calls(calls, ["1,4,", "4,"], min_calls=5)
     keys = call_keys(prefill, rows, cpu_parsed)
-    times = replay_phases([keys, keys[:3]], rows, device="cpu", iterations=2, rest_s=0.0)
+    monkeypatch.setenv("OPPERF_PROGRESS_INTERVAL_S", "0")
+    with caplog.at_level(logging.INFO, logger="opperf"):
+        times = replay_phases([keys, keys[:3]], rows, device="cpu", iterations=2, rest_s=0.0)
+    # Progress as the stage goes: rows built, then each pass's calls.
+    total = len(keys) + 3
+    assert f"progress phase replay, rows built: {len(set(keys))}/{len(set(keys))} rows (100.0 %)" in caplog.text
+    for turn in (1, 2):
+        assert f"progress phase replay, pass {turn} of 2: {total}/{total} calls (100.0 %)" in caplog.text
     # Every row of the phases, each call of each iteration one sample, all of them measured.
     assert set(times.samples) == set(keys)
     for key, samples in times.samples.items():

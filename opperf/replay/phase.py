@@ -26,11 +26,14 @@ import pandas as pd
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
+from opperf.log import Progress, get_logger
 from opperf.parse.kernel_details import DURATION
 from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
 from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, PHASE_METHOD, PHASE_MIN_ROW_US,
                                        PHASE_PROFILED, PHASE_REPLAYED, PHASE_TABLE_COLUMNS, TYPE, row_key)
 from opperf.stats import format_number, number_or_none
+
+log = get_logger("replay.phase")
 
 START = "Start Time(us)"
 # What stage 4b replays in order: every call of the trace (default), or only its power-capped phases (NVML).
@@ -207,7 +210,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     waiter = _Device(backend)
     prepared: dict[tuple[str, ...], PreparedRow] = {}
     left_out: dict[tuple[str, ...], str] = {}
-    for key in dict.fromkeys(k for keys in phase_keys for k in keys):
+    distinct = list(dict.fromkeys(k for keys in phase_keys for k in keys))
+    building = Progress(log, "phase replay, rows built", len(distinct))
+    for built, key in enumerate(distinct, start=1):
+        building.update(built)
         row = rows[key]
         reason = _not_replayable(row)
         if not reason:
@@ -221,6 +227,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
             reason = (f"{getattr(outcome, 'status', 'no definition')} "
                       f"{getattr(outcome, 'error', '')}").strip()
         left_out[key] = reason
+    building.finish(len(distinct))
     if not prepared:
         key, reason = next(iter(left_out.items()), (("",), "no calls"))
         raise OpperfError(f"{key[0]} cannot be replayed in its phase: {reason}"
@@ -262,8 +269,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     counts = Counter(key for keys in phase_keys for key in keys)
     names: dict[tuple[str, ...], str] = {}
 
-    def run(timed: bool) -> None:
+    def run(timed: bool, label: str) -> None:
         made: Counter = Counter()
+        done = 0
+        progress = Progress(log, f"phase replay, {label}", sum(map(len, phase_keys)), unit="calls")
         for keys in phase_keys:
             waiter.synchronize()
             time.sleep(rest_s)
@@ -274,6 +283,8 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                     prepared[key].case.next_values()
                 case = turns[key][made[key] % len(turns[key])]
                 made[key] += 1
+                done += 1
+                progress.update(done)
                 if key in caches:
                     cache, views = caches[key]
                     cache.rewrite(views)
@@ -288,14 +299,15 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                     # them (stage 4b then fails, and each row keeps nothing of it).
                     raise _out_of_memory(key, rows[key], len(prepared), "in order", exc) from exc
         waiter.synchronize()
+        progress.finish(done)
 
-    for _ in range(warmup):
-        run(False)
+    for turn in range(warmup):
+        run(False, f"warm-up pass {turn + 1} of {warmup}")
     names.update({key: session.range_name(key, counts[key] * iterations, "phase") for key in prepared})
     started = time.monotonic_ns() / 1000.0
     try:
-        for _ in range(iterations):
-            run(True)
+        for turn in range(iterations):
+            run(True, f"pass {turn + 1} of {iterations}")
     except BaseException:
         session.close()
         raise
