@@ -98,6 +98,20 @@ def test_the_real_trace_with_its_second_half_throttled_has_one_phase(tmp_path):
     assert float(phases[0][0]["Start Time(us)"]) >= float(calls[0]["Start Time(us)"])
 
 
+def test_the_stage_takes_the_whole_trace_by_default_and_its_throttled_phases_on_request(tmp_path):
+    from test_power_state import _trace_with_samples
+
+    from opperf.replay.phase import select_phases
+
+    trace, _ = _trace_with_samples(tmp_path, layout="new")          # 1,980 MHz, then 1,755 MHz
+    calls = trace_calls(trace)
+    assert select_phases(trace) == [calls]                          # scope trace: every call, in launch order
+    throttled = [call for phase in select_phases(trace, scope="throttled", min_phase_ms=0.0) for call in phase]
+    assert 0 < len(throttled) < len(calls) and all(float(c["SM Clock(MHz)"]) == 1755.0 for c in throttled)
+    with pytest.raises(OpperfError, match=r"field '--scope': phase scope 'all' is not one of \('trace', 'throttled'\)"):
+        select_phases(trace, scope="all")
+
+
 CPU_TRACE = "tests/data/parse/cpu_decoder_trace.json"
 
 
