@@ -11,9 +11,10 @@ prefill and decode over a KV cache:
   2. parse      scripts/parse_kernel_details.py → data/{device}/torch/{version_dir}/{Type}.csv
   3. replay     scripts/replay.py --database-path (a copy of the parsed database per cache policy,
                 plus a second, independent replay under the default policy for repeatability)
-  4. phase      scripts/phase_replay.py --apply-to each replayed database: the workload's calls replayed once in
-                its own order (each call's warm inputs rewritten into L2 before it) and folded into the rows, as
-                the workflow's stage 4b does with its defaults (`--no-phase`: the rows as replayed one at a time)
+  4. phase      scripts/phase_replay.py --apply-to each replayed database: the workload's calls replayed in its
+                own order, three passes (each call's warm inputs rewritten into L2 before it), and folded into
+                the rows, as the workflow's stage 4b does with its defaults (`--no-phase`: the rows as replayed
+                one at a time)
   5. fixed cost scripts/replay.py --rows on a one-row CSV, three times (a warm machine's per-job cost)
 
 and writes `cuda_replay.json` and `cuda_replay.md` in --output: per policy the median / p90 /

@@ -44,8 +44,9 @@ rule replay_kernel:
 
 
 rule phase_replay:
-    """The workload's calls replayed once in its own order, after every kernel type's replay; a table of in-order
-    means that the database stage folds into the rows (stage 4b, docs/replay.md "Phase replay")."""
+    """The workload's calls replayed in its own order (replay.phase.iterations passes), after every kernel type's
+    replay; a table of in-order means that the database stage folds into the rows (stage 4b, docs/replay.md
+    "Phase replay")."""
     input:
         profiles=raw_profile_files,
         replayed=replayed_csvs,

@@ -7,8 +7,8 @@ that for every row (a dense prefill under NVML's sw_power_cap ran its memory-bou
 of throttled decode steps 4-6 % slower). This stage replays every call of each torch.profiler trace of the database
 in the trace's order, back to back, --iterations times (--scope trace, the default), or only its power-capped phases
 (--scope throttled, from the NVML samples the workload stage wrote beside it; --shapes selects by input-shape
-prefixes). It rebuilds each distinct row's call from the replayed rows (the same definitions, schema recipes and checks as
-scripts/replay.py), rewrites each call's warm inputs into L2 before it (as the insitu cache policy would, with no
+prefixes). It rebuilds each distinct row's call from the replayed rows (the same definitions, schema recipes and
+checks as scripts/replay.py), rewrites each call's warm inputs into L2 before it (as the insitu cache policy would, with no
 flush), and times every call (CUPTI kernel time on cuda, the op's profiler time on cpu). It writes a table, one line
 per row, that the database stage folds into the rows (build_database.py kernel --phase): `Average Duration(us)`
 becomes the call-weighted blend of the in-order mean and the one-at-a-time replay (the in-order mean alone when
@@ -75,6 +75,8 @@ def main(args: argparse.Namespace) -> int:
     from opperf.replay.phase import call_keys, database_rows, phase_table, replay_phases, select_phases
     from opperf.replay.phase_table import applied_time_ratio, apply_phase_table
 
+    if args.iterations < 1:     # before the traces are read: converting one takes seconds
+        raise OpperfError(f"--iterations {args.iterations}: replay the phases at least once", field="--iterations")
     found = discover_inputs(args.profiling_path)
     if found.tables:
         raise OpperfError("phase replay follows a torch.profiler trace's call order; this profile is a kernel table "
@@ -105,8 +107,6 @@ def main(args: argparse.Namespace) -> int:
         profiled_ms = sum(float(call[DURATION]) for phase in phases for call in phase) / 1000
         print(f"replaying {len(phases)} phase(s): {calls} calls of {len({k for ks in keys for k in ks})} rows, "
               f"{profiled_ms:.1f} ms of profiled device time, on {args.device}", flush=True)
-        if args.iterations < 1:
-            raise OpperfError(f"--iterations {args.iterations}: replay the phases at least once", field="--iterations")
         times = replay_phases(keys, rows, device=args.device, iterations=args.iterations, rest_s=args.rest_s,
                               warm_inputs=args.warm_inputs)
         for key, reason in times.left_out.items():

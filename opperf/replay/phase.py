@@ -235,6 +235,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                           path=rows[key].get("_path") if key in rows else None,
                           row=rows[key].get("_line") if key in rows else None)
     phase_keys = [[key for key in keys if key in prepared] for keys in phase_keys]
+    counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
     caches: dict[tuple[str, ...], tuple] = {}
     turns = {key: [outcome.case] for key, outcome in prepared.items()}   # the cases a row's calls take in turn
     if warm_inputs and backend == "cuda":
@@ -243,16 +244,16 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         target = torch.device(device)
         target = target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
         l2_bytes = device_l2_bytes(target)
-        calls_per_pass = Counter(key for keys in phase_keys for key in keys)
         budget = cold_copy_budget_bytes
         for key, outcome in prepared.items():
             cache = CacheState(target, "insitu", l2_bytes)
             try:
                 caches[key] = (cache, cache.plan(outcome.case)[1])
                 if cold_copies and budget > 0:
-                    turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, calls_per_pass[key])
+                    turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
+                    shared = {id(t) for t in outcome.case.tensors()}
                     budget -= sum(t.numel() * t.element_size() for copy in turns[key][1:] for t in copy.tensors()
-                                  if all(t is not u for u in outcome.case.tensors()))
+                                  if id(t) not in shared)
             except torch.OutOfMemoryError as exc:
                 raise _out_of_memory(key, rows[key], len(prepared), "making its warm inputs' twins", exc) from exc
     if backend == "cuda":
@@ -266,7 +267,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
     if any(len(cases) > 1 for cases in turns.values()):
         method += ", cold inputs in turns over copies"
-    counts = Counter(key for keys in phase_keys for key in keys)
     names: dict[tuple[str, ...], str] = {}
 
     def run(timed: bool, label: str) -> None:
