@@ -239,7 +239,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     caches: dict[tuple[str, ...], tuple] = {}
     turns = {key: [outcome.case] for key, outcome in prepared.items()}   # the cases a row's calls take in turn
     if warm_inputs and backend == "cuda":
-        from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes
+        from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes, storage_bytes
 
         target = torch.device(device)
         target = target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
@@ -252,8 +252,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 if cold_copies and budget > 0:
                     turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
                     shared = {id(t) for t in outcome.case.tensors()}
-                    budget -= sum(t.numel() * t.element_size() for copy in turns[key][1:] for t in copy.tensors()
-                                  if id(t) not in shared)
+                    budget -= storage_bytes(t for copy in turns[key][1:] for t in copy.tensors() if id(t) not in shared)
             except torch.OutOfMemoryError as exc:
                 raise _out_of_memory(key, rows[key], len(prepared), "making its warm inputs' twins", exc) from exc
     if backend == "cuda":
