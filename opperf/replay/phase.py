@@ -211,14 +211,17 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     prepared: dict[tuple[str, ...], PreparedRow] = {}
     left_out: dict[tuple[str, ...], str] = {}
     distinct = list(dict.fromkeys(k for keys in phase_keys for k in keys))
+    recipes: dict[str, object] = {}     # one lookup per kernel type: reading the definitions takes 30-70 ms
     building = Progress(log, "phase replay, rows built", len(distinct))
     for built, key in enumerate(distinct, start=1):
         building.update(built)
         row = rows[key]
         reason = _not_replayable(row)
         if not reason:
-            definition = recipe_for(key[0], backend, find_definition(key[0], backend,
-                                                                     definitions_dir or DEFAULT_DEFINITIONS_DIR))
+            if key[0] not in recipes:
+                recipes[key[0]] = recipe_for(key[0], backend, find_definition(
+                    key[0], backend, definitions_dir or DEFAULT_DEFINITIONS_DIR))
+            definition = recipes[key[0]]
             outcome = (prepare_row(definition, row, backend=backend, device=device, timer=waiter,
                                    path=row.get("_path"), line=row.get("_line")) if definition else None)
             if isinstance(outcome, PreparedRow):
