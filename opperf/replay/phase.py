@@ -190,9 +190,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     call's range: the rest of the cache is what the phase's calls left. Without it the dense decoder's rows under
     10 us replayed at 1.14-1.25x (H200, benchmarks/results/whole_order/).
 
-    With `cold_copies` as well (not yet measured on a GPU, so off by default), a row's calls take turns over copies
-    of its cold inputs (`opperf.replay.timing.cold_input_copies`, within `cold_copy_budget_bytes` in all), so that
-    calls the workload ran on different weights of one shape do not find one weight in L2.
+    With `cold_copies` as well, a row's calls take turns over copies of its cold inputs
+    (`opperf.replay.timing.cold_input_copies`, within `cold_copy_budget_bytes` in all), so that calls the workload
+    ran on different weights of one shape do not find one weight in L2. Off by default: the version that keeps
+    strided inputs' layout has not run on a GPU (benchmarks/results/whole_order/h200_copies/).
 
     A row that cannot be built, or whose one-at-a-time replay failed, is left out with its calls (`left_out` says
     why); an OpperfError names the first such row when none is left to replay."""
