@@ -42,6 +42,11 @@ from opperf.errors import OpperfError
 
 INPUT_VALUES = "input_values.json"
 FORMAT_VERSION = 1
+# torch.profiler records the member shapes of a TensorList of at most this many tensors (TENSOR_LIST_DISPLAY_LENGTH_
+# LIMIT in torch/csrc/profiler/util.h); a longer list's Input Dims is empty. A MoE layer that concatenates its
+# experts' outputs (128 experts: the reference decoder's `moe`, 1.8 % of its device time) passes such a list, so the
+# recorder keeps the members' shapes, strides and dtype of every longer list too (a call entry's `lists`).
+PROFILER_LIST_LIMIT = 30
 OFFSETS, COUNTS, MASK, DISTINCT = "offsets", "counts", "mask", "distinct"
 # Per op (its join name, `join_name`: an in-place op and its out-of-place form are one entry), the arguments whose
 # values are recorded and how: schema argument name → kind.
@@ -105,9 +110,12 @@ def shapes_key(op: str, shapes: Sequence) -> tuple:
 class RecordedValues:
     """`input_values.json` read back: per join key, its calls' slot texts in the order the pass ran them."""
 
-    def __init__(self, calls: Mapping[tuple, list[dict[int, str]]]):
+    def __init__(self, calls: Mapping[tuple, list[dict[int, str]]],
+                 lists: Mapping[tuple, list[dict[int, dict]]] | None = None):
         self.calls = dict(calls)
+        self.lists = dict(lists or {})      # per join key, its calls' long TensorLists: position → members
         self._seen: Counter = Counter()
+        self._lists_seen: Counter = Counter()
 
     @classmethod
     def beside(cls, trace_path: str | Path) -> "RecordedValues | None":
@@ -121,14 +129,31 @@ class RecordedValues:
         if document.get("version") != FORMAT_VERSION or not isinstance(document.get("calls"), list):
             raise OpperfError(f"not an input-values file of version {FORMAT_VERSION}", path=path, field="version")
         calls: dict[tuple, list[dict[int, str]]] = {}
+        lists: dict[tuple, list[dict[int, dict]]] = {}
         for number, call in enumerate(document["calls"]):
             try:
                 key = shapes_key(call["op"], call["shapes"])
                 slots = {int(slot): str(text) for slot, text in call["slots"].items()}
+                members = {int(position): _list_members(entry) for position, entry in call.get("lists", {}).items()}
             except (KeyError, TypeError, ValueError) as exc:
-                raise OpperfError(f"call {number} lacks op, shapes or slots ({exc})", path=path, row=number) from exc
-            calls.setdefault(key, []).append(slots)
-        return cls(calls)
+                raise OpperfError(f"call {number} lacks op, shapes or slots, or has a malformed list ({exc})",
+                                  path=path, field=f"calls[{number}]") from exc
+            if slots:
+                calls.setdefault(key, []).append(slots)
+            if members:
+                lists.setdefault(key, []).append(members)
+        return cls(calls, lists)
+
+    def next_lists(self, op: str, input_dims: Sequence) -> dict[int, dict] | None:
+        """The long TensorLists (position → shapes, strides, dtype) of the next trace call of this key, cyclic over
+        the recorded ones, or None."""
+        key = shapes_key(op, input_dims)
+        recorded = self.lists.get(key)
+        if not recorded:
+            return None
+        members = recorded[self._lists_seen[key] % len(recorded)]
+        self._lists_seen[key] += 1
+        return members
 
     def next_call(self, op: str, input_dims: Sequence, slot_count: int) -> str | None:
         """The `;`-aligned cell of the next trace call of this key (cyclic over the recorded ones), or None."""
@@ -141,6 +166,17 @@ class RecordedValues:
         if not slots or max(slots) >= slot_count:
             return None
         return ";".join(slots.get(index, "") for index in range(slot_count))
+
+
+def _list_members(entry: Mapping) -> dict:
+    """A recorded list's members, checked: as many strides as shapes, non-negative integers, a dtype name."""
+    shapes = [[int(d) for d in shape] for shape in entry["shapes"]]
+    strides = [[int(s) for s in stride] for stride in entry["strides"]]
+    if len(strides) != len(shapes) or any(len(a) != len(b) for a, b in zip(shapes, strides)):
+        raise ValueError("shapes and strides do not match")
+    if any(d < 0 for shape in shapes for d in shape) or not isinstance(entry["dtype"], str):
+        raise ValueError("a negative size or no dtype name")
+    return {"shapes": shapes, "strides": strides, "dtype": entry["dtype"]}
 
 
 def merge_calls(cells: Sequence[str]) -> str:

@@ -5,6 +5,7 @@ prefill 8 and 24, an 8-token context and one decode step) with the input_values.
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,15 @@ def test_the_recorder_keeps_splits_and_histograms_with_their_shapes():
         {"op": "histc", "shapes": [[8], [], [], []], "slots": {"0": "2 2 1 3"}},
         {"op": "_grouped_mm", "shapes": [[8, 16], [2, 16, 8], [2], [], []], "slots": {"2": "3 8"}},
     ]
+
+
+def test_the_recorder_keeps_the_members_of_lists_longer_than_the_profiler_records():
+    kept = [torch.randn(1, 4, dtype=torch.bfloat16) for _ in range(31)]
+    with ValueRecorder() as recorder:
+        torch.cat(kept[:30])                        # the profiler records 30 members itself
+        torch.cat([kept[0].t(), *kept[1:]][:1] + [k.reshape(4, 1) for k in kept[1:]], dim=1)
+    assert recorder.calls == [{"op": "cat", "shapes": [[], []], "slots": {}, "lists": {"0": {
+        "shapes": [[4, 1]] * 31, "strides": [[1, 4]] + [[1, 1]] * 30, "dtype": "bfloat16"}}}]
 
 
 def test_a_value_the_recorder_cannot_read_leaves_the_call_alone(monkeypatch):
@@ -319,3 +329,92 @@ def test_the_parse_gives_each_cuda_row_the_mean_idle_before_its_calls(parsed):
     """The rotary embedding's cat of prefill ran once, after the GPU had idled 163.876 µs behind the host
     (tests/test_power_state.py has the per-call values)."""
     assert float(_rows(parsed, "cat")["1,24,8;1,24,8;"][contract.PROFILED_IDLE_BEFORE]) == 163.876
+
+
+def _profile_cats(directory, record: bool):
+    """A real CPU profile of three cats: 40 tensors twice (more than torch.profiler records the shapes of), 3 once;
+    with `record`, the recorder's pass beside it, as scripts/profile_workload.py writes it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    members = [torch.randn(i % 5 + 1, 8) for i in range(40)]
+    small = [torch.randn(2, 8) for _ in range(3)]
+
+    def run():
+        torch.cat(members, 0)
+        torch.cat(small, 0)
+        torch.cat(members[::-1], 1 - 1)
+
+    if record:
+        with ValueRecorder() as recorder:
+            run()
+        recorder.write(directory)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        run()
+    profiler.export_chrome_trace(str(directory / "trace.json"))
+    return directory / "trace.json"
+
+
+def test_a_list_longer_than_the_profiler_records_takes_its_members_from_the_recorder(tmp_path):
+    """torch.profiler keeps the member shapes of a TensorList of at most 30 tensors; a MoE layer's cat of 128
+    experts' outputs has none in the trace (the reference decoder's `moe`: one row, 1.8 % of its device time, that
+    replay could not build). The recorder keeps them and the parse fills them in, call by call."""
+    from opperf.parse.torch_trace import LIST_SHAPES_FROM_VALUES, convert_trace
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR
+    from opperf.replay.engine import PreparedRow, prepare_row
+    from opperf.replay.job import find_definition, recipe_for
+
+    conversion = convert_trace(_profile_cats(tmp_path, record=True))
+    first, small, reversed_ = conversion.rows
+    sizes = [i % 5 + 1 for i in range(40)]
+    assert first[contract.INPUT_SHAPES] == "".join(f"{n},8;" for n in sizes)
+    assert first[contract.INPUT_DTYPES] == "DT_FLOAT;" * 40 and first[contract.OUTPUT_SHAPES] == "120,8"
+    assert first[contract.INPUT_SCALARS] == ";" * 40 + "0"
+    assert reversed_[contract.INPUT_SHAPES] == "".join(f"{n},8;" for n in reversed(sizes))
+    assert small[contract.INPUT_SHAPES] == "2,8;2,8;2,8;"                     # the profiler's own record
+    assert conversion.outcomes[LIST_SHAPES_FROM_VALUES] == 2
+
+    class Waiter:
+        def synchronize(self):
+            return None
+
+    definition = recipe_for("cat", "cpu", find_definition("cat", "cpu", DEFAULT_DEFINITIONS_DIR))
+    prepared = prepare_row(definition, first, backend="cpu", device="cpu", timer=Waiter())
+    assert isinstance(prepared, PreparedRow) and [t.shape[0] for t in prepared.case.args[0]] == sizes
+
+
+def test_a_long_list_no_recorder_kept_is_a_warning_and_a_row_replay_names(tmp_path, caplog):
+    import logging
+
+    from opperf.parse.torch_trace import LIST_SHAPES_NOT_RECORDED, convert_trace, read_torch_trace
+    from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR
+    from opperf.replay.engine import prepare_row
+    from opperf.replay.job import find_definition, recipe_for
+
+    trace = _profile_cats(tmp_path, record=False)
+    with caplog.at_level(logging.WARNING, logger="opperf"):
+        read_torch_trace(trace)
+    assert f"2 op events: {LIST_SHAPES_NOT_RECORDED}" in caplog.text
+    row = convert_trace(trace).rows[0]
+    assert row[contract.INPUT_SHAPES] == "" and row[contract.INPUT_SCALARS] == "0"
+
+    class Waiter:
+        def synchronize(self):
+            return None
+
+    definition = recipe_for("cat", "cpu", find_definition("cat", "cpu", DEFAULT_DEFINITIONS_DIR))
+    outcome = prepare_row(definition, row, backend="cpu", device="cpu", timer=Waiter())
+    assert outcome.status == "failed_build"
+    assert "a list of at most 30 tensors" in outcome.error and "input_values.json" in outcome.error
+
+
+def test_a_malformed_recorded_list_names_the_file_and_call(tmp_path):
+    from opperf.input_values import RecordedValues
+
+    (tmp_path / "input_values.json").write_text(json.dumps({"version": 1, "calls": [
+        {"op": "cat", "shapes": [[], []], "slots": {}, "lists": {"0": {"shapes": [[1, 8]], "strides": [[8, 1]],
+                                                                       "dtype": "float32"}}},
+        {"op": "cat", "shapes": [[], []], "slots": {}, "lists": {"0": {"shapes": [[1, 8]], "strides": [],
+                                                                       "dtype": "float32"}}}]}))
+    with pytest.raises(OpperfError, match=r"input_values.json, field 'calls\[1\]': call 1 .* malformed list "
+                                          r"\(shapes and strides do not match\)"):
+        RecordedValues.beside(tmp_path / "trace.json")

@@ -34,6 +34,7 @@ import bisect
 import csv
 import gzip
 import json
+import logging
 import math
 import re
 from collections import Counter
@@ -51,7 +52,7 @@ from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
 from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
-from opperf.input_values import INPUT_VALUES, RecordedValues, recorded_arguments
+from opperf.input_values import INPUT_VALUES, PROFILER_LIST_LIMIT, RecordedValues, recorded_arguments
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
 from opperf.power_samples import SYNC_RANGE as POWER_SYNC_RANGE
@@ -90,6 +91,12 @@ OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)
 DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (see the attribution lines)"
 LIST_DTYPE_FROM = "TensorList member dtypes taken from "       # + the source (workload.json, kernel name, ...)
 INDICES_FROM_CHILDREN = "Tensor?[] index lists rebuilt from the index tensors the op reshapes"
+LIST_SHAPES_FROM_VALUES = (f"TensorLists of more than {PROFILER_LIST_LIMIT} tensors (member shapes not in the trace) "
+                           f"filled from {INPUT_VALUES}")
+LIST_SHAPES_NOT_RECORDED = (f"op calls with a TensorList of more than {PROFILER_LIST_LIMIT} tensors, whose member "
+                            f"shapes torch.profiler does not record and no {INPUT_VALUES} beside the trace gives: rows "
+                            f"without them, which replay cannot build (profile with scripts/profile_workload.py, or "
+                            f"record them with opperf.workload.values.ValueRecorder)")
 # Device activity that no op launched: what it was (the parse's attribution accounting).
 UNATTRIBUTED_GRAPH = "kernels replayed from a CUDA graph (cudaGraphLaunch; no op records their shapes)"
 UNATTRIBUTED_TRITON = "Triton kernels launched outside any op"
@@ -243,6 +250,7 @@ def _input_slots(args: dict, list_dtype: str = "") -> _Slots:
                 slots.dims.append([int(d) for d in member])
                 slots.strides.append(None)
         elif type_name == "TensorList" and isinstance(dims, list) and all(isinstance(d, list) for d in dims):
+            slots.has_tensor |= not dims      # members not recorded (a list longer than the profiler keeps)
             member_strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
             for member, member_stride in zip(dims, member_strides):   # one slot per tensor (no member dtypes recorded)
                 slots.shapes.append(",".join(str(int(d)) for d in member))
@@ -535,8 +543,10 @@ def convert_trace(path: str | Path) -> TraceConversion:
         conversion.power_fields = (*(power.fields if power is not None else ()),
                                    *((GEMM_BEFORE,) if gemm_before else ()), *((IDLE_BEFORE,) if idle_before else ()))
     for op, duration_us in chosen:
+        base_name = op_base_name(op.name)
         args = _with_index_lists(op, ops, conversion.outcomes)
-        list_dtype = _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
+        args, list_dtype = _with_list_members(args, base_name, values, conversion.outcomes)
+        list_dtype = list_dtype or _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
         row = op_call_row(op.name, args, conversion.accelerator_core, list_dtype, meta)
         if not row[OUTPUT_SHAPES] and not row[OUTPUT_DTYPES]:
             conversion.outcomes[OUTPUTS_NOT_INFERRED] += 1
@@ -552,7 +562,6 @@ def convert_trace(path: str | Path) -> TraceConversion:
             row[GEMM_BEFORE] = gemm_before[op.index]
         if op.index in idle_before:
             row[IDLE_BEFORE] = idle_before[op.index]
-        base_name = op_base_name(op.name)
         if values is not None and recorded_arguments(base_name) and row[INPUT_SHAPES]:
             cell = values.next_call(base_name, op.args.get("Input Dims") or [], row[INPUT_SHAPES].count(";") + 1)
             if cell is None:
@@ -660,6 +669,30 @@ def _unattributed_kind(runtime_name: str | None, kernel_name: str, category: str
     if kernel_name.startswith("triton"):
         return UNATTRIBUTED_TRITON
     return UNATTRIBUTED_KERNEL
+
+
+def _with_list_members(args: dict, op: str, values: RecordedValues | None, outcomes: Counter) -> tuple[dict, str]:
+    """The op's args with each TensorList torch.profiler left empty (more than PROFILER_LIST_LIMIT tensors: a MoE
+    layer's cat of its experts' outputs) filled from input_values.json's record of the call, and the members'
+    dtype; else the args as they are ('' dtype), counted: such a row has no shapes, and replay cannot build it."""
+    dims_list = args.get("Input Dims") or []
+    types = args.get("Input type") or []
+    empty = [i for i, (kind, dims) in enumerate(zip(types, dims_list)) if kind == "TensorList" and dims == []]
+    if not empty:
+        return args, ""
+    recorded = values.next_lists(op, dims_list) if values is not None else None
+    if not recorded or any(i not in recorded for i in empty):
+        outcomes[LIST_SHAPES_NOT_RECORDED] += 1
+        return args, ""
+    strides = list(args.get("Input Strides") or [])
+    strides += [[]] * (len(dims_list) - len(strides))
+    dims = list(dims_list)
+    for i in empty:
+        dims[i], strides[i] = recorded[i]["shapes"], recorded[i]["strides"]
+    outcomes[LIST_SHAPES_FROM_VALUES] += 1
+    outcomes[LIST_DTYPE_FROM + INPUT_VALUES] += 1
+    return {**args, "Input Dims": dims, "Input Strides": strides}, TORCH_TO_PROFILER_DTYPE.get(
+        recorded[empty[0]]["dtype"], "")
 
 
 def _with_index_lists(op: _Op, ops: list[_Op], outcomes: Counter) -> dict:
@@ -780,8 +813,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     path = Path(path)
     conversion = convert_trace(path)
     for outcome, count in conversion.outcomes.most_common():
-        log.info("%s: %d %s: %s", path, count,
-                 "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
+        log.log(logging.WARNING if outcome == LIST_SHAPES_NOT_RECORDED else logging.INFO, "%s: %d %s: %s", path,
+                count, "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
     for line in conversion.attribution.lines():
         log.info("%s: attribution: %s", path, line)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]

@@ -3,7 +3,8 @@
 A TorchDispatchMode sees every aten call below autograd, with its real tensors: for the ops with recorded
 arguments (opperf.input_values.recorded_arguments) it reads those arguments' values (one host sync per such call,
 in a pass that is not timed) and keeps them with the call's input shapes, the join key the parse stage matches
-trace calls by.
+trace calls by. Of any call with a TensorList longer than torch.profiler records the members of
+(opperf.input_values.PROFILER_LIST_LIMIT), it keeps the members' shapes, strides and dtype.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.input_values import (COUNTS, DISTINCT, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS, format_values,
-                                 recorded_arguments)
+from opperf.input_values import (COUNTS, DISTINCT, FORMAT_VERSION, INPUT_VALUES, MASK, OFFSETS,
+                                 PROFILER_LIST_LIMIT, format_values, recorded_arguments)
 from opperf.power_samples import op_base_name
 
 
@@ -33,9 +34,17 @@ def _counts(op: str, tensor: torch.Tensor, arguments: dict) -> list[int] | None:
     return None
 
 
+def _long_list(value) -> bool:
+    """A TensorList whose member shapes torch.profiler does not record (more than PROFILER_LIST_LIMIT tensors)."""
+    return (isinstance(value, (list, tuple)) and len(value) > PROFILER_LIST_LIMIT
+            and all(isinstance(member, torch.Tensor) for member in value))
+
+
 class ValueRecorder(TorchDispatchMode):
-    """Within `with ValueRecorder() as recorder:`, every call of a recorded op adds an entry to `recorder.calls`:
-    `{"op", "shapes": [input shapes, schema order], "slots": {schema position: values text}}`."""
+    """Within `with ValueRecorder() as recorder:`, every call of a recorded op, and every call with a TensorList
+    longer than the profiler records, adds an entry to `recorder.calls`: `{"op", "shapes": [input shapes, schema
+    order], "slots": {schema position: values text}}`, and `"lists": {schema position: {"shapes", "strides",
+    "dtype"}}` for the long lists."""
 
     def __init__(self):
         super().__init__()
@@ -46,7 +55,7 @@ class ValueRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         op = op_base_name(func._schema.name)
         recorded = recorded_arguments(op)
-        if recorded:
+        if recorded or any(_long_list(value) for value in (*args, *kwargs.values())):
             try:
                 self._record(op, func, args, kwargs, recorded)
             except Exception as exc:  # noqa: BLE001 — recording must never change what the workload runs
@@ -82,8 +91,11 @@ class ValueRecorder(TorchDispatchMode):
                 values = None
             if values is not None and all(v >= 0 for v in values):
                 slots[str(names.index(name))] = format_values(values)
-        if slots:
-            self.calls.append({"op": op, "shapes": shapes, "slots": slots})
+        lists = {str(position): {"shapes": [list(t.shape) for t in value], "strides": [list(t.stride()) for t in value],
+                                 "dtype": str(value[0].dtype).removeprefix("torch.")}
+                 for position, value in enumerate(arguments.get(name) for name in names) if _long_list(value)}
+        if slots or lists:
+            self.calls.append({"op": op, "shapes": shapes, "slots": slots, **({"lists": lists} if lists else {})})
 
     def write(self, directory: str | Path) -> Path:
         path = Path(directory) / INPUT_VALUES

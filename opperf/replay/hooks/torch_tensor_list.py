@@ -20,6 +20,7 @@ that cat took 11.2 µs in the workload; replayed with the past keys resident in 
 from __future__ import annotations
 
 from opperf import contract
+from opperf.input_values import INPUT_VALUES, PROFILER_LIST_LIMIT
 from opperf.replay.inputs import BuildContext, ReplayCase, describe_call, resolve_callable, torch_dtype
 
 
@@ -29,7 +30,10 @@ def build_case(row, ctx: BuildContext) -> ReplayCase:
     while count < len(shapes) and shapes[count] is not None:
         count += 1
     if count == 0:
-        raise ctx.error("a tensor-list op needs at least one tensor slot before its scalar slots")
+        raise ctx.error("a tensor-list op needs at least one tensor slot before its scalar slots (torch.profiler "
+                        f"records the member shapes of a list of at most {PROFILER_LIST_LIMIT} tensors; a longer "
+                        f"list's come from {INPUT_VALUES} beside the trace, as scripts/profile_workload.py records "
+                        "it)")
     known = [d for d in (*ctx.slots.input_dtypes, *ctx.slots.output_dtypes) if d and contract.is_known_dtype(d)]
     fallback = known[0] if known else "DT_FLOAT"
     tensors, guessed = [], False
