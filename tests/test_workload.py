@@ -132,3 +132,40 @@ def test_profile_iterations_below_one_are_a_usage_error():
                            "--output", "unused"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 2
     assert "--profile-iterations: must be a whole number >= 1, got 0" in done.stderr
+
+
+def test_a_moe_layer_with_more_experts_than_the_profiler_lists_parses_every_cat_with_its_members(tmp_path):
+    """The reference decoder's MoE layer concatenates the outputs of the experts that got tokens. With more than 30
+    of them torch.profiler records no member shapes; the profile's recorder keeps them, so every cat call of the
+    trace is a row with its members (before: the CPU parse dropped such a call, the CUDA one made a row that replay
+    could not build)."""
+    import csv
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    models = tmp_path / "models.yaml"
+    models.write_text("tiny-moe-40:\n  hidden_size: 128\n  intermediate_size: 256\n  num_attention_heads: 4\n"
+                      "  num_key_value_heads: 2\n  head_dim: 32\n  vocab_size: 1024\n  num_hidden_layers: 1\n"
+                      "  rms_norm_eps: 1.0e-6\n  rope_theta: 10000.0\n  num_experts: 40\n  num_experts_per_tok: 4\n"
+                      "  moe_intermediate_size: 64\n  tp_sizes: [1]\n")
+    out = tmp_path / "profile"
+    plan = WorkloadPlan(prefill_lengths=(64,), decode_steps=1, decode_context=8, profile_iterations=2)
+    profile_workload(load_model_dims(models, "tiny-moe-40"), plan, "cpu", "float32", out)
+    trace = json.loads((out / "trace.json").read_text())
+    long_cats = [e for e in cpu_ops(trace) if e["name"] == "aten::cat" and e["args"]["Input Dims"][0] == []]
+    assert len(long_cats) == 2                                  # the prefill's MoE layer, once per pass
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "parse_kernel_details.py"), "--profiling-path",
+                           str(out / "trace.json"), "--database-path", str(tmp_path / "db")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 op events: TensorLists of more than 30 tensors (member shapes not in the trace) filled" in done.stderr
+    with open(tmp_path / "db" / "cat.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert all(row["Input Shapes"] for row in rows)
+    members = [row for row in rows if row["Input Shapes"].count(";") > 30]
+    assert sum(int(row["Profiling Sample Count"]) for row in members) == 2
+    for row in members:
+        sizes = [int(slot.split(",")[0]) for slot in row["Input Shapes"].split(";") if slot]
+        assert sum(sizes) == 64 * 4 and row["Output Shapes"] == "256,128"     # every routed token, once
