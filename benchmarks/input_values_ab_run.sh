@@ -77,9 +77,13 @@ for variant in $VARIANTS; do
         --output $RES/${variant}_phase > $RES/phase_$variant.log 2>&1
     echo "$variant + phase: exit $?"; sed -n '/Per workload/,/^## Gap/p' $RES/${variant}_phase/cuda_replay.md | head -7
     grep -h "phase replay (stage 4b)" $RES/${variant}_phase/cuda_replay.md
-    for w in $WORKLOADS; do
-      cp $W/$w/insitu/phase_replay.csv $RES/phase_replay_$w.csv; cp $W/$w/phase_insitu.log $RES/phase_$w.log
-      grep -hE "phase|applied" $W/$w/phase_insitu.log | grep -v USDT
+    for w in $WORKLOADS; do    # the stage's table and log of each replay it ran on in this call (RUNS)
+      for run in ${RUNS:-insitu insitu-repeat}; do
+        [ -f $W/$w/phase_$run.log ] || continue
+        suffix=$([ $run = insitu ] || echo _$run)
+        cp $W/$w/$run/phase_replay.csv $RES/phase_replay_$w$suffix.csv; cp $W/$w/phase_$run.log $RES/phase_$w$suffix.log
+        grep -hE "phase|applied" $W/$w/phase_$run.log | grep -v -e USDT -e progress
+      done
     done
   fi
   (cd /tmp && tar czf $RES/databases_$variant.tar.gz $(for w in $WORKLOADS; do echo iv/$w/insitu/data; done))
