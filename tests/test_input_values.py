@@ -331,6 +331,13 @@ def test_the_parse_gives_each_cuda_row_the_mean_idle_before_its_calls(parsed):
     assert float(_rows(parsed, "cat")["1,24,8;1,24,8;"][contract.PROFILED_IDLE_BEFORE]) == 163.876
 
 
+class _NoWait:
+    """prepare_row's timer on the CPU: nothing to wait for."""
+
+    def synchronize(self):
+        return None
+
+
 def _profile_cats(directory, record: bool):
     """A real CPU profile of three cats: 40 tensors twice (more than torch.profiler records the shapes of), 3 once;
     with `record`, the recorder's pass beside it, as scripts/profile_workload.py writes it."""
@@ -373,12 +380,8 @@ def test_a_list_longer_than_the_profiler_records_takes_its_members_from_the_reco
     assert small[contract.INPUT_SHAPES] == "2,8;2,8;2,8;"                     # the profiler's own record
     assert conversion.outcomes[LIST_SHAPES_FROM_VALUES] == 2
 
-    class Waiter:
-        def synchronize(self):
-            return None
-
     definition = recipe_for("cat", "cpu", find_definition("cat", "cpu", DEFAULT_DEFINITIONS_DIR))
-    prepared = prepare_row(definition, first, backend="cpu", device="cpu", timer=Waiter())
+    prepared = prepare_row(definition, first, backend="cpu", device="cpu", timer=_NoWait())
     assert isinstance(prepared, PreparedRow) and [t.shape[0] for t in prepared.case.args[0]] == sizes
 
 
@@ -397,12 +400,8 @@ def test_a_long_list_no_recorder_kept_is_a_warning_and_a_row_replay_names(tmp_pa
     row = convert_trace(trace).rows[0]
     assert row[contract.INPUT_SHAPES] == "" and row[contract.INPUT_SCALARS] == "0"
 
-    class Waiter:
-        def synchronize(self):
-            return None
-
     definition = recipe_for("cat", "cpu", find_definition("cat", "cpu", DEFAULT_DEFINITIONS_DIR))
-    outcome = prepare_row(definition, row, backend="cpu", device="cpu", timer=Waiter())
+    outcome = prepare_row(definition, row, backend="cpu", device="cpu", timer=_NoWait())
     assert outcome.status == "failed_build"
     assert "a list of at most 30 tensors" in outcome.error and "input_values.json" in outcome.error
 
