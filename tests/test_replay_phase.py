@@ -352,3 +352,70 @@ def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(parsed, 
     (trace.parent / "power_samples.json").unlink()
     done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table, "--scope", "throttled")
     assert f"{trace}: no NVML samples beside it (power_samples.json), so no phase to find" in done.stdout
+
+
+def test_memory_windows_split_the_order_into_runs_of_calls_whose_rows_fit():
+    from opperf.replay.phase import memory_windows
+
+    a, b, c, d, big = ("a",), ("b",), ("c",), ("d",), ("big",)
+    sizes = {a: 4, b: 4, c: 4, d: 4, big: 100}
+    phases = [[a, b, a, c, d, c]]
+    assert memory_windows(phases, sizes, None) == [[[a, b, a, c, d, c]]]
+    assert memory_windows([[a, b], [c]], sizes, 12) == [[[a, b], [c]]]          # all fit: one window, both phases
+    assert memory_windows(phases, sizes, 8) == [[[a, b, a]], [[c, d, c]]]
+    assert memory_windows(phases, sizes, 4) == [[[a]], [[b]], [[a]], [[c]], [[d]], [[c]]]
+    assert memory_windows([[a, big, a]], sizes, 8) == [[[a]], [[big]], [[a]]]   # too large alone: its own window
+
+
+def test_a_phase_over_the_memory_budget_runs_in_windows_with_every_call_and_its_values(tmp_path, monkeypatch, caplog):
+    """Rows whose tensors do not fit the budget together (the reference MoE decoder's 4,024 rows take 99 GiB, more
+    than an 80 GB GPU holds) are replayed in windows of consecutive calls: every call still gets one sample per pass,
+    and a row rebuilt for a later window goes on with its recorded values where it stopped."""
+    import logging
+    import sys
+
+    from opperf.replay import engine, inputs
+    from opperf.replay.phase import replay_phases
+
+    trace = "tests/data/parse/cuda_tiny_qwen2_moe/trace.json.gz"
+    parsed = _parse(trace, tmp_path / "db")
+    rows = database_rows(parsed)
+    keys = [k for k in call_keys(trace_calls(trace), rows, parsed) if k[0] in ("_grouped_mm", "mul", "silu")]
+    timed: list[tuple[tuple, list | None]] = []
+    run = inputs.ReplayCase.run
+
+    def recording(case):
+        if sys._getframe(1).f_code.co_name == "run":          # the order's calls, not a build's check
+            timed.append((case.row, case.value_variants[0][0].tolist() if case.value_variants else None))
+        return run(case)
+
+    prepare = engine.prepare_row
+
+    def tagged(definition, row, **kwargs):                     # each case knows its row (file, line)
+        outcome = prepare(definition, row, **kwargs)
+        outcome.case.row = (row.get("_path"), row.get("_line"))
+        return outcome
+
+    monkeypatch.setattr(inputs.ReplayCase, "run", recording)
+    monkeypatch.setattr(engine, "prepare_row", tagged)
+    whole = replay_phases([keys], rows, device="cpu", iterations=2, rest_s=0.0)
+    whole_calls = list(timed)
+    timed.clear()
+    largest = max(inputs.row_tensor_bytes(inputs.parse_row_slots(rows[key])) for key in keys)
+    with caplog.at_level(logging.INFO, logger="opperf"):
+        split = replay_phases([keys], rows, device="cpu", iterations=2, rest_s=0.0, memory_budget_bytes=largest)
+    windows = int(caplog.text.split("replayed in ")[1].split(" windows")[0])
+    assert windows > 3 and "exceed the stage's memory budget" in caplog.text
+    assert f"in {windows} windows of consecutive calls" in split.method
+    assert {key: len(s) for key, s in split.samples.items()} == {key: len(s) for key, s in whole.samples.items()}
+    assert all(len(s) == 2 * keys.count(key) for key, s in split.samples.items())
+    # Per row, its calls ran the same recorded values in the same order, windows or not.
+    def per_row(calls):
+        sequences: dict[tuple, list] = {}
+        for row, values in calls:
+            sequences.setdefault(row, []).append(values)
+        return sequences
+
+    assert len(timed) == len(whole_calls) == 2 * len(keys)
+    assert any(values is not None for _, values in timed)
+    assert per_row(timed) == per_row(whole_calls)

@@ -41,6 +41,9 @@ PHASE_SCOPES = ("trace", "throttled")
 # Times stage 4b replays them: a row's in-order mean is over a few calls a pass, and one pass left two replays of the
 # dense decoder 1.5 % apart at the median (H200, benchmarks/results/whole_order/).
 PHASE_ITERATIONS = 3
+# Share of the device's free memory the rows of one window may take (opperf.replay.phase.memory_windows): above it
+# the order is replayed in windows. The rows' count includes their outputs, which the order does not hold.
+PHASE_MEMORY_FRACTION = 0.8
 SM_CLOCK = FIELDS[0]
 # A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
 PHASE_MAX_IDLE_US = 100.0
@@ -150,8 +153,8 @@ def _not_replayable(row: Mapping[str, str]) -> str:
 
 def _out_of_memory(key: tuple[str, ...], row: Mapping[str, str], held: int, where: str,
                    exc: BaseException) -> OpperfError:
-    return OpperfError(f"{key[0]} ran out of device memory {where}, with the inputs of {held} rows held for the "
-                       f"whole order: replay only the power-capped phases (replay.phase.scope: throttled) or turn "
+    return OpperfError(f"{key[0]} ran out of device memory {where}, with the inputs of {held} rows held at once: "
+                       f"replay only the power-capped phases (replay.phase.scope: throttled) or turn "
                        f"stage 4b off (replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
                        path=row.get("_path"), row=row.get("_line"))
 
@@ -173,10 +176,45 @@ class PhaseTimes:
         return any(sample > 0 for samples in self.samples.values() for sample in samples)
 
 
+def _row_bytes(row: Mapping[str, str]) -> int:
+    """What a row's tensors take on the device (inputs and outputs; 0 when its slots do not parse: its build fails
+    and names why)."""
+    from opperf.replay.inputs import parse_row_slots, row_tensor_bytes
+
+    try:
+        return row_tensor_bytes(parse_row_slots(row))
+    except OpperfError:
+        return 0
+
+
+def memory_windows(phase_keys: Sequence[Sequence[tuple[str, ...]]], sizes: Mapping[tuple[str, ...], int],
+                   budget: int | None) -> list[list[list[tuple[str, ...]]]]:
+    """The order in windows, each a list of call sequences replayed together: every phase in one window when their
+    rows' tensors fit `budget` bytes together (or there is no budget), else runs of consecutive calls whose
+    distinct rows fit it (a row larger than the budget alone: a window of its own)."""
+    distinct = dict.fromkeys(key for keys in phase_keys for key in keys)
+    if budget is None or sum(sizes[key] for key in distinct) <= budget:
+        return [[list(keys) for keys in phase_keys]]
+    windows: list[list[list[tuple[str, ...]]]] = []
+    for keys in phase_keys:
+        start, held, total = 0, set(), 0
+        for index, key in enumerate(keys):
+            if key in held:
+                continue
+            if held and total + sizes[key] > budget:
+                windows.append([list(keys[start:index])])
+                start, held, total = index, set(), 0
+            held.add(key)
+            total += sizes[key]
+        if start < len(keys):
+            windows.append([list(keys[start:])])
+    return windows
+
+
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
                   device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
                   definitions_dir: str | Path | None = None, warm_inputs: bool = True, cold_copies: bool = False,
-                  cold_copy_budget_bytes: int = 8 << 30) -> PhaseTimes:
+                  cold_copy_budget_bytes: int = 8 << 30, memory_budget_bytes: int | None = None) -> PhaseTimes:
     """Run each phase's calls in order, back to back, `iterations` times after `warmup` untimed runs, with
     `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
     by its first call) and is timed in a profiler range of its row: CUPTI kernel time on cuda, the op's CPU event
@@ -195,6 +233,11 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     ran on different weights of one shape do not find one weight in L2. Off by default: the version that keeps
     strided inputs' layout has not run on a GPU (benchmarks/results/whole_order/h200_copies/).
 
+    Every row's tensors stay allocated while its calls run. When the rows' tensors together exceed
+    `memory_budget_bytes` (on cuda by default PHASE_MEMORY_FRACTION of the device's free memory; the reference MoE
+    decoder's 4,024 rows take 99 GiB), the order is replayed in windows of consecutive calls that fit, each
+    `iterations` times, the rows of one window released before the next is built (memory_windows).
+
     A row that cannot be built, or whose one-at-a-time replay failed, is left out with its calls (`left_out` says
     why); an OpperfError names the first such row when none is left to replay."""
     import time
@@ -209,56 +252,84 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
 
     backend = "cuda" if str(device).startswith("cuda") else "cpu"
     waiter = _Device(backend)
-    prepared: dict[tuple[str, ...], PreparedRow] = {}
+    target = torch.device(device)
+    if backend == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
     left_out: dict[tuple[str, ...], str] = {}
     distinct = list(dict.fromkeys(k for keys in phase_keys for k in keys))
+    for key in distinct:
+        reason = _not_replayable(rows[key])
+        if reason:
+            left_out[key] = reason
+    phase_keys = [[key for key in keys if key not in left_out] for keys in phase_keys]
+    counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
+    sizes = {key: _row_bytes(rows[key]) for key in counts}
+    if memory_budget_bytes is None and backend == "cuda":
+        memory_budget_bytes = int(PHASE_MEMORY_FRACTION * torch.cuda.mem_get_info(target)[0])
+    windows = memory_windows(phase_keys, sizes, memory_budget_bytes)
+    if len(windows) > 1:
+        log.info("the rows' tensors (%.1f GiB) exceed the stage's memory budget (%.1f GiB): the order is replayed in "
+                 "%d windows of consecutive calls, each %d time(s)", sum(sizes.values()) / 2**30,
+                 memory_budget_bytes / 2**30, len(windows), iterations)
+
     recipes: dict[str, object] = {}     # one lookup per kernel type: reading the definitions takes 30-70 ms
-    building = Progress(log, "phase replay, rows built", len(distinct))
-    for built, key in enumerate(distinct, start=1):
-        building.update(built)
-        row = rows[key]
-        reason = _not_replayable(row)
-        if not reason:
+    prepared: dict[tuple[str, ...], PreparedRow] = {}
+    caches: dict[tuple[str, ...], tuple] = {}
+    turns: dict[tuple[str, ...], list] = {}     # the cases a row's calls take in turn
+    charged: dict[tuple[str, ...], int] = {}    # bytes of cold copies each row holds
+    value_turns: dict[tuple[str, ...], int] = {}    # a released row's recorded-values turn, to go on from
+    ever_built: set[tuple[str, ...]] = set()
+    copy_budget = [cold_copy_budget_bytes]
+    use_caches = warm_inputs and backend == "cuda"
+    if use_caches:
+        from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes, storage_bytes
+
+        l2_bytes = device_l2_bytes(target)
+
+    def release(keep: set) -> None:
+        for key in [key for key in prepared if key not in keep]:
+            value_turns[key] = prepared.pop(key).case.value_turn
+            caches.pop(key, None)
+            turns.pop(key, None)
+            copy_budget[0] += charged.pop(key, 0)
+
+    def build(keys: list, label: str) -> None:
+        release(set(keys))
+        todo = [key for key in keys if key not in prepared and key not in left_out]
+        building = Progress(log, label, len(todo))
+        for built, key in enumerate(todo, start=1):
+            building.update(built)
+            row = rows[key]
             if key[0] not in recipes:
                 recipes[key[0]] = recipe_for(key[0], backend, find_definition(
                     key[0], backend, definitions_dir or DEFAULT_DEFINITIONS_DIR))
             definition = recipes[key[0]]
             outcome = (prepare_row(definition, row, backend=backend, device=device, timer=waiter,
                                    path=row.get("_path"), line=row.get("_line")) if definition else None)
-            if isinstance(outcome, PreparedRow):
-                prepared[key] = outcome
+            if not isinstance(outcome, PreparedRow):
+                left_out[key] = (f"{getattr(outcome, 'status', 'no definition')} "
+                                 f"{getattr(outcome, 'error', '')}").strip()
                 continue
-            reason = (f"{getattr(outcome, 'status', 'no definition')} "
-                      f"{getattr(outcome, 'error', '')}").strip()
-        left_out[key] = reason
-    building.finish(len(distinct))
-    if not prepared:
-        key, reason = next(iter(left_out.items()), (("",), "no calls"))
-        raise OpperfError(f"{key[0]} cannot be replayed in its phase: {reason}"
-                          + (f" (and {len(left_out) - 1} other row(s))" if len(left_out) > 1 else ""),
-                          path=rows[key].get("_path") if key in rows else None,
-                          row=rows[key].get("_line") if key in rows else None)
-    phase_keys = [[key for key in keys if key in prepared] for keys in phase_keys]
-    counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
-    caches: dict[tuple[str, ...], tuple] = {}
-    turns = {key: [outcome.case] for key, outcome in prepared.items()}   # the cases a row's calls take in turn
-    if warm_inputs and backend == "cuda":
-        from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes, storage_bytes
+            prepared[key] = outcome
+            ever_built.add(key)
+            turns[key] = [outcome.case]
+            if key in value_turns:                  # rebuilt for a later window: its values go on where they were
+                outcome.case.value_turn = value_turns[key] - 1
+                outcome.case.next_values()
+            if use_caches:
+                cache = CacheState(target, "insitu", l2_bytes)
+                try:
+                    caches[key] = (cache, cache.plan(outcome.case)[1])
+                    if cold_copies and copy_budget[0] > 0:
+                        turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
+                        shared = {id(t) for t in outcome.case.tensors()}
+                        charged[key] = storage_bytes(t for copy in turns[key][1:] for t in copy.tensors()
+                                                     if id(t) not in shared)
+                        copy_budget[0] -= charged[key]
+                except torch.OutOfMemoryError as exc:
+                    raise _out_of_memory(key, row, len(prepared), "making its warm inputs' twins", exc) from exc
+        building.finish(len(todo))
 
-        target = torch.device(device)
-        target = target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
-        l2_bytes = device_l2_bytes(target)
-        budget = cold_copy_budget_bytes
-        for key, outcome in prepared.items():
-            cache = CacheState(target, "insitu", l2_bytes)
-            try:
-                caches[key] = (cache, cache.plan(outcome.case)[1])
-                if cold_copies and budget > 0:
-                    turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
-                    shared = {id(t) for t in outcome.case.tensors()}
-                    budget -= storage_bytes(t for copy in turns[key][1:] for t in copy.tensors() if id(t) not in shared)
-            except torch.OutOfMemoryError as exc:
-                raise _out_of_memory(key, rows[key], len(prepared), "making its warm inputs' twins", exc) from exc
     if backend == "cuda":
         session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
         attribute, method = range_device_times, "cuda profiler (CUPTI) device-kernel time per call"
@@ -266,22 +337,23 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         session = RangeSession([ProfilerActivity.CPU], record_shapes=True, strict=True)
         attribute, method = range_cpu_op_times, "cpu profiler op time per call"
     method += f", in the workload's call order ({len(phase_keys)} phase(s), {iterations} time(s))"
-    if caches:
+    if len(windows) > 1:
+        method += f", in {len(windows)} windows of consecutive calls (the rows' tensors over the memory budget)"
+    if use_caches:
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
-    if any(len(cases) > 1 for cases in turns.values()):
-        method += ", cold inputs in turns over copies"
-    names: dict[tuple[str, ...], str] = {}
+    names: dict[tuple, str] = {}
 
-    def run(timed: bool, label: str) -> None:
-        made: Counter = Counter()
+    made: Counter = Counter()       # each row's calls so far, every pass and window
+
+    def run(window: list, number: int, timed: bool, label: str) -> None:
         done = 0
-        progress = Progress(log, f"phase replay, {label}", sum(map(len, phase_keys)), unit="calls")
-        for keys in phase_keys:
+        progress = Progress(log, f"phase replay, {label}", sum(map(len, window)), unit="calls")
+        for keys in window:
             waiter.synchronize()
             time.sleep(rest_s)
             for key in keys:
                 # Each call after a row's first takes the row's next recorded input values (MoE splits, masks), as
-                # the workload's calls had their own; the copy runs outside the row's range.
+                # the workload's calls had their own, across passes and windows; the copy runs outside the range.
                 if made[key]:
                     prepared[key].case.next_values()
                 case = turns[key][made[key] % len(turns[key])]
@@ -293,30 +365,47 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                     cache.rewrite(views)
                 try:
                     if timed:
-                        with record_function(names[key]):
+                        with record_function(names[key, number]):
                             case.run()
                     else:
                         case.run()
                 except torch.OutOfMemoryError as exc:
-                    # Every row's inputs stay allocated for the whole order; one call's outputs did not fit beside
+                    # A window's rows' inputs stay allocated while it runs; one call's outputs did not fit beside
                     # them (stage 4b then fails, and each row keeps nothing of it).
                     raise _out_of_memory(key, rows[key], len(prepared), "in order", exc) from exc
         waiter.synchronize()
         progress.finish(done)
 
-    for turn in range(warmup):
-        run(False, f"warm-up pass {turn + 1} of {warmup}")
-    names.update({key: session.range_name(key, counts[key] * iterations, "phase") for key in prepared})
-    started = time.monotonic_ns() / 1000.0
+    started = None
     try:
-        for turn in range(iterations):
-            run(True, f"pass {turn + 1} of {iterations}")
+        for number, window in enumerate(windows):
+            where = f" (window {number + 1} of {len(windows)})" if len(windows) > 1 else ""
+            build(list(dict.fromkeys(key for keys in window for key in keys)), f"phase replay, rows built{where}")
+            window = [[key for key in keys if key in prepared] for keys in window]
+            calls = Counter(key for keys in window for key in keys)
+            for turn in range(warmup):
+                run(window, number, False, f"warm-up pass {turn + 1} of {warmup}{where}")
+            names.update({(key, number): session.range_name((key, number), calls[key] * iterations, "phase")
+                          for key in calls})
+            started = time.monotonic_ns() / 1000.0 if started is None else started
+            for turn in range(iterations):
+                run(window, number, True, f"pass {turn + 1} of {iterations}{where}")
     except BaseException:
         session.close()
         raise
+    if not ever_built:
+        key, reason = next(iter(left_out.items()), (("",), "no calls"))
+        raise OpperfError(f"{key[0]} cannot be replayed in its phase: {reason}"
+                          + (f" (and {len(left_out) - 1} other row(s))" if len(left_out) > 1 else ""),
+                          path=rows[key].get("_path") if key in rows else None,
+                          row=rows[key].get("_line") if key in rows else None)
     ended = time.monotonic_ns() / 1000.0
     results = session.collect(attribute, method)
-    return PhaseTimes({key: results[key].samples_us for key in prepared}, method, started, ended, left_out)
+    samples: dict[tuple[str, ...], list[float]] = {}
+    for (key, _), result in sorted(results.items(), key=lambda item: item[0][1]):
+        if key not in left_out:
+            samples.setdefault(key, []).extend(result.samples_us)
+    return PhaseTimes(samples, method, started or ended, ended, left_out)
 
 
 def select_phases(trace: str | Path, *, scope: str = "trace", shapes: Sequence[str] = (), min_calls: int = 20,
