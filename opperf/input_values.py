@@ -144,25 +144,25 @@ class RecordedValues:
                 lists.setdefault(key, []).append(members)
         return cls(calls, lists)
 
+    @staticmethod
+    def _next(table: Mapping[tuple, list], seen: Counter, op: str, input_dims: Sequence):
+        """The next recorded entry of this call's key in `table`, cyclic over the recorded ones (`seen` counts the
+        key's trace calls so far), or None."""
+        key = shapes_key(op, input_dims)
+        recorded = table.get(key)
+        if not recorded:
+            return None
+        seen[key] += 1
+        return recorded[(seen[key] - 1) % len(recorded)]
+
     def next_lists(self, op: str, input_dims: Sequence) -> dict[int, dict] | None:
         """The long TensorLists (position → shapes, strides, dtype) of the next trace call of this key, cyclic over
         the recorded ones, or None."""
-        key = shapes_key(op, input_dims)
-        recorded = self.lists.get(key)
-        if not recorded:
-            return None
-        members = recorded[self._lists_seen[key] % len(recorded)]
-        self._lists_seen[key] += 1
-        return members
+        return self._next(self.lists, self._lists_seen, op, input_dims)
 
     def next_call(self, op: str, input_dims: Sequence, slot_count: int) -> str | None:
         """The `;`-aligned cell of the next trace call of this key (cyclic over the recorded ones), or None."""
-        key = shapes_key(op, input_dims)
-        recorded = self.calls.get(key)
-        if not recorded:
-            return None
-        slots = recorded[self._seen[key] % len(recorded)]
-        self._seen[key] += 1
+        slots = self._next(self.calls, self._seen, op, input_dims)
         if not slots or max(slots) >= slot_count:
             return None
         return ";".join(slots.get(index, "") for index in range(slot_count))
