@@ -248,13 +248,11 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR
     from opperf.replay.engine import PreparedRow, prepare_row
     from opperf.replay.job import find_definition, recipe_for
-    from opperf.replay.timing import RangeSession, range_cpu_op_times, range_device_times
+    from opperf.replay.timing import RangeSession, cuda_device, range_cpu_op_times, range_device_times
 
     backend = "cuda" if str(device).startswith("cuda") else "cpu"
     waiter = _Device(backend)
-    target = torch.device(device)
-    if backend == "cuda" and target.index is None:
-        target = torch.device("cuda", torch.cuda.current_device())
+    target = cuda_device(device) if backend == "cuda" else torch.device(device)
     left_out: dict[tuple[str, ...], str] = {}
     distinct = list(dict.fromkeys(k for keys in phase_keys for k in keys))
     for key in distinct:
@@ -278,8 +276,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     turns: dict[tuple[str, ...], list] = {}     # the cases a row's calls take in turn
     charged: dict[tuple[str, ...], int] = {}    # bytes of cold copies each row holds
     value_turns: dict[tuple[str, ...], int] = {}    # a released row's recorded-values turn, to go on from
-    ever_built: set[tuple[str, ...]] = set()
-    copy_budget = [cold_copy_budget_bytes]
+    copy_budget = cold_copy_budget_bytes
     use_caches = warm_inputs and backend == "cuda"
     if use_caches:
         from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes, storage_bytes
@@ -287,13 +284,15 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         l2_bytes = device_l2_bytes(target)
 
     def release(keep: set) -> None:
+        nonlocal copy_budget
         for key in [key for key in prepared if key not in keep]:
             value_turns[key] = prepared.pop(key).case.value_turn
             caches.pop(key, None)
             turns.pop(key, None)
-            copy_budget[0] += charged.pop(key, 0)
+            copy_budget += charged.pop(key, 0)
 
     def build(keys: list, label: str) -> None:
+        nonlocal copy_budget
         release(set(keys))
         todo = [key for key in keys if key not in prepared and key not in left_out]
         building = Progress(log, label, len(todo))
@@ -311,7 +310,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                                  f"{getattr(outcome, 'error', '')}").strip()
                 continue
             prepared[key] = outcome
-            ever_built.add(key)
             turns[key] = [outcome.case]
             if key in value_turns:                  # rebuilt for a later window: its values go on where they were
                 outcome.case.value_turn = value_turns[key] - 1
@@ -320,12 +318,12 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 cache = CacheState(target, "insitu", l2_bytes)
                 try:
                     caches[key] = (cache, cache.plan(outcome.case)[1])
-                    if cold_copies and copy_budget[0] > 0:
+                    if cold_copies and copy_budget > 0:
                         turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
                         shared = {id(t) for t in outcome.case.tensors()}
                         charged[key] = storage_bytes(t for copy in turns[key][1:] for t in copy.tensors()
                                                      if id(t) not in shared)
-                        copy_budget[0] -= charged[key]
+                        copy_budget -= charged[key]
                 except torch.OutOfMemoryError as exc:
                     raise _out_of_memory(key, row, len(prepared), "making its warm inputs' twins", exc) from exc
         building.finish(len(todo))
@@ -393,7 +391,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     except BaseException:
         session.close()
         raise
-    if not ever_built:
+    if not prepared and not value_turns:        # no row was ever built
         key, reason = next(iter(left_out.items()), (("",), "no calls"))
         raise OpperfError(f"{key[0]} cannot be replayed in its phase: {reason}"
                           + (f" (and {len(left_out) - 1} other row(s))" if len(left_out) > 1 else ""),

@@ -274,9 +274,7 @@ def clone_layout(tensor: torch.Tensor, storages: dict[int, torch.UntypedStorage]
     source = tensor.untyped_storage()
     key = source.data_ptr()
     if key not in storages:
-        fresh = torch.empty(source.nbytes(), dtype=torch.uint8, device=tensor.device)
-        fresh.copy_(torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(source))
-        storages[key] = fresh.untyped_storage()
+        storages[key] = source.clone()
     return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
         storages[key], tensor.storage_offset(), tensor.shape, tensor.stride())
 
@@ -411,6 +409,12 @@ class CacheState:
                 view.copy_(twin)
 
 
+def cuda_device(device: str | torch.device) -> torch.device:
+    """`device` with its index: plain `cuda` is the current device (the L2 size and the caches are per device)."""
+    target = torch.device(device)
+    return target if target.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
 def device_l2_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size)
@@ -449,9 +453,7 @@ class CudaTimer:
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
         if primary not in CUDA_TIMINGS:
             raise OpperfError(f"timing {primary!r} is not one of {CUDA_TIMINGS}", field="--cuda-timing")
-        self.device = torch.device(device)
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = cuda_device(device)
         self.cache = CacheState(self.device, l2_policy, device_l2_bytes(self.device))
         self.primary = primary
         from torch.profiler import ProfilerActivity
