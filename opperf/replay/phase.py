@@ -261,9 +261,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
             left_out[key] = reason
     phase_keys = [[key for key in keys if key not in left_out] for keys in phase_keys]
     counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
-    sizes = {key: _row_bytes(rows[key]) for key in counts}
     if memory_budget_bytes is None and backend == "cuda":
         memory_budget_bytes = int(PHASE_MEMORY_FRACTION * torch.cuda.mem_get_info(target)[0])
+    # Only a budget needs the rows' sizes (parsing 4,024 rows' slots is not free).
+    sizes = {key: _row_bytes(rows[key]) for key in counts} if memory_budget_bytes is not None else {}
     windows = memory_windows(phase_keys, sizes, memory_budget_bytes)
     if len(windows) > 1:
         log.info("the rows' tensors (%.1f GiB) exceed the stage's memory budget (%.1f GiB): the order is replayed in "
