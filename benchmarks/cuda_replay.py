@@ -247,7 +247,8 @@ def stage_phase(work: Path, args) -> dict:
                        str(work / name / "profile" / "trace.json"), "--rows", str(target),
                        "--output", str(work / name / run_name / PHASE_TABLE), "--apply-to", str(target),
                        "--device", "cuda" if args.backend == "cuda" else "cpu",
-                       *(["--iterations", str(args.phase_iterations)] if args.phase_iterations else [])]
+                       *(["--iterations", str(args.phase_iterations)] if args.phase_iterations else []),
+                       *(["--cold-copies"] if args.phase_cold_copies else [])]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"phase_{run_name}.log")
     return timings
 
@@ -550,6 +551,7 @@ def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) ->
     report = {"device": env.get("device"), "environment": env, "repeat_count": args.repeat_count,
               "default_policy": DEFAULT_CACHE_POLICY,
               "power_policy": args.power_policy, "heater_min_power_w": args.heater_min_power,
+              "phase_cold_copies": args.phase_cold_copies,
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
               "policies": {}, "per_workload": {}, "fixed_cost": fixed, "stage_wall_s": wall}
@@ -760,6 +762,8 @@ def main() -> int:
                              "the JSON): more passes average each row's profiled time over more calls")
     parser.add_argument("--phase-iterations", type=int, default=0, metavar="N",
                         help="stage 4b: times the profile's order is replayed (0: the stage's default)")
+    parser.add_argument("--phase-cold-copies", action=argparse.BooleanOptionalAction, default=False,
+                        help="stage 4b: a row's calls take turns over copies of its cold inputs (recorded in the JSON)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--repeat", action=argparse.BooleanOptionalAction, default=True,
                         help="a second replay under the default policy (another seed) for repeatability "

@@ -14,7 +14,7 @@
 #      "insitu-repeat" with SKIP_PROFILE in the next call) splits the two replays of a workload too long for one call;
 #      HEATER_MIN_POWER (W) passes --heater-min-power (benchmarks/results/heater_ab/), POWER_POLICY --power-policy.
 #      PHASE=1 then runs stage 4b (scripts/phase_replay.py, folded into the same replays; PHASE_ITERATIONS passes
-#      --phase-iterations) and reports it apart in
+#      --phase-iterations, PHASE_COLD_COPIES=1 --phase-cold-copies) and reports it apart in
 #      <variant>_phase/. TAG is appended to the packed file's name, so that several calls in one device command keep theirs.
 # Everything lands under $RES (default /tmp/ivres) and is packed into $OUT/input_values_<DEV>.tar.gz at the end
 # (the device tool returns a few files, not a tree). The device tool's 10-minute limit fits steps 1+3 for one
@@ -73,7 +73,8 @@ for variant in $VARIANTS; do
     timeout ${PHASE_TIMEOUT:-200} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV \
         --policies insitu $([ -n "${REPEAT:-}" ] && echo --repeat || echo --no-repeat) \
         $([ -n "${RUNS:-}" ] && echo --replay-runs $RUNS) $([ -n "${PHASE_ITERATIONS:-}" ] && echo \
-        --phase-iterations $PHASE_ITERATIONS) --stages phase report --work-dir $W \
+        --phase-iterations $PHASE_ITERATIONS) \
+        $([ -n "${PHASE_COLD_COPIES:-}" ] && echo --phase-cold-copies) --stages phase report --work-dir $W \
         --output $RES/${variant}_phase > $RES/phase_$variant.log 2>&1
     echo "$variant + phase: exit $?"; sed -n '/Per workload/,/^## Gap/p' $RES/${variant}_phase/cuda_replay.md | head -7
     grep -h "phase replay (stage 4b)" $RES/${variant}_phase/cuda_replay.md

@@ -266,6 +266,7 @@ def phase_replay_options(wildcards):
     return (
         (f"--shapes {shapes} " if shapes else "")
         + f"--scope {phase['scope']} --{'' if phase['warm_inputs'] else 'no-'}warm-inputs "
+        + f"--{'' if phase['cold_copies'] else 'no-'}cold-copies "
         + f"--min-calls {phase['min_calls']} --max-gap {phase['max_gap']} "
         + f"--min-phase-ms {phase['min_phase_ms']} --min-row-us {phase['min_row_us']} "
         + f"--iterations {phase['iterations']} --rest-s {phase['rest_s']}"

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rows whose in-phase calls averaged less keep their one-at-a-time replay")
     parser.add_argument("--warm-inputs", action=argparse.BooleanOptionalAction, default=True,
                         help="cuda: rewrite each call's warm inputs into L2 before it (insitu, no flush)")
+    parser.add_argument("--cold-copies", action=argparse.BooleanOptionalAction, default=False,
+                        help="cuda, with --warm-inputs: a row's calls take turns over copies of its cold inputs (as "
+                             "the workload ran one shape on several weights), within the memory budget")
     parser.add_argument("--iterations", type=int, default=PHASE_ITERATIONS,
                         help="times the phases are replayed, each after --rest-s of idle (a row's mean is over all)")
     parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase (s)")
@@ -108,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"replaying {len(phases)} phase(s): {calls} calls of {len({k for ks in keys for k in ks})} rows, "
               f"{profiled_ms:.1f} ms of profiled device time, on {args.device}", flush=True)
         times = replay_phases(keys, rows, device=args.device, iterations=args.iterations, rest_s=args.rest_s,
-                              warm_inputs=args.warm_inputs)
+                              warm_inputs=args.warm_inputs, cold_copies=args.cold_copies)
         for key, reason in times.left_out.items():
             row = rows[key]
             print(f"left out of the order: {row['_path']}, line {row['_line']} ({key[0]} {key[1]}): {reason}",

@@ -419,3 +419,23 @@ def test_a_phase_over_the_memory_budget_runs_in_windows_with_every_call_and_its_
     assert len(timed) == len(whole_calls) == 2 * len(keys)
     assert any(values is not None for _, values in timed)
     assert per_row(timed) == per_row(whole_calls)
+
+
+def test_an_interrupted_call_is_left_out_of_its_rows_mean_and_named(caplog):
+    """One call at over 10x both the row's median and its longest profiled call (another context's time slice, a
+    stall) does not move the row; a row slow in every call keeps them all, and so its gap shows."""
+    from opperf.replay.phase import PhaseTimes, phase_table
+    from opperf.replay.phase_table import KEY_COLUMNS
+
+    blank = [""] * (len(KEY_COLUMNS) - 1)
+    quick, slow = ("sigmoid", "2048,1", *blank), ("mm", "64,64;64,64", *blank)
+    calls = [{"Duration(us)": 1.5}, {"Duration(us)": 1.7}, {"Duration(us)": 30.0}]
+    times = PhaseTimes({quick: [1.6, 1.6, 1.7, 35000.0, 1.5, 1.6],
+                        slow: [300.0, 310.0, 305.0, 320.0, 300.0, 310.0]}, "in order", 0.0, 1.0)
+    with caplog.at_level("WARNING"):
+        table = phase_table([calls * 2], [[quick, quick, slow] * 2], times).set_index("Type")
+    assert table.loc["sigmoid", "Phase Replay Average Duration(us)"] == "1.6"
+    assert table.loc["sigmoid", "Phase Timing Method"] == "in order, 1 interrupted call(s) left out"
+    assert "sigmoid (2048,1): 1 of 6 call(s) took over 10x" in caplog.text and "(35000 us)" in caplog.text
+    assert table.loc["mm", "Phase Replay Average Duration(us)"] == "307.5"
+    assert table.loc["mm", "Phase Timing Method"] == "in order"

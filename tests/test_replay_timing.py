@@ -117,6 +117,31 @@ def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
     assert views == [] and text == "none (warm from the previous call)"
 
 
+def test_insitu_warms_a_sparse_slice_element_wise_and_its_tail_by_reuse():
+    """A rotary half of a fused QKV output is rewritten element by element, not through the 36x larger span."""
+    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    qkv = torch.randn(64, 576, dtype=torch.bfloat16)
+    half = qkv[:, 64:80]                                       # 16 of every 576 elements
+    weight = torch.randn(16, 16, dtype=torch.bfloat16)
+    _, views, text = state.plan(ReplayCase(fn=torch.mm, args=(half, weight), warm=(half,)))
+    (view,) = views
+    assert view.dtype == torch.int16 and view.shape == half.shape and view.stride() == half.stride()
+    assert view.data_ptr() == half.data_ptr() and "1 warm input(s) (0.00 MiB)" in text
+    before = qkv.clone()
+    state.prepare(views)                                       # the copy from its twin keeps every bit
+    assert torch.equal(qkv.view(torch.int16), before.view(torch.int16))
+    # By the workload's reuse distance only the last rows stay resident: the tail along the outermost dimension.
+    case = ReplayCase(fn=torch.mm, args=(half, weight), warm=(half,))
+    case.reuse = {id(half): (2**20 - 512) / 2**20}             # 512 bytes of the cache left: 16 of the 64 rows
+    (tail,), _ = state.plan(case)[1:]
+    assert tail.shape == (16, 16) and tail.data_ptr() == half[48:].data_ptr()
+    # An expanded view (stride 0) and a dense one keep the byte span, as before.
+    expanded = torch.randn(1, 16).expand(64, 16)
+    assert storage_bytes_view(expanded).dtype == torch.uint8
+    _, (flat,), _ = state.plan(ReplayCase(fn=torch.add, args=(expanded, weight[:1]), warm=(expanded,)))
+    assert flat.dtype == torch.uint8 and flat.numel() == 16 * 4
+
+
 def test_cpu_timer_collects_every_measured_key_once():
     timer = CpuWallClockTimer(threads=1)
     case = ReplayCase(fn=torch.add, args=(torch.ones(4), torch.ones(4)))

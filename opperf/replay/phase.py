@@ -340,6 +340,8 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         method += f", in {len(windows)} windows of consecutive calls (the rows' tensors over the memory budget)"
     if use_caches:
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
+        if cold_copies:
+            method += ", a row's calls in turns over copies of its cold inputs"
     names: dict[tuple, str] = {}
 
     made: Counter = Counter()       # each row's calls so far, every pass and window
@@ -442,6 +444,20 @@ def profiled_call_times(phases: Sequence[Sequence[dict]],
     return profiled
 
 
+INTERRUPTED_FACTOR = 10
+
+
+def interrupted_calls(samples: list[float], longest_profiled: float) -> tuple[list[float], list[float]]:
+    """The calls to average and those left out: a call that took over INTERRUPTED_FACTOR times both its row's
+    median call and the row's longest call in the workload was not running alone (on the H200 one 1.6 us sigmoid
+    call of Qwen2-MoE's router averaged 35 ms over a pass, once in two replays); a row that is slow throughout keeps
+    every call."""
+    if len(samples) < 3:
+        return samples, []
+    limit = INTERRUPTED_FACTOR * max(sorted(samples)[len(samples) // 2], longest_profiled)
+    return [s for s in samples if s <= limit], [s for s in samples if s > limit]
+
+
 def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
                 times: PhaseTimes | None, min_row_us: float = PHASE_MIN_ROW_US) -> pd.DataFrame:
     """One line per row replayed in a phase: its calls there, their profiled mean, the replayed mean, how it was
@@ -451,7 +467,13 @@ def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[
     left_out = times.left_out if times else {}
     lines = []
     for key, durations in profiled.items():
-        samples = [s for s in (times.samples.get(key, ()) if times else ()) if s > 0]
+        samples, dropped = interrupted_calls([s for s in (times.samples.get(key, ()) if times else ()) if s > 0],
+                                             max(durations))
+        if dropped:
+            log.warning("phase replay: %s (%s): %d of %d call(s) took over %gx both the row's median call and its "
+                        "longest profiled call (%s us); left out of its mean as interrupted", key[0], key[1],
+                        len(dropped), len(samples) + len(dropped), INTERRUPTED_FACTOR,
+                        ", ".join(format_number(s) for s in dropped[:3]))
         profiled_mean = sum(durations) / len(durations)
         replayed = sum(samples) / len(samples) if samples else None
         if key in left_out:
@@ -464,5 +486,6 @@ def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[
             applied = "yes"
         lines.append({TYPE: key[0], **dict(zip(KEY_COLUMNS, key[1:])), PHASE_CALLS: len(durations),
                       PHASE_PROFILED: format_number(profiled_mean), PHASE_REPLAYED: format_number(replayed),
-                      PHASE_METHOD: times.method, PHASE_APPLIED: applied})
+                      PHASE_METHOD: times.method + (f", {len(dropped)} interrupted call(s) left out" if dropped
+                                                    else ""), PHASE_APPLIED: applied})
     return pd.DataFrame(lines, columns=list(PHASE_TABLE_COLUMNS)).fillna("")

@@ -306,6 +306,48 @@ def storage_bytes_view(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage(), start, (length,))
 
 
+SPARSE_VIEW_SPAN = 8        # a view spanning more than this many times its elements' bytes is warmed element-wise
+_SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _sparse_view(tensor: torch.Tensor, span: float) -> bool:
+    """Whether `tensor` is a strided view with no element twice (no stride 0, no overlap) whose elements fill less
+    than 1/span of the bytes it spans: a slice of a fused output, as rotary's q/k halves of a QKV GEMM."""
+    dims = sorted((stride, size) for size, stride in zip(tensor.shape, tensor.stride()) if size > 1)
+    if not dims or tensor.element_size() not in _SAME_SIZE_INTEGER:
+        return False
+    reach = 1
+    for stride, size in dims:
+        if stride < reach:
+            return False
+        reach = stride * size
+    return storage_extent(tensor.shape, tensor.stride()) > span * tensor.numel()
+
+
+def warm_target(tensor: torch.Tensor, span: float = SPARSE_VIEW_SPAN) -> torch.Tensor:
+    """What the insitu cache state makes resident of an input: the bytes its view spans, or for a sparse strided
+    view its own elements (as an integer view of the same element size, so that the in-place rewrite keeps every
+    bit). Rewriting a sparse view's span would bring lines the kernel never reads into the cache: on the reference
+    decoder a rotary half of the 4,096-token QKV output spans 75 MB, more than an H200's L2."""
+    if _sparse_view(tensor, span):
+        return tensor.view(_SAME_SIZE_INTEGER[tensor.element_size()])
+    return storage_bytes_view(tensor)
+
+
+def resident_tail(target: torch.Tensor, keep: int) -> torch.Tensor:
+    """The last `keep` bytes of `target` (warm_target's): what an LRU cache still holds of it. A strided view keeps
+    its last indices along its outermost dimension, the highest addresses."""
+    nbytes = target.numel() * target.element_size()
+    if keep >= nbytes:
+        return target
+    if target.dim() == 1 and target.is_contiguous():
+        return target[target.numel() - keep // target.element_size():]
+    dim = max((d for d in range(target.dim()) if target.shape[d] > 1), key=lambda d: target.stride(d))
+    size = target.shape[dim]
+    count = max(1, -(-keep * size // nbytes))
+    return target.narrow(dim, size - count, count)
+
+
 class CacheState:
     """Puts the device cache in the policy's state before each timed call; says what it did.
 
@@ -331,6 +373,8 @@ class CacheState:
         self._flush_buffer: torch.Tensor | None = None
         self._twins: dict[int, torch.Tensor] = {}     # insitu: id(view) -> a copy of its bytes
         self.cold: list[torch.Tensor] = []            # the last plan's inputs kept cold (none resident)
+
+    warm_target = staticmethod(warm_target)   # what of an input is made resident (a probe may override it)
 
     def flush(self) -> None:
         if self._flush_buffer is None:
@@ -358,23 +402,25 @@ class CacheState:
         for tensor in case.tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
-            whole = storage_bytes_view(tensor)
+            target = self.warm_target(tensor)
+            nbytes = target.numel() * target.element_size()
             if id(tensor) in case.reuse:      # measured in the workload: what an LRU cache still holds of it
                 by_reuse += 1
-                keep = resident_bytes(whole.numel(), case.reuse[id(tensor)], self.l2_bytes)
+                keep = resident_bytes(nbytes, case.reuse[id(tensor)], self.l2_bytes)
             else:                             # the definition's guess: warm activations, cold weights
-                keep = min(whole.numel(), self.l2_bytes) if id(tensor) in warm else 0
+                keep = min(nbytes, self.l2_bytes) if id(tensor) in warm else 0
             if keep == 0:
                 cold_inputs += 1
                 self.cold.append(tensor)
                 continue
             warm_inputs += 1                  # one rewrite may serve several inputs (the same tensor twice)
-            view = whole[whole.numel() - keep:]
-            identity = (view.untyped_storage().data_ptr(), view.storage_offset(), view.numel())
+            view = resident_tail(target, keep)
+            identity = (view.untyped_storage().data_ptr(), view.storage_offset(), tuple(view.shape),
+                        view.stride(), view.dtype)
             if identity not in seen:
                 seen.add(identity)
                 views.append(view)
-        warm_bytes = sum(v.numel() for v in views)
+        warm_bytes = sum(v.numel() * v.element_size() for v in views)
         source = f", {by_reuse} placed by the workload's reuse distances" if by_reuse else ""
         how = "rewritten into L2 in place"
         if self.policy == "insitu":
