@@ -14,8 +14,8 @@ scripts/replay.py), runs the phases' calls in the trace's order --iterations tim
 did: run longer, the phase throttles further) after --warmup more and --rest-s of idle before each phase, and times
 every call with the profiler (CUPTI kernel time per call, each in a range of its row, as replay's kernel timing
 does). Inputs are the rows' own tensors, not the previous call's outputs; with --warm-inputs each call's warm inputs
-are rewritten into L2 before it (stage 4b's default), with --cold-copies as well a row's calls take turns over
-copies of its cold inputs; no flush and no heaters run in between.
+are rewritten into L2 before it (stage 4b's default), with --cold-copies as well the calls of a row that comes back
+before the cache turns over take turns over copies of its cold inputs (opperf.replay.phase.close_rows); no flush and no heaters run in between.
 
 Per row it reports the in-phase mean against the profiled mean of the same calls and, where the database was
 replayed, the row's replay against its own profiled mean; with NVML, the SM clock and power over the phase runs.
@@ -79,7 +79,8 @@ def main() -> int:
     parser.add_argument("--warm-inputs", action="store_true",
                         help="before each call, rewrite the inputs insitu keeps warm into L2 (no flush)")
     parser.add_argument("--cold-copies", action="store_true",
-                        help="with --warm-inputs: a row's calls take turns over copies of its cold inputs")
+                        help="with --warm-inputs: a row that comes back before the cache turns over takes turns over "
+                             "copies of its cold inputs")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()

@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm-inputs", action=argparse.BooleanOptionalAction, default=True,
                         help="cuda: rewrite each call's warm inputs into L2 before it (insitu, no flush)")
     parser.add_argument("--cold-copies", action=argparse.BooleanOptionalAction, default=False,
-                        help="cuda, with --warm-inputs: a row's calls take turns over copies of its cold inputs (as "
-                             "the workload ran one shape on several weights), within the memory budget")
+                        help="cuda, with --warm-inputs: a row that comes back before the cache turns over takes turns "
+                             "over copies of its cold inputs (as the workload ran one shape on several weights)")
     parser.add_argument("--iterations", type=int, default=PHASE_ITERATIONS,
                         help="times the phases are replayed, each after --rest-s of idle (a row's mean is over all)")
     parser.add_argument("--rest-s", type=float, default=0.2, help="idle before each phase (s)")

@@ -439,3 +439,18 @@ def test_an_interrupted_call_is_left_out_of_its_rows_mean_and_named(caplog):
     assert "sigmoid (2048,1): 1 of 6 call(s) took over 10x" in caplog.text and "(35000 us)" in caplog.text
     assert table.loc["mm", "Phase Replay Average Duration(us)"] == "307.5"
     assert table.loc["mm", "Phase Timing Method"] == "in order"
+
+
+def test_cold_copies_go_to_rows_that_come_back_before_the_cache_turns_over():
+    """q, k and v of one shape back to back come back at once; a fused projection a layer later does not."""
+    from opperf.replay.phase import close_rows
+
+    qkv, norm, up, down, attention = (("mm", "a"), ("mean", "b"), ("mm", "c"), ("mm", "d"), ("attn", "e"))
+    mib = 2**20
+    sizes = {qkv: 8 * mib, norm: 1 * mib, up: 40 * mib, down: 40 * mib, attention: 60 * mib}
+    separate = [[norm, qkv, qkv, qkv, attention, norm, up, down] * 2]
+    assert close_rows(separate, sizes, 60 * mib) == {qkv}          # norm comes back after 84 MiB, qkv after 0
+    fused = [[norm, qkv, attention, norm, up, down] * 2]
+    assert close_rows(fused, sizes, 60 * mib) == set()
+    assert close_rows(fused, sizes, 200 * mib) == {qkv, norm, attention, up, down}
+    assert close_rows([[qkv], [qkv]], sizes, 60 * mib) == set()     # phases apart: the idle between them

@@ -211,6 +211,24 @@ def memory_windows(phase_keys: Sequence[Sequence[tuple[str, ...]]], sizes: Mappi
     return windows
 
 
+def close_rows(phase_keys: Sequence[Sequence[tuple[str, ...]]], sizes: Mapping[tuple[str, ...], int],
+               capacity: int) -> set[tuple[str, ...]]:
+    """The rows two of whose calls follow each other within a phase with less than `capacity` bytes of other rows'
+    tensors between them: in replay their cold inputs would still be in the cache from the row's previous call.
+    Qwen2-MoE's q, k and v projections are one row run three times back to back; the workload ran them on three
+    weights, replay on one (0.88-0.93x in order). A fused QKV projection's row comes back a layer later, after every
+    other weight of the layer, and is not close."""
+    close: set[tuple[str, ...]] = set()
+    for keys in phase_keys:
+        touched, after = 0, {}                      # bytes of the phase so far; each row's count after its call
+        for key in keys:
+            if key in after and touched - after[key] < capacity:
+                close.add(key)
+            touched += sizes.get(key, 0)
+            after[key] = touched
+    return close
+
+
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
                   device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
                   definitions_dir: str | Path | None = None, warm_inputs: bool = True, cold_copies: bool = False,
@@ -228,10 +246,12 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     call's range: the rest of the cache is what the phase's calls left. Without it the dense decoder's rows under
     10 us replayed at 1.14-1.25x (H200, benchmarks/results/whole_order/).
 
-    With `cold_copies` as well, a row's calls take turns over copies of its cold inputs
-    (`opperf.replay.timing.cold_input_copies`, within `cold_copy_budget_bytes` in all), so that calls the workload
-    ran on different weights of one shape do not find one weight in L2. Off by default: the version that keeps
-    strided inputs' layout has not run on a GPU (benchmarks/results/whole_order/h200_copies/).
+    With `cold_copies` as well, the calls of a row that comes back before the cache has turned over (`close_rows`)
+    take turns over copies of its cold inputs (`opperf.replay.timing.cold_input_copies`, within
+    `cold_copy_budget_bytes` in all), so that calls the workload ran on different weights of one shape do not find
+    one weight in L2. Off by default: copies for every row made the small rows 1-2 % slower and dense's median gap
+    1.8 -> 3.0 % in order on the H200 (benchmarks/results/whole_order/h200_sparse_views/); the rows-that-come-back
+    selection has not run on a GPU yet.
 
     Every row's tensors stay allocated while its calls run. When the rows' tensors together exceed
     `memory_budget_bytes` (on cuda by default PHASE_MEMORY_FRACTION of the device's free memory; the reference MoE
@@ -263,8 +283,11 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
     if memory_budget_bytes is None and backend == "cuda":
         memory_budget_bytes = int(PHASE_MEMORY_FRACTION * torch.cuda.mem_get_info(target)[0])
-    # Only a budget needs the rows' sizes (parsing 4,024 rows' slots is not free).
-    sizes = {key: _row_bytes(rows[key]) for key in counts} if memory_budget_bytes is not None else {}
+    use_caches = warm_inputs and backend == "cuda"
+    copying = use_caches and cold_copies
+    # Only a budget or the copies need the rows' sizes (parsing 4,024 rows' slots is not free).
+    sizes = ({key: _row_bytes(rows[key]) for key in counts} if memory_budget_bytes is not None or copying
+             else {})
     windows = memory_windows(phase_keys, sizes, memory_budget_bytes)
     if len(windows) > 1:
         log.info("the rows' tensors (%.1f GiB) exceed the stage's memory budget (%.1f GiB): the order is replayed in "
@@ -278,11 +301,14 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     charged: dict[tuple[str, ...], int] = {}    # bytes of cold copies each row holds
     value_turns: dict[tuple[str, ...], int] = {}    # a released row's recorded-values turn, to go on from
     copy_budget = cold_copy_budget_bytes
-    use_caches = warm_inputs and backend == "cuda"
     if use_caches:
         from opperf.replay.timing import CacheState, cold_input_copies, device_l2_bytes, storage_bytes
 
         l2_bytes = device_l2_bytes(target)
+        copied = close_rows(phase_keys, sizes, l2_bytes) if copying else set()
+        if copying:
+            log.info("cold copies: %d of %d rows come back within the cache's %d MiB of other rows' tensors",
+                     len(copied), len(counts), l2_bytes >> 20)
 
     def release(keep: set) -> None:
         nonlocal copy_budget
@@ -319,7 +345,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 cache = CacheState(target, "insitu", l2_bytes)
                 try:
                     caches[key] = (cache, cache.plan(outcome.case)[1])
-                    if cold_copies and copy_budget > 0:
+                    if key in copied and copy_budget > 0:
                         turns[key] = cold_input_copies(outcome.case, cache.cold, l2_bytes, counts[key])
                         shared = {id(t) for t in outcome.case.tensors()}
                         charged[key] = storage_bytes(t for copy in turns[key][1:] for t in copy.tensors()
