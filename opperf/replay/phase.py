@@ -475,9 +475,9 @@ INTERRUPTED_FACTOR = 10
 
 def interrupted_calls(samples: list[float], longest_profiled: float) -> tuple[list[float], list[float]]:
     """The calls to average and those left out: a call that took over INTERRUPTED_FACTOR times both its row's
-    median call and the row's longest call in the workload was not running alone (on the H200 one 1.6 us sigmoid
-    call of Qwen2-MoE's router averaged 35 ms over a pass, once in two replays); a row that is slow throughout keeps
-    every call."""
+    median call and the row's longest call in the workload was not running alone (on the H200 the 1.6 us sigmoid row
+    of Qwen2-MoE's router averaged 35 ms a call in one of two replays, 0.93x its profile in the other); a row that
+    is slow throughout keeps every call."""
     if len(samples) < 3:
         return samples, []
     limit = INTERRUPTED_FACTOR * max(sorted(samples)[len(samples) // 2], longest_profiled)
