@@ -26,10 +26,6 @@ and writes benchmarks/results/small_kernels/<device>.json.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,11 +35,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from opperf import contract  # noqa: E402
-from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
-from opperf.replay.engine import STATUS_OK, RowOutcome, measure_prepared, prepare_row  # noqa: E402
-from opperf.replay.job import find_definition, recipe_for  # noqa: E402
-from opperf.replay.timing import CacheState, CudaTimer  # noqa: E402
+from row_probe import profiled_rows, ratio_summary, time_rows, write_result  # noqa: E402  (beside this script)
+
+from opperf.replay.timing import CacheState  # noqa: E402
 
 BANDS = ((0, 1.5), (1.5, 2), (2, 3), (3, 5), (5, 10), (10, 30), (30, 1e9))
 
@@ -83,16 +77,9 @@ class Neighbourhood(CacheState):
 
 
 def rows_of(db_dirs, max_us):
-    for db in db_dirs:
-        for path in sorted(Path(db).glob("*.csv")):
-            with path.open(newline="") as handle:
-                for line, row in enumerate(csv.DictReader(handle), start=2):
-                    try:
-                        profiled = float(row.get("Profiling Average Duration(us)") or "nan")
-                    except ValueError:
-                        continue
-                    if profiled == profiled and profiled < max_us:
-                        yield Path(db).resolve().parents[4].name, path.stem, line, row, profiled
+    for db, kernel_type, line, row, profiled in profiled_rows(db_dirs):
+        if profiled < max_us:
+            yield db.resolve().parents[4].name, kernel_type, line, row, profiled
 
 
 def band_of(us):
@@ -113,59 +100,23 @@ def main() -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     rows = list(rows_of(args.databases, args.max_us))
-    recipes = {}
-    results, failures = [], []
+    recipes, results, failures = {}, [], []
     for variant in args.variants:
-        timer = CudaTimer("cuda", power_policy="cooldown")
-        timer.cache = Neighbourhood(timer.device, timer.cache.l2_bytes, variant, args.idle_us, args.sweep_gb)
-        started = time.monotonic()
-        pending = []
-
-        def collect():
-            timings = timer.collect()
-            for prepared, key, meta in pending:
-                outcome = prepared.outcome(timings.get(key))
-                if outcome.status == STATUS_OK:
-                    replay = float(outcome.columns[contract.REPLAY_AVERAGE])
-                    results.append({**meta, "replay_us": replay, "ratio": replay / meta["profiled_us"]})
-                else:
-                    failures.append(f"{variant} {meta['type']}:{meta['line']} {outcome.status} {outcome.error}")
-            pending.clear()
-
-        for key, (workload, kernel_type, line, row, profiled) in enumerate(rows):
-            if kernel_type not in recipes:
-                recipes[kernel_type] = recipe_for(kernel_type, "cuda", find_definition(
-                    kernel_type, "cuda", DEFAULT_DEFINITIONS_DIR))
-            if recipes[kernel_type] is None:
-                continue
-            prepared = prepare_row(recipes[kernel_type], row, backend="cuda", device="cuda", timer=timer, line=line)
-            failed = prepared if isinstance(prepared, RowOutcome) else measure_prepared(
-                prepared, timer, key, repeat_count=args.repeat_count, warmup_count=3)
-            if failed is not None:
-                failures.append(f"{variant} {kernel_type}:{line} {failed.status} {failed.error}")
-                continue
-            pending.append((prepared, key, {"variant": variant, "workload": workload, "type": kernel_type,
-                                            "line": line, "profiled_us": profiled}))
-            if len(pending) >= 128:
-                collect()
-        collect()
-        print(f"{variant}: {sum(r['variant'] == variant for r in results)} rows in {time.monotonic() - started:.0f} s",
-              flush=True)
+        time_rows(((kernel_type, line, row, {"workload": workload, "profiled_us": profiled})
+                   for workload, kernel_type, line, row, profiled in rows),
+                  lambda timer, variant=variant: Neighbourhood(timer.device, timer.cache.l2_bytes, variant,
+                                                               args.idle_us, args.sweep_gb),
+                  variant, args.repeat_count, recipes, results, failures, batch=128)
     if failures:
         print(f"{len(failures)} row(s) not measured, first: {failures[0]}", flush=True)
-
-    def summary(selected):
-        ratios = [r["ratio"] for r in selected]
-        return {"rows": len(ratios), "median_ratio": statistics.median(ratios) if ratios else None,
-                "median_gap": statistics.median(abs(1 - x) for x in ratios) if ratios else None}
 
     table = {}
     for variant in args.variants:
         mine = [r for r in results if r["variant"] == variant]
-        table[variant] = {"all": summary(mine),
-                          "bands": {band_of(lo): summary([r for r in mine if lo <= r["profiled_us"] < hi])
+        table[variant] = {"all": ratio_summary(mine),
+                          "bands": {band_of(lo): ratio_summary([r for r in mine if lo <= r["profiled_us"] < hi])
                                     for lo, hi in BANDS if any(lo <= r["profiled_us"] < hi for r in mine)},
-                          "types": {t: summary([r for r in mine if r["type"] == t])
+                          "types": {t: ratio_summary([r for r in mine if r["type"] == t])
                                     for t in sorted({r["type"] for r in mine})}}
     bands = [band_of(lo) for lo, _ in BANDS]
     print(f"{'band (µs)':<10} " + " ".join(f"{v + ' ratio/gap':>20}" for v in args.variants))
@@ -176,15 +127,7 @@ def main() -> int:
             cells.append(f"{s['median_ratio']:>9.3f} /{s['median_gap']:>7.1%} ({s['rows']:>3})" if s and s["rows"]
                          else f"{'-':>20}")
         print(f"{band:<10} " + " ".join(cells))
-    device = torch.cuda.get_device_name()
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    path = output / f"{device.replace(' ', '_')}.json"
-    path.write_text(json.dumps({"device": device, "torch": torch.__version__,
-                                "date": datetime.date.today().isoformat(),
-                                "command": "python benchmarks/small_kernel_probe.py " + " ".join(sys.argv[1:]),
-                                "summary": table, "rows": results}, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_result(args.output, "small_kernel_probe.py", table, results)
     return 0
 
 

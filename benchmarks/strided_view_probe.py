@@ -23,14 +23,9 @@ benchmarks/results/strided_views/<device>.json.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import functools
-import json
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,12 +33,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from row_probe import profiled_rows, ratio_summary, time_rows, write_result  # noqa: E402  (beside this script)
+
 from opperf import contract  # noqa: E402
-from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR  # noqa: E402
-from opperf.replay.engine import STATUS_OK, RowOutcome, measure_prepared, prepare_row  # noqa: E402
 from opperf.replay.inputs import storage_extent  # noqa: E402
-from opperf.replay.job import find_definition, recipe_for  # noqa: E402
-from opperf.replay.timing import CacheState, CudaTimer, storage_bytes_view, warm_target  # noqa: E402
+from opperf.replay.timing import CacheState, storage_bytes_view, warm_target  # noqa: E402
 
 VARIANTS = ("span", "view", "view-inplace", "default")
 
@@ -81,17 +75,10 @@ def sparse_span(row: dict) -> float:
 
 
 def rows_of(db_dirs, min_span):
-    for db in db_dirs:
-        for path in sorted(Path(db).glob("*.csv")):
-            with path.open(newline="") as handle:
-                for line, row in enumerate(csv.DictReader(handle), start=2):
-                    try:
-                        profiled = float(row.get(contract.PROFILING_AVERAGE) or "nan")
-                    except ValueError:
-                        continue
-                    span = sparse_span(row)
-                    if profiled == profiled and span > min_span:
-                        yield str(db), path.stem, line, row, profiled, span
+    for db, kernel_type, line, row, profiled in profiled_rows(db_dirs):
+        span = sparse_span(row)
+        if span > min_span:
+            yield str(db), kernel_type, line, row, profiled, span
 
 
 def main() -> int:
@@ -110,53 +97,16 @@ def main() -> int:
     print(f"{len(rows)} rows with a sparse strided input in {len(args.databases)} database(s)", flush=True)
     recipes, results, failures = {}, [], []
     for variant in args.variants:
-        timer = CudaTimer("cuda", power_policy="cooldown")
-        timer.cache = Variant(timer.device, timer.cache.l2_bytes, variant, args.min_span)
-        started, pending = time.monotonic(), []
-
-        def collect():
-            timings = timer.collect()
-            for prepared, key, meta in pending:
-                outcome = prepared.outcome(timings.get(key))
-                if outcome.status == STATUS_OK:
-                    replay = float(outcome.columns[contract.REPLAY_AVERAGE])
-                    results.append({**meta, "replay_us": replay, "ratio": replay / meta["profiled_us"],
-                                    "method": outcome.columns.get(contract.REPLAY_TIMING_METHOD, "")})
-                else:
-                    failures.append(f"{variant} {meta['type']}:{meta['line']} {outcome.status} {outcome.error}")
-            pending.clear()
-
-        for key, (database, kernel_type, line, row, profiled, span) in enumerate(rows):
-            if kernel_type not in recipes:
-                recipes[kernel_type] = recipe_for(kernel_type, "cuda", find_definition(
-                    kernel_type, "cuda", DEFAULT_DEFINITIONS_DIR))
-            if recipes[kernel_type] is None:
-                continue
-            prepared = prepare_row(recipes[kernel_type], row, backend="cuda", device="cuda", timer=timer, line=line)
-            failed = prepared if isinstance(prepared, RowOutcome) else measure_prepared(
-                prepared, timer, key, repeat_count=args.repeat_count, warmup_count=3)
-            if failed is not None:
-                failures.append(f"{variant} {kernel_type}:{line} {failed.status} {failed.error}")
-                continue
-            pending.append((prepared, key, {"variant": variant, "database": database, "type": kernel_type,
-                                            "line": line, "shapes": row.get(contract.INPUT_SHAPES),
-                                            "span_ratio": round(span, 2), "profiled_us": profiled}))
-            if len(pending) >= 64:
-                collect()
-        collect()
-        print(f"{variant}: {sum(r['variant'] == variant for r in results)} rows in {time.monotonic() - started:.0f} s",
-              flush=True)
+        time_rows(((kernel_type, line, row, {"database": database, "shapes": row.get(contract.INPUT_SHAPES),
+                                              "span_ratio": round(span, 2), "profiled_us": profiled})
+                   for database, kernel_type, line, row, profiled, span in rows),
+                  lambda timer, variant=variant: Variant(timer.device, timer.cache.l2_bytes, variant, args.min_span),
+                  variant, args.repeat_count, recipes, results, failures)
     for failure in failures:
         print(f"not measured: {failure}", flush=True)
 
-    def summary(selected):
-        ratios = [r["ratio"] for r in selected]
-        return {"rows": len(ratios), "median_ratio": statistics.median(ratios) if ratios else None,
-                "median_gap": statistics.median(abs(1 - x) for x in ratios) if ratios else None,
-                "max_gap": max((abs(1 - x) for x in ratios), default=None)}
-
-    table = {variant: {"all": summary([r for r in results if r["variant"] == variant]),
-                       "types": {t: summary([r for r in results if r["variant"] == variant and r["type"] == t])
+    table = {variant: {"all": ratio_summary([r for r in results if r["variant"] == variant]),
+                       "types": {t: ratio_summary([r for r in results if r["variant"] == variant and r["type"] == t])
                                  for t in sorted({r["type"] for r in results})}}
              for variant in args.variants}
     print(f"{'kernel type':<12} " + " ".join(f"{v + ' ratio / gap / max':>32}" for v in args.variants))
@@ -167,14 +117,7 @@ def main() -> int:
             cells.append(f"{s['median_ratio']:>9.3f} /{s['median_gap']:>7.1%} /{s['max_gap']:>7.1%} ({s['rows']:>3})"
                          if s and s["rows"] else f"{'-':>32}")
         print(f"{name:<12} " + " ".join(cells))
-    device = torch.cuda.get_device_name()
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    path = output / f"{device.replace(' ', '_')}.json"
-    path.write_text(json.dumps({"device": device, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
-                                "command": "python benchmarks/strided_view_probe.py " + " ".join(sys.argv[1:]),
-                                "summary": table, "rows": results}, indent=1) + "\n")
-    print(f"wrote {path}")
+    write_result(args.output, "strided_view_probe.py", table, results)
     return 0
 
 
