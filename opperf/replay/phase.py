@@ -367,7 +367,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     if use_caches:
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
         if cold_copies:
-            method += ", a row's calls in turns over copies of its cold inputs"
+            method += ", cold-input copies in turns for the rows that come back before the cache turns over"
     names: dict[tuple, str] = {}
 
     made: Counter = Counter()       # each row's calls so far, every pass and window
