@@ -360,7 +360,9 @@ class CacheState:
     read about as much as it wrote, interleaved with its writes (a gather, an elementwise op), and that traffic
     competes for the cache (benchmarks/results/topk_sum/: a MoE layer's 24 MiB top-k reduction took 12.85 µs
     after its producing gather, 10.56 µs after an in-place rewrite, 12.33 µs after a gather in replay's state).
-    Inputs whose recorded values change between calls are rewritten in place. Weights stay cold.
+    Inputs whose recorded values change between calls are rewritten in place. Weights stay cold. What is rewritten
+    of an input is the bytes its view spans, or for a view spanning over SPARSE_VIEW_SPAN times its elements (a
+    slice of a fused output) the elements themselves (`warm_target`); by the reuse distance, the tail of either.
     insitu-inplace rewrites every warm input in place (`mul_(1)` on a byte view), the default until 2026-11-25.
     """
 
