@@ -404,7 +404,8 @@ class CacheState:
         for tensor in case.tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
-            target = self.warm_target(tensor)
+            # Element-wise warming was measured on CUDA only: an npu keeps the span (uint8), as before.
+            target = storage_bytes_view(tensor) if self.device.type == "npu" else self.warm_target(tensor)
             nbytes = target.numel() * target.element_size()
             if id(tensor) in case.reuse:      # measured in the workload: what an LRU cache still holds of it
                 by_reuse += 1
