@@ -40,6 +40,23 @@ def test_every_call_of_the_trace_finds_its_row_and_every_row_has_calls(parsed):
     assert [c["Type"] for c in calls[:3]] == ["index_select", "pow", "mean"]
 
 
+def test_the_order_does_not_read_the_execution_trace(tmp_path):
+    """Stage 4b needs the calls' order and signatures, not the reuse distances the parse takes from the execution
+    trace beside the trace (half of converting a large trace): one of another run does not stop it."""
+    import shutil
+
+    from opperf.parse.torch_trace import convert_trace
+
+    trace = tmp_path / "trace.json"
+    shutil.copy(TRACE, trace)
+    (tmp_path / "execution_trace.json").write_text('{"nodes": [{"id": 1, "rf_id": 7, "name": "aten::mm"}]}')
+    with pytest.raises(OpperfError, match="execution trace"):
+        convert_trace(trace)
+    calls = trace_calls(trace)
+    assert len(calls) == 125 and all(not c.get("Profiling Input Reuse Distance(MiB)") for c in calls)
+    assert [c["Type"] for c in calls] == [c["Type"] for c in trace_calls(TRACE)]
+
+
 def test_a_phase_is_the_first_long_enough_run_of_its_shapes_with_the_calls_between():
     calls = trace_calls(TRACE)
     prefill = phase_calls(calls, ["1,4,"], min_calls=5, max_gap=3)       # the 4-token prefill

@@ -454,8 +454,10 @@ def _nest(ops: list[_Op], markers: list[tuple[int, float, tuple]]) -> dict[int, 
     return enclosing
 
 
-def convert_trace(path: str | Path) -> TraceConversion:
-    """Convert a Chrome trace's events into kernel_details-like rows (see module docstring)."""
+def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConversion:
+    """Convert a Chrome trace's events into kernel_details-like rows (see module docstring). Without `input_reuse`
+    the execution trace beside it is not read and no row gets reuse distances (stage 4b, which only orders the
+    calls: reading it was half of converting a 117 MB CPU trace)."""
     path = Path(path)
     events = _load_events(path)
     ops: list[_Op] = []
@@ -534,7 +536,7 @@ def convert_trace(path: str | Path) -> TraceConversion:
     workload_dtype = workload_list_dtype(path)
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
-    reuse = _input_reuse(path, chosen, conversion)
+    reuse = _input_reuse(path, chosen, conversion) if input_reuse else {}
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
     idle_before = (_idle_before(chosen, events, device_activities, unlaunched)
                    if conversion.accelerator_core == "CUDA" else {})

@@ -49,10 +49,11 @@ SM_CLOCK = FIELDS[0]
 PHASE_MAX_IDLE_US = 100.0
 PHASE_MIN_DEVICE_MS = 20.0
 def trace_calls(trace: str | Path) -> list[dict]:
-    """Every call of a torch.profiler trace that became part of a row, in the order the host launched them."""
+    """Every call of a torch.profiler trace that became part of a row, in the order the host launched them (their
+    signatures, durations and power state; not their reuse distances, which the order does not need)."""
     from opperf.parse.torch_trace import convert_trace
 
-    return sorted(convert_trace(Path(trace)).rows, key=lambda call: float(call[START]))
+    return sorted(convert_trace(Path(trace), input_reuse=False).rows, key=lambda call: float(call[START]))
 
 
 def phase_calls(calls: Sequence[dict], shapes: Sequence[str], min_calls: int, max_gap: int = 3) -> list[dict]:
