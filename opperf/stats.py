@@ -65,13 +65,14 @@ def duration_stats(durations_us: Sequence[float]) -> DurationStats:
 INTERRUPTED_FACTOR = 20.0
 
 
-def split_interrupted(durations_us: Sequence[float],
-                      factor: float = INTERRUPTED_FACTOR) -> tuple[list[float], list[float], float]:
-    """(kept, interrupted, median of all): the calls over `factor` times the median are set apart (none when the
-    median is 0)."""
+def split_interrupted(durations_us: Sequence[float], factor: float = INTERRUPTED_FACTOR,
+                      floor_us: float = 0.0) -> tuple[list[float], list[float], float]:
+    """(kept, interrupted, median of all): the calls over `factor` times the larger of the median and `floor_us` are
+    set apart (none when both are 0). Stage 4b passes the row's longest profiled call as the floor: a row whose calls
+    cycle recorded values may legitimately vary as much as the workload's did."""
     median = statistics.median(durations_us) if durations_us else 0.0
-    if median <= 0:
+    limit = factor * max(median, floor_us)
+    if limit <= 0:
         return list(durations_us), [], median
-    kept = [d for d in durations_us if d <= factor * median]
-    return kept, [d for d in durations_us if d > factor * median], median
+    return [d for d in durations_us if d <= limit], [d for d in durations_us if d > limit], median
 

@@ -31,7 +31,7 @@ from opperf.parse.kernel_details import DURATION
 from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
 from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, PHASE_METHOD, PHASE_MIN_ROW_US,
                                        PHASE_PROFILED, PHASE_REPLAYED, PHASE_TABLE_COLUMNS, TYPE, row_key)
-from opperf.stats import format_number, number_or_none
+from opperf.stats import format_number, number_or_none, split_interrupted
 
 log = get_logger("replay.phase")
 
@@ -286,9 +286,9 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         memory_budget_bytes = int(PHASE_MEMORY_FRACTION * torch.cuda.mem_get_info(target)[0])
     use_caches = warm_inputs and backend == "cuda"
     copying = use_caches and cold_copies
-    # Only a budget or the copies need the rows' sizes (parsing 4,024 rows' slots is not free).
-    sizes = ({key: _row_bytes(rows[key]) for key in counts} if memory_budget_bytes is not None or copying
-             else {})
+    # Only a budget needs the rows' sizes (parsing 4,024 rows' slots is not free); the copies' selection reuses them
+    # (copies need cuda, where the budget is always set).
+    sizes = {key: _row_bytes(rows[key]) for key in counts} if memory_budget_bytes is not None else {}
     windows = memory_windows(phase_keys, sizes, memory_budget_bytes)
     if len(windows) > 1:
         log.info("the rows' tensors (%.1f GiB) exceed the stage's memory budget (%.1f GiB): the order is replayed in "
@@ -471,18 +471,11 @@ def profiled_call_times(phases: Sequence[Sequence[dict]],
     return profiled
 
 
-INTERRUPTED_FACTOR = 10
-
-
-def interrupted_calls(samples: list[float], longest_profiled: float) -> tuple[list[float], list[float]]:
-    """The calls to average and those left out: a call that took over INTERRUPTED_FACTOR times both its row's
-    median call and the row's longest call in the workload was not running alone (on the H200 the 1.6 us sigmoid row
-    of Qwen2-MoE's router averaged 35 ms a call in one of two replays, 0.93x its profile in the other); a row that
-    is slow throughout keeps every call."""
-    if len(samples) < 3:
-        return samples, []
-    limit = INTERRUPTED_FACTOR * max(sorted(samples)[len(samples) // 2], longest_profiled)
-    return [s for s in samples if s <= limit], [s for s in samples if s > limit]
+# A call in order over this many times both its row's median call and the row's longest profiled call was not
+# running alone (opperf.stats.split_interrupted; one-at-a-time replay sets apart calls over 20x the median). On the
+# H200 the 1.6 us sigmoid row of Qwen2-MoE's router averaged 35 ms a call in one of two replays, 0.93x its profile in
+# the other.
+PHASE_INTERRUPTED_FACTOR = 10
 
 
 def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
@@ -494,12 +487,12 @@ def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[
     left_out = times.left_out if times else {}
     lines = []
     for key, durations in profiled.items():
-        samples, dropped = interrupted_calls([s for s in (times.samples.get(key, ()) if times else ()) if s > 0],
-                                             max(durations))
+        samples, dropped, _ = split_interrupted([s for s in (times.samples.get(key, ()) if times else ()) if s > 0],
+                                                PHASE_INTERRUPTED_FACTOR, max(durations))
         if dropped:
             log.warning("phase replay: %s (%s): %d of %d call(s) took over %gx both the row's median call and its "
                         "longest profiled call (%s us); left out of its mean as interrupted", key[0], key[1],
-                        len(dropped), len(samples) + len(dropped), INTERRUPTED_FACTOR,
+                        len(dropped), len(samples) + len(dropped), PHASE_INTERRUPTED_FACTOR,
                         ", ".join(format_number(s) for s in dropped[:3]))
         profiled_mean = sum(durations) / len(durations)
         replayed = sum(samples) / len(samples) if samples else None

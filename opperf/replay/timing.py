@@ -328,8 +328,9 @@ def warm_target(tensor: torch.Tensor, span: float = SPARSE_VIEW_SPAN) -> torch.T
     """What the insitu cache state makes resident of an input: the bytes its view spans, or for a sparse strided
     view its own elements (as an integer view of the same element size, so that the in-place rewrite keeps every
     bit). Rewriting a sparse view's span would bring lines the kernel never reads into the cache: on the reference
-    decoder a rotary half of the 4,096-token QKV output spans 75 MB, more than an H200's L2."""
-    if _sparse_view(tensor, span):
+    decoder a rotary half of the 4,096-token QKV output spans 75 MB, more than an H200's L2. Measured on CUDA only:
+    an npu keeps the span."""
+    if tensor.device.type != "npu" and _sparse_view(tensor, span):
         return tensor.view(_SAME_SIZE_INTEGER[tensor.element_size()])
     return storage_bytes_view(tensor)
 
@@ -404,8 +405,7 @@ class CacheState:
         for tensor in case.tensors():
             if tensor.device != self.device or tensor.numel() == 0:
                 continue
-            # Element-wise warming was measured on CUDA only: an npu keeps the span (uint8), as before.
-            target = storage_bytes_view(tensor) if self.device.type == "npu" else self.warm_target(tensor)
+            target = self.warm_target(tensor)
             nbytes = target.numel() * target.element_size()
             if id(tensor) in case.reuse:      # measured in the workload: what an LRU cache still holds of it
                 by_reuse += 1
