@@ -4,6 +4,7 @@ kernel definition re-runs that kernel's replay only."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -74,8 +75,11 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
     assert sorted(table["Type"]) == ["add", "mm", "silu"]
     assert (table["Phase Calls"] == "2").all() and (table["Applied"] == "yes").all()
-    assert table["Phase Timing Method"].iloc[0] == ("cpu profiler op time per call, in the workload's call order "
-                                                    "(1 phase(s), 3 time(s))")
+    # A call the OS preempted (ten times the row's median and longer than any profiled call) is left out and
+    # said so: on a loaded CI machine that happens to a few-microsecond CPU op.
+    in_phase = re.compile(r"cpu profiler op time per call, in the workload's call order \(1 phase\(s\), 3 time\(s\)\)"
+                          r"(, [1-5] interrupted call\(s\) left out)?")
+    assert all(in_phase.fullmatch(method) for method in table["Phase Timing Method"])
     for kernel, path in zip(("mm", "add", "silu"), kernels):
         row = pd.read_csv(workdir / path, dtype=str, keep_default_na=False).iloc[0]
         replayed = pd.read_csv(workdir / "results" / root / "replayed" / f"{kernel}.csv", dtype=str,
@@ -86,9 +90,8 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
             "Replay Phase Average Duration(us)"]
         assert row["Replay Isolated Average Duration(us)"] == replayed["Average Duration(us)"] != ""
         assert row["Replay Phase Calls"] == "2" and "Replay Phase Calls" not in replayed.index
-        assert row["Replay Timing Method"].endswith("2 of 2 calls replayed in the workload's phase(s): "
-                                                    "cpu profiler op time per call, in the workload's call order "
-                                                    "(1 phase(s), 3 time(s))")
+        method = row["Replay Timing Method"]
+        assert method.endswith("; 2 of 2 calls replayed in the workload's phase(s): " + line["Phase Timing Method"])
     # Another phase setting re-runs stage 4b and the database, not the replays.
     config["replay"]["phase"].update(shapes=[], scope="throttled")
     plan = run_workflow(workdir, kernels, dry_run=True, config=config)
