@@ -119,6 +119,19 @@ SMOKE_WORKLOADS = {
                                   True),
 }
 STAGES = ("profile", "parse", "replay", "phase", "fixed", "report")
+
+
+def config_workloads(paths: list[Path], smoke: bool) -> dict[str, Workload]:
+    """`hf_<file stem>` for each transformers config.json named (a file, or a directory's *.json), with the back
+    end's plan (the smoke plan on cpu) and the config's own layer count (a hybrid model needs its attention layer)."""
+    files = [f for path in paths for f in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
+    workloads = {}
+    for path in files:
+        layers = int(json.loads(path.read_text(encoding="utf-8")).get("num_hidden_layers") or 2)
+        model = str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.resolve())
+        plan = ((16,), (2,), 16, 1) if smoke else ((128, 512, 2048), (1, 16, 64), 512, 2)
+        workloads[f"hf_{path.stem}"] = Workload("transformers", model, layers, *plan, True)
+    return workloads
 PHASE_TABLE = "phase_replay.csv"          # scripts/phase_replay.py's table, beside a run's database
 ENVIRONMENT_FILE = "environment.json"     # written on the GPU host, so the report can be made anywhere
 REPEAT_RUN = f"{DEFAULT_CACHE_POLICY}-repeat"
@@ -750,7 +763,10 @@ def main() -> int:
                         help="cuda: the measurement; cpu: a smoke test of every code path at toy sizes (tiny configs, "
                              "float32, device CPU)")
     parser.add_argument("--device", help="device key of config/devices.yaml (default: H100; CPU with --backend cpu)")
-    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), help="default: all (of the back end's)")
+    parser.add_argument("--workloads", nargs="+", help=f"default: all (of the back end's): {sorted(WORKLOADS)}")
+    parser.add_argument("--transformers-configs", nargs="+", type=Path, default=[], metavar="PATH",
+                        help="transformers config.json files or directories of them, each a workload hf_<stem> "
+                             "(e.g. benchmarks/workloads/tiny with --backend cpu); alone, only these run")
     parser.add_argument("--policies", nargs="+", choices=CACHE_POLICIES, default=["insitu", "flush", "none"])
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
@@ -773,8 +789,9 @@ def main() -> int:
                              "earlier call left in --work-dir, and the report reads them all")
     args = parser.parse_args()
     smoke = args.backend == "cpu"
-    args.catalog = SMOKE_WORKLOADS if smoke else WORKLOADS
-    args.workloads = args.workloads or sorted(args.catalog)
+    configs = config_workloads(args.transformers_configs, smoke)
+    args.catalog = {**(SMOKE_WORKLOADS if smoke else WORKLOADS), **configs}
+    args.workloads = args.workloads or sorted(configs or args.catalog)
     unknown = [w for w in args.workloads if w not in args.catalog]
     if unknown:
         parser.error(f"--backend {args.backend} has no workload(s) {unknown} (has {sorted(args.catalog)})")

@@ -94,6 +94,27 @@ def test_num_layers_cuts_per_layer_lists(tmp_path):
     assert config["mlp_only_layers"] == [1]
 
 
+def test_a_model_without_sdpa_is_profiled_with_its_eager_attention(caplog):
+    """Gemma-2 (logit soft-capping) has no sdpa path in transformers: it is built with eager attention, said in the
+    log and in workload.json's description, instead of transformers refusing the model."""
+    import logging
+
+    import torch
+
+    from opperf.workload.transformers_model import TransformersCausalLM
+
+    tiny = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 64, "pad_token_id": None}
+    with caplog.at_level(logging.WARNING, logger="opperf"):
+        gemma2 = TransformersCausalLM({"model_type": "gemma2", **tiny}, "cpu", torch.float32)
+    assert gemma2.description["attn_implementation"] == "eager"
+    assert "Gemma2ForCausalLM has no sdpa attention" in caplog.text
+    logits, cache = gemma2.forward(torch.tensor([[1, 2, 3]]), 0, gemma2.new_cache())
+    assert logits.shape == (1, 1, 64) and cache is not None
+    llama = TransformersCausalLM({"model_type": "llama", **tiny}, "cpu", torch.float32)
+    assert llama.description["attn_implementation"] == "sdpa" == llama.model.config._attn_implementation
+
+
 def test_the_profile_records_the_routers_splits_beside_the_trace(moe_database):
     import json
 

@@ -1,10 +1,10 @@
 """A real framework's model as the workload: a HuggingFace transformers causal LM built from its `config.json`.
 
 Random weights (`AutoModelForCausalLM.from_config`: nothing is downloaded), the config's own architecture
-(dense, MoE, shared experts, whatever transformers implements for its `model_type`), sdpa attention, the
-KV cache transformers manages (`past_key_values`). Users do not profile our reference decoder: they
-profile their model in their framework, with ops nobody wrote a replay definition for; this is that case
-on any host, cpu included. transformers is an optional dependency (`pip install -e '.[transformers]'`),
+(dense, MoE, shared experts, whatever transformers implements for its `model_type`), sdpa attention (eager where
+the class has none), the KV cache transformers manages (`past_key_values`). Users do not profile our reference
+decoder: they profile their model in their framework, with ops nobody wrote a replay definition for; this is that
+case on any host, cpu included. transformers is an optional dependency (`pip install -e '.[transformers]'`),
 imported only here.
 """
 
@@ -16,6 +16,9 @@ from pathlib import Path
 import torch
 
 from opperf.errors import OpperfError
+from opperf.log import get_logger
+
+log = get_logger("workload")
 
 CONFIG_NAME = "config.json"
 
@@ -48,6 +51,18 @@ def read_config(path: str | Path, num_layers: int | None = None) -> dict:
     return config
 
 
+def attention_implementation(transformers, hf_config) -> str:
+    """sdpa, as serving runs attention, where the model class supports it; else transformers' own `eager` (Gemma-2's
+    logit soft-capping, GPT-OSS's attention sinks and the pure state-space models have no sdpa path), said in the
+    log and recorded in workload.json, so such a model is profiled rather than refused."""
+    model_class = transformers.AutoModelForCausalLM._model_mapping.get(type(hf_config), None)
+    if model_class is None or getattr(model_class, "_supports_sdpa", True):
+        return "sdpa"
+    log.warning("%s has no sdpa attention in transformers %s: profiling its eager attention", model_class.__name__,
+                transformers.__version__)
+    return "eager"
+
+
 class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
     transformers model."""
@@ -65,16 +80,18 @@ class TransformersCausalLM:
         except (ValueError, KeyError) as exc:
             raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
                               f"{config['model_type']!r}: {exc}", path=path, field="model_type") from exc
+        attention = attention_implementation(transformers, hf_config)
         torch.manual_seed(seed)
         with torch.device(device):
             self.model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype,
-                                                                       attn_implementation="sdpa")
+                                                                       attn_implementation=attention)
         self.model.eval()
         self.config = hf_config
         self.device, self.dtype = device, dtype
         self.vocab_size = int(hf_config.vocab_size)
         self.description = {"source": "transformers", "transformers": transformers.__version__,
-                            "model_class": type(self.model).__name__, "config": config}
+                            "model_class": type(self.model).__name__, "attn_implementation": attention,
+                            "config": config}
 
     def new_cache(self):
         return None                      # transformers creates its DynamicCache on the first forward
