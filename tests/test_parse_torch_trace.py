@@ -226,3 +226,46 @@ def test_same_shapes_in_other_dtypes_are_other_rows(tmp_path):
                                                        else "c10::BFloat16")]
         assert row["Profiling Sample Count"] == str(len(durations)) == "3"
         assert row["Profiling Average Duration(us)"] == expected_number(statistics.mean(durations))
+
+
+def _profile_string_arguments(directory, execution_trace: bool):
+    """A real CPU trace of ops whose string arguments torch.profiler does not record: gelu's `approximate` and
+    div's `rounding_mode`; with or without the execution trace beside it."""
+    import torch
+    from torch.profiler import ExecutionTraceObserver
+
+    directory.mkdir()
+    x, y = torch.randn(4, 8), torch.rand(4, 8) + 1
+    observer = (ExecutionTraceObserver().register_callback(str(directory / "execution_trace.json"))
+                if execution_trace else None)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                execution_trace_observer=observer) as profiler:
+        torch.nn.functional.gelu(x, approximate="tanh")
+        torch.nn.functional.gelu(x)
+        torch.div(x, y, rounding_mode="floor")
+    if observer is not None:
+        observer.unregister_callback()
+    profiler.export_chrome_trace(str(directory / "trace.json"))
+    return directory / "trace.json"
+
+
+def test_string_arguments_come_from_the_execution_trace(tmp_path):
+    """torch.profiler leaves string arguments empty; the execution trace recorded beside it has them, so
+    `gelu(approximate='tanh')` and the exact gelu are two rows, and stage 4b's conversion (no reuse distances)
+    reads them too, so its calls keep the parse's keys. Without an execution trace the slot stays empty and the
+    outputs are inferred with the schema's default."""
+    from opperf.parse.torch_trace import STRINGS_FROM_EXECUTION_TRACE, STRINGS_NOT_RECORDED
+
+    trace = _profile_string_arguments(tmp_path / "with", execution_trace=True)
+    for input_reuse in (True, False):
+        conversion = convert_trace(trace, input_reuse=input_reuse)
+        rows = {(r["Type"], r["Input Scalars"]): r for r in conversion.rows}
+        assert {key for key in rows if key[0] in ("gelu", "div")} == {("gelu", ";tanh"), ("gelu", ";none"),
+                                                                      ("div", ";;floor")}
+        assert all(rows[key]["Output Shapes"] == "4,8" and rows[key]["Output Data Types"] == "DT_FLOAT"
+                   for key in rows if key[0] in ("gelu", "div"))
+        assert conversion.outcomes[STRINGS_FROM_EXECUTION_TRACE] == 3
+    bare = convert_trace(_profile_string_arguments(tmp_path / "without", execution_trace=False))
+    gelu = [r for r in bare.rows if r["Type"] == "gelu"]
+    assert [(r["Input Scalars"], r["Output Shapes"], r["Output Data Types"]) for r in gelu] == [(";", "4,8", "DT_FLOAT")] * 2
+    assert bare.outcomes[STRINGS_NOT_RECORDED] == 3

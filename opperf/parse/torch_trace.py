@@ -88,6 +88,9 @@ VALUES_NOT_RECORDED = ("op calls whose values set their time but input_values.js
                        "their op and shapes (replayed with a balanced split)")
 REUSE_NOT_KNOWN = "op calls the execution trace beside the trace does not describe slot by slot (no reuse distances)"
 OUTPUTS_NOT_INFERRED = "output shapes not inferable on meta tensors (left empty)"
+STRINGS_FROM_EXECUTION_TRACE = "op calls whose string arguments (unrecorded by torch.profiler) came from the execution trace"
+STRINGS_NOT_RECORDED = ("op calls whose string arguments no execution trace recorded (replayed with the schema's "
+                        "default)")
 DEVICE_TIME_WITHOUT_OP = "device activities launched outside any aten op (see the attribution lines)"
 LIST_DTYPE_FROM = "TensorList member dtypes taken from "       # + the source (workload.json, kernel name, ...)
 INDICES_FROM_CHILDREN = "Tensor?[] index lists rebuilt from the index tensors the op reshapes"
@@ -308,6 +311,7 @@ class _MetaShapes:
         self.list_dtype = ""                 # profiler dtype of the current op's TensorList members, '' when unknown
         self.torch = torch
         self.cache: dict = {}
+        self.strings: dict[str, tuple[int, ...]] = {}
         global _SCALAR_TYPES
         _SCALAR_TYPES = _SCALAR_TYPES or _scalar_types()
 
@@ -318,6 +322,20 @@ class _MetaShapes:
             self.list_dtype = list_dtype
             self.cache[key] = self._infer(op_name, args)
         return self.cache[key]
+
+    def string_positions(self, op_name: str) -> tuple[int, ...]:
+        """The argument positions any overload of the op types `str` (or `str?`)."""
+        if op_name not in self.strings:
+            namespace, _, name = op_name.partition("::")
+            try:
+                packet = getattr(getattr(self.torch.ops, namespace), name)
+                schemas = [getattr(packet, overload)._schema for overload in packet.overloads()]
+            except (AttributeError, RuntimeError):
+                schemas = []
+            self.strings[op_name] = tuple(sorted({i for schema in schemas for i, argument in
+                                                  enumerate(schema.arguments)
+                                                  if str(argument.type) in ("str", "str?", "Optional[str]")}))
+        return self.strings[op_name]
 
     def _infer(self, op_name: str, args: dict):
         torch = self.torch
@@ -392,6 +410,8 @@ class _MetaShapes:
                     value = _SCALAR_TYPES.get(value)
                 elif any(t in type_text for t in ("Layout", "Device", "MemoryFormat", "Generator")):
                     value = None
+                elif value is None and argument.has_default_value() and "Optional" not in type_text and "?" not in type_text:
+                    value = argument.default_value      # not recorded (a string): the schema's default
                 bound.append(value)
             positional = [v for a, v in zip(arguments, bound) if not a.kwarg_only]
             keywords = {a.name: v for a, v in zip(arguments, bound) if a.kwarg_only}
@@ -536,7 +556,9 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
     workload_dtype = workload_list_dtype(path)
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
-    reuse = _input_reuse(path, chosen, conversion) if input_reuse else {}
+    strings = _string_arguments(meta, chosen) if chosen else {}
+    nodes = _execution_trace(path, chosen, conversion) if chosen and (input_reuse or strings) else None
+    reuse = _input_reuse(nodes, chosen, conversion) if nodes is not None and input_reuse else {}
     gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
     idle_before = (_idle_before(chosen, events, device_activities, unlaunched)
                    if conversion.accelerator_core == "CUDA" else {})
@@ -547,6 +569,8 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
     for op, duration_us in chosen:
         base_name = op_base_name(op.name)
         args = _with_index_lists(op, ops, conversion.outcomes)
+        if op.index in strings:
+            args = _with_strings(args, strings[op.index], nodes, conversion.outcomes)
         args, list_dtype = _with_list_members(args, base_name, values, conversion.outcomes)
         list_dtype = list_dtype or _list_member_dtype(op, ops, args, workload_dtype, dominant, conversion.outcomes)
         row = op_call_row(op.name, args, conversion.accelerator_core, list_dtype, meta)
@@ -618,18 +642,52 @@ def _idle_before(chosen: list[tuple[_Op, float]], events: list, device_activitie
     return idle
 
 
-def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceConversion) -> dict[int, str]:
-    """Event index → Input Reuse Distance field of each chosen call, from the execution trace beside the trace
-    (opperf.parse.reuse); {} when there is none (a trace recorded without one)."""
+def _string_arguments(meta: _MetaShapes, chosen: list[tuple[_Op, float]]) -> dict[int, list[int]]:
+    """Event index → the argument positions of each chosen call that its op's schema types `str` and the trace left
+    empty: torch.profiler records no string (gelu's `approximate`, div's `rounding_mode`), the execution trace
+    does."""
+    found = {}
+    for op, _ in chosen:
+        positions = meta.string_positions(op.name)
+        if not positions:
+            continue
+        concrete, types = op.args.get("Concrete Inputs") or [], op.args.get("Input type") or []
+        empty = [i for i in positions if i < len(concrete) and concrete[i] == "" and
+                 (types[i] if i < len(types) else "") == ""]
+        if empty:
+            found[op.index] = empty
+    return found
+
+
+def _with_strings(args: dict, positions: list[int], nodes: dict[int, dict] | None, outcomes: Counter) -> dict:
+    """The call's arguments with the strings the execution trace recorded at `positions` (a copy); as they were,
+    counted, when there is no execution trace or it has no string there (the row then replays the schema's
+    default)."""
+    node = (nodes or {}).get(args.get("Record function id"))
+    recorded = (node or {}).get("inputs", {})
+    values, types = recorded.get("values") or [], recorded.get("types") or []
+    concrete = list(args.get("Concrete Inputs") or [])
+    filled = False
+    for i in positions:
+        if i < len(values) and i < len(types) and types[i] == "String" and isinstance(values[i], str):
+            concrete[i], filled = values[i], True
+    if not filled:
+        outcomes[STRINGS_NOT_RECORDED] += 1
+        return args
+    outcomes[STRINGS_FROM_EXECUTION_TRACE] += 1
+    return {**args, "Concrete Inputs": concrete}
+
+
+def _execution_trace(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceConversion) -> dict | None:
+    """The execution trace beside the trace (opperf.parse.reuse.load_nodes), checked to be of the same run: every
+    chosen call it describes has the same op and tensor shapes, and it describes at least half of them. None when
+    the trace was recorded without one."""
     et_path = path.parent / EXECUTION_TRACE
-    if not chosen or not et_path.exists():
-        return {}
+    if not et_path.exists():
+        return None
     nodes = load_nodes(et_path)
-    device = conversion.accelerator_core == "CUDA"
-    ordered = sorted((op for op, _ in chosen),
-                     key=lambda op: op.device_span[0] if device and op.device_span else op.ts)
-    calls = [op.args.get("Record function id") for op in ordered]
-    for op, rf_id in zip(ordered, calls):
+    calls = [(op, op.args.get("Record function id")) for op, _ in chosen]
+    for op, rf_id in calls:
         node = nodes.get(rf_id)
         if node is not None and not same_call(node, op.name, op.args.get("Input Dims") or []):
             raise OpperfError(f"record function {rf_id} is {node.get('name')!r} with tensor shapes "
@@ -637,11 +695,21 @@ def _input_reuse(path: Path, chosen: list[tuple[_Op, float]], conversion: TraceC
                               f"{op.args.get('Input Dims')} at trace event {op.index} of {path.name}: the execution "
                               "trace is of another run (remove it, or record both in one profiler session)",
                               path=et_path, field="rf_id")
-    described = sum(rf_id in nodes for rf_id in calls)
+    described = sum(rf_id in nodes for _, rf_id in calls)
     if described < len(calls) / 2:
         raise OpperfError(f"the execution trace describes {described} of the trace's {len(calls)} op calls that "
                           f"became rows: it is of another run (remove it, or record both in one profiler session)",
                           path=et_path, field="rf_id")
+    return nodes
+
+
+def _input_reuse(nodes: dict[int, dict], chosen: list[tuple[_Op, float]],
+                 conversion: TraceConversion) -> dict[int, str]:
+    """Event index → Input Reuse Distance field of each chosen call, from the execution trace (opperf.parse.reuse)."""
+    device = conversion.accelerator_core == "CUDA"
+    ordered = sorted((op for op, _ in chosen),
+                     key=lambda op: op.device_span[0] if device and op.device_span else op.ts)
+    calls = [op.args.get("Record function id") for op in ordered]
     fields = reuse_distances(nodes, calls, "cuda" if device else "")
     conversion.reuse_known = sum(f is not None for f in fields)
     return {op.index: f for op, f in zip(ordered, fields) if f is not None}
