@@ -120,3 +120,18 @@ def test_a_workloads_phase_replay_summary_comes_from_its_stage_4b_table(cuda_rep
                                                                           "calls": 2754}
     assert summary["time_ratio"] == pytest.approx(0.98141, abs=1e-5)
     assert summary["method"].endswith("in the workload's call order (9 phase(s), 1 time(s))")
+
+
+def test_transformers_configs_become_workloads_with_their_own_layer_count(cuda_replay, tmp_path):
+    from pathlib import Path
+
+    tiny = Path("benchmarks/workloads/tiny")
+    workloads = cuda_replay.config_workloads([tiny], smoke=True)
+    assert sorted(workloads) == sorted(f"hf_{path.stem}" for path in tiny.glob("*.json")) and len(workloads) == 24
+    assert workloads["hf_qwen3_next"].model == "benchmarks/workloads/tiny/qwen3_next.json"
+    assert (workloads["hf_qwen3_next"].layers, workloads["hf_llama"].layers) == (4, 2)   # a hybrid needs attention
+    assert workloads["hf_llama"].prefill_lengths == (16,) and workloads["hf_llama"].unseen
+    config = tmp_path / "my_model.json"
+    config.write_text('{"model_type": "llama", "num_hidden_layers": 3}')
+    [(name, workload)] = cuda_replay.config_workloads([config], smoke=False).items()
+    assert name == "hf_my_model" and workload.layers == 3 and workload.prefill_lengths == (128, 512, 2048)

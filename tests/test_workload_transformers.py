@@ -132,3 +132,17 @@ def test_the_profile_records_the_routers_splits_beside_the_trace(moe_database):
     assert all(len(o) == 6 and o == sorted(o) and o[-1] == n for o, n in zip(offsets, tokens))
     histograms = [list(map(int, call["slots"]["0"].split())) for call in calls if call["op"] == "histc"]
     assert [sum(h) for h in histograms] == [call["shapes"][0][0] for call in calls if call["op"] == "histc"]
+
+
+def test_every_tiny_architecture_builds_and_decodes():
+    """benchmarks/workloads/tiny (the coverage benchmark's 24 architectures) still build in the installed
+    transformers and run a prefill and a decode step over the cache."""
+    import torch
+
+    from opperf.workload.transformers_model import TransformersCausalLM
+
+    for path in sorted((REPO / "benchmarks" / "workloads" / "tiny").glob("*.json")):
+        model = TransformersCausalLM(read_config(path), "cpu", torch.float32, path=path)
+        logits, cache = model.forward(torch.tensor([[1, 2, 3, 4]]), 0, model.new_cache())
+        logits, cache = model.forward(torch.tensor([[5]]), 4, cache)
+        assert logits.shape == (1, 1, model.vocab_size), path.name
