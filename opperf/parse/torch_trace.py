@@ -311,7 +311,7 @@ class _MetaShapes:
         self.list_dtype = ""                 # profiler dtype of the current op's TensorList members, '' when unknown
         self.torch = torch
         self.cache: dict = {}
-        self.strings: dict[str, tuple[int, ...]] = {}
+        self.strings: dict[tuple, tuple[int, ...]] = {}
         global _SCALAR_TYPES
         _SCALAR_TYPES = _SCALAR_TYPES or _scalar_types()
 
@@ -323,19 +323,27 @@ class _MetaShapes:
             self.cache[key] = self._infer(op_name, args)
         return self.cache[key]
 
-    def string_positions(self, op_name: str) -> tuple[int, ...]:
-        """The argument positions any overload of the op types `str` (or `str?`)."""
-        if op_name not in self.strings:
+    def string_positions(self, op_name: str, types: list) -> tuple[int, ...]:
+        """The argument positions an overload of the op that fits the recorded argument types (as many arguments,
+        tensors where the trace has tensors, nothing recorded where it has strings) types `str` (or `str?`)."""
+        key = (op_name, tuple(types))
+        if key not in self.strings:
             namespace, _, name = op_name.partition("::")
             try:
                 packet = getattr(getattr(self.torch.ops, namespace), name)
                 schemas = [getattr(packet, overload)._schema for overload in packet.overloads()]
             except (AttributeError, RuntimeError):
                 schemas = []
-            self.strings[op_name] = tuple(sorted({i for schema in schemas for i, argument in
-                                                  enumerate(schema.arguments)
-                                                  if str(argument.type) in ("str", "str?", "Optional[str]")}))
-        return self.strings[op_name]
+            positions = set()
+            for schema in schemas:
+                kinds = [str(argument.type) for argument in schema.arguments]
+                strings = [i for i, kind in enumerate(kinds) if kind in ("str", "str?", "Optional[str]")]
+                if strings and len(kinds) == len(types) and all(
+                        types[i] == "" for i in strings) and all(
+                        "Tensor" in kind for kind, recorded in zip(kinds, types) if recorded in PROFILER_TYPE_TO_TORCH):
+                    positions.update(strings)
+            self.strings[key] = tuple(sorted(positions))
+        return self.strings[key]
 
     def _infer(self, op_name: str, args: dict):
         torch = self.torch
@@ -648,12 +656,9 @@ def _string_arguments(meta: _MetaShapes, chosen: list[tuple[_Op, float]]) -> dic
     does."""
     found = {}
     for op, _ in chosen:
-        positions = meta.string_positions(op.name)
-        if not positions:
-            continue
         concrete, types = op.args.get("Concrete Inputs") or [], op.args.get("Input type") or []
-        empty = [i for i in positions if i < len(concrete) and concrete[i] == "" and
-                 (types[i] if i < len(types) else "") == ""]
+        positions = meta.string_positions(op.name, types)
+        empty = [i for i in positions if i < len(concrete) and concrete[i] == ""]
         if empty:
             found[op.index] = empty
     return found
