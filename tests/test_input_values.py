@@ -286,6 +286,21 @@ def test_the_recorder_counts_the_distinct_rows_an_index_reads():
     assert recorded.next_call("_index_put_impl_", [[8], [], [8], [], []], 5) == ";8;;;"
 
 
+def test_an_embedding_records_the_distinct_rows_of_the_index_select_inside_it(tmp_path):
+    """The mode sees embedding whole; the trace's row is the index_select inside it (every transformers model's
+    token embedding): the recorder files the lookup under index_select with the flattened ids, and the parse's
+    lookup by the trace's Input Dims finds it."""
+    from opperf.input_values import RecordedValues
+
+    weight = torch.randn(16, 4)
+    with ValueRecorder() as recorder:
+        torch.nn.functional.embedding(torch.tensor([[1, 1, 2], [3, 1, 2]]), weight)
+    assert recorder.calls == [{"op": "index_select", "shapes": [[16, 4], [], [6]], "slots": {"2": "3"}}]
+    recorder.write(tmp_path)
+    recorded = RecordedValues.beside(tmp_path / "trace.json")
+    assert recorded.next_call("index_select", [[16, 4], [], [6]], 3) == ";;3"
+
+
 INDEX_ROW = {"Input Shapes": "4096,64;4096", "Input Data Types": "DT_FLOAT;DT_INT64", "Input Formats": "ND;ND",
              "Output Shapes": "4096,64", "Output Data Types": "DT_FLOAT", "Output Formats": "ND"}
 

@@ -55,21 +55,23 @@ class ValueRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         op = op_base_name(func._schema.name)
         recorded = recorded_arguments(op)
-        if recorded or any(_long_list(value) for value in (*args, *kwargs.values())):
+        if recorded or op == "embedding" or any(_long_list(value) for value in (*args, *kwargs.values())):
             try:
-                self._record(op, func, args, kwargs, recorded)
+                names = [argument.name for argument in func._schema.arguments]
+                arguments = {name: args[position] if position < len(args) else kwargs[name]
+                             for position, name in enumerate(names) if position < len(args) or name in kwargs}
+                if op == "embedding":
+                    # The trace's row is the call inside it, which the mode does not see: ATen's embedding is
+                    # weight.index_select(0, indices.reshape(-1)) on every device.
+                    op, names = "index_select", ["self", "dim", "index"]
+                    arguments = {"self": arguments["weight"], "dim": 0, "index": arguments["indices"].reshape(-1)}
+                    recorded = recorded_arguments(op)
+                self._record(op, names, arguments, recorded)
             except Exception as exc:  # noqa: BLE001 — recording must never change what the workload runs
                 self.failed.setdefault(op, f"{type(exc).__name__}: {exc}"[:200])
         return func(*args, **kwargs)
 
-    def _record(self, op, func, args, kwargs, recorded) -> None:
-        arguments = {}
-        for position, argument in enumerate(func._schema.arguments):
-            if position < len(args):
-                arguments[argument.name] = args[position]
-            elif argument.name in kwargs:
-                arguments[argument.name] = kwargs[argument.name]
-        names = [argument.name for argument in func._schema.arguments]
+    def _record(self, op: str, names: list[str], arguments: dict, recorded: dict) -> None:
         shapes = [list(value.shape) if isinstance(value, torch.Tensor) else [] for value in
                   (arguments.get(name) for name in names)]
         slots = {}
