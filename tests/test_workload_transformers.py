@@ -125,8 +125,12 @@ def test_the_profile_records_the_routers_splits_beside_the_trace(moe_database):
     # transformers release: masks, for one).
     assert {"histc", "_grouped_mm", "index"} <= {call["op"] for call in calls}
     # The gathers read every row of what they index: the tokens (each top-k times), then permutations.
-    indexed = [(call["shapes"][0][0], int(call["slots"]["1"])) for call in calls if call["op"].startswith("index")]
+    indexed = [(call["shapes"][0][0], int(call["slots"]["1"])) for call in calls
+               if call["op"].startswith("index") and call["op"] != "index_select"]
     assert indexed and all(rows == distinct for rows, distinct in indexed)
+    # The token embedding, as the index_select inside it: at most as many distinct ids as tokens looked up.
+    lookups = [(call["shapes"][2][0], int(call["slots"]["2"])) for call in calls if call["op"] == "index_select"]
+    assert lookups and all(0 < distinct <= tokens for tokens, distinct in lookups)
     tokens = [call["shapes"][0][0] for call in calls if call["op"] == "_grouped_mm"]
     offsets = [list(map(int, call["slots"]["2"].split())) for call in calls if call["op"] == "_grouped_mm"]
     assert all(len(o) == 6 and o == sorted(o) and o[-1] == n for o, n in zip(offsets, tokens))
