@@ -64,7 +64,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,22 +119,23 @@ SMOKE_WORKLOADS = {
                                   True),
 }
 STAGES = ("profile", "parse", "replay", "phase", "fixed", "report")
-
-
-def config_workloads(paths: list[Path], smoke: bool) -> dict[str, Workload]:
-    """`hf_<file stem>` for each transformers config.json named (a file, or a directory's *.json), with the back
-    end's plan (the smoke plan on cpu) and the config's own layer count (a hybrid model needs its attention layer)."""
-    files = [f for path in paths for f in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
-    workloads = {}
-    for path in files:
-        layers = int(json.loads(path.read_text(encoding="utf-8")).get("num_hidden_layers") or 2)
-        model = str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.resolve())
-        plan = ((16,), (2,), 16, 1) if smoke else ((128, 512, 2048), (1, 16, 64), 512, 2)
-        workloads[f"hf_{path.stem}"] = Workload("transformers", model, layers, *plan, True)
-    return workloads
 PHASE_TABLE = "phase_replay.csv"          # scripts/phase_replay.py's table, beside a run's database
 ENVIRONMENT_FILE = "environment.json"     # written on the GPU host, so the report can be made anywhere
 REPEAT_RUN = f"{DEFAULT_CACHE_POLICY}-repeat"
+
+
+def config_workloads(paths: list[Path], smoke: bool) -> dict[str, Workload]:
+    """`hf_<file stem>` for each transformers config.json named (a file, or a directory's *.json), planned as the
+    back end's transformers workloads are (hf_mistral's plan; the smoke plan on cpu), with the config's own layer
+    count (a hybrid model needs its attention layer)."""
+    template = (SMOKE_WORKLOADS if smoke else WORKLOADS)["hf_mistral"]
+    files = [f for path in paths for f in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
+    workloads = {}
+    for path in files:
+        layers = int(json.loads(path.read_text(encoding="utf-8")).get("num_hidden_layers") or template.layers)
+        model = str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.resolve())
+        workloads[f"hf_{path.stem}"] = replace(template, model=model, layers=layers, unseen=True)
+    return workloads
 
 
 def run(command: list[str], log_path: Path) -> float:

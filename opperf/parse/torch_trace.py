@@ -328,12 +328,8 @@ class _MetaShapes:
         tensors where the trace has tensors, nothing recorded where it has strings) types `str` (or `str?`)."""
         key = (op_name, tuple(types))
         if key not in self.strings:
-            namespace, _, name = op_name.partition("::")
-            try:
-                packet = getattr(getattr(self.torch.ops, namespace), name)
-                schemas = [getattr(packet, overload)._schema for overload in packet.overloads()]
-            except (AttributeError, RuntimeError):
-                schemas = []
+            packet = self._packet(op_name)
+            schemas = [getattr(packet, overload)._schema for overload in packet.overloads()] if packet else []
             positions = set()
             for schema in schemas:
                 kinds = [str(argument.type) for argument in schema.arguments]
@@ -345,12 +341,18 @@ class _MetaShapes:
             self.strings[key] = tuple(sorted(positions))
         return self.strings[key]
 
-    def _infer(self, op_name: str, args: dict):
-        torch = self.torch
+    def _packet(self, op_name: str):
+        """torch.ops.<ns>.<op> of a trace's `ns::op`, None when torch has no such op here."""
         namespace, _, name = op_name.partition("::")
         try:
-            packet = getattr(getattr(torch.ops, namespace), name)
+            return getattr(getattr(self.torch.ops, namespace), name)
         except (AttributeError, RuntimeError):
+            return None
+
+    def _infer(self, op_name: str, args: dict):
+        torch = self.torch
+        packet = self._packet(op_name)
+        if packet is None:
             return None
         values, dtype_known = self._arguments(args)
         if values is None:
