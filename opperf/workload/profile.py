@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +31,10 @@ log = get_logger("workload")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CHROME_TRACE_NAME = "trace.json"
+PLAIN_PASSES = 2             # un-profiled passes timed before the profile (after one more, untimed, that settles
+                             # the allocator and caches): the overhead guard's reference and its noise
+OVERHEAD_NOISE_FACTOR = 2    # a profiled pass beyond 1 + max(2 x the plain passes' spread, 5 %) is called inflated
+OVERHEAD_MIN_FLOOR = 0.05
 
 
 @dataclass(frozen=True)
@@ -153,14 +159,16 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
             # The first warm-up also records the values a trace cannot hold.
             with recorder if iteration == 0 and recorder is not None else contextlib.nullcontext():
                 run_workload(model, plan, token_ids, device)
+    plain_s = [_timed_pass(model, plan, token_ids, device) for _ in range(PLAIN_PASSES + 1)][1:]
     with staged_directory(output_dir, replace_whole=True) as staging:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
-                labels = _profile_npu(model, plan, token_ids, device, staging)
+                labels, profiled_s = _profile_npu(model, plan, token_ids, device, staging)
             else:
-                labels = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
+                labels, profiled_s = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
             result["iterations"] = plan.profile_iterations
+        overhead = profile_overhead(plain_s, profiled_s / plan.profile_iterations)
         if recorder is not None:
             if not plan.warmup_iterations:       # no warm-up to record in: one un-profiled pass after the profile
                 with span("workload.record_values", log), recorder:
@@ -169,9 +177,39 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
             log.info("input values of %d calls recorded (%s)", len(recorder.calls), INPUT_VALUES)
             for op, reason in recorder.failed.items():
                 log.warning("input values of %s calls not recorded (replay draws them): %s", op, reason)
-        write_manifest(staging, description, plan, backend, dtype)
+        write_manifest(staging, {**description, "profile_overhead": overhead}, plan, backend, dtype)
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir
+
+
+def _timed_pass(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str) -> float:
+    """Wall time of one pass of the workload, un-profiled (run_workload synchronises the device at its end)."""
+    _synchronize(device)
+    start = time.perf_counter()
+    run_workload(model, plan, token_ids, device)
+    return time.perf_counter() - start
+
+
+def profile_overhead(plain_s: list[float], profiled_s: float) -> dict:
+    """How much longer a pass of the workload took under the profiler than without it, against how much two plain
+    passes disagree (the noise floor). Every op's profiled time carries its share of the profiler's own cost
+    (record_shapes, and anything else registered on the ops' scopes), so a ratio beyond the noise says the profiled
+    durations, the database's ground truth, are inflated; the workload log warns and workload.json records it."""
+    plain = statistics.median(plain_s)
+    noise = (max(plain_s) - min(plain_s)) / min(plain_s) if min(plain_s) > 0 else 0.0
+    ratio = profiled_s / plain if plain > 0 else float("nan")
+    floor = max(OVERHEAD_NOISE_FACTOR * noise, OVERHEAD_MIN_FLOOR)
+    inflated = bool(ratio > 1 + floor)
+    record = {"plain_pass_s": [round(s, 6) for s in plain_s], "profiled_pass_s": round(profiled_s, 6),
+              "ratio": round(ratio, 4), "noise": round(noise, 4), "floor": round(floor, 4), "inflated": inflated}
+    message = ("profiler overhead: a workload pass took %.3f s under the profiler, %.3f s without (x%.3f; two plain "
+               "passes differ by %.1f %%)")
+    args = (profiled_s, plain, ratio, 100 * noise)
+    if inflated:
+        log.warning(message + ": the profiled op times are inflated beyond the noise floor (x%.2f)", *args, 1 + floor)
+    else:
+        log.info(message, *args)
+    return record
 
 
 def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: str, dtype: str) -> None:
@@ -184,11 +222,12 @@ def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: st
 
 
 def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:
-    """torch.profiler over the workload, with an execution trace of every op's tensors beside it (the parse's
-    input reuse distances, opperf.parse.reuse); on cuda the GPU's power state sampled beside it
-    (opperf.workload.power)."""
-    from torch.profiler import ExecutionTraceObserver
-
+    """torch.profiler over the workload (op times, kernels; on cuda the GPU's power state sampled beside it,
+    opperf.workload.power), then the execution trace of every op's tensors (the parse's input reuse distances and
+    string arguments) from a second, untimed pass, joined to the first by order (opperf.workload.execution_trace):
+    the observer serialises each op's inputs inside the op's own event, which in the timed pass made the cpu back
+    end's op times 3.5x what they are."""
+    from opperf.workload.execution_trace import join_to_trace, record_execution_trace
     from opperf.workload.power import POWER_SAMPLES, SYNC_RANGE, NvmlSampler
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -196,22 +235,26 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         sampler = NvmlSampler.start_if_available(torch.cuda.current_device())
-    observer = ExecutionTraceObserver().register_callback(str(trace_path.parent / EXECUTION_TRACE))
     try:
-        with torch.profiler.profile(activities=activities, record_shapes=True,
-                                    execution_trace_observer=observer) as profiler:
+        with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
             if sampler is not None:
                 with torch.profiler.record_function(SYNC_RANGE):
                     sampler.mark_sync()
+            start = time.perf_counter()
             labels = profiled_iterations(model, plan, token_ids, device)
+            profiled_s = time.perf_counter() - start
     finally:
-        observer.unregister_callback()
         if sampler is not None:
             sampler.stop()
     profiler.export_chrome_trace(str(trace_path))
     if sampler is not None:
         sampler.write(trace_path.parent / POWER_SAMPLES)
-    return labels
+    execution_trace = trace_path.parent / EXECUTION_TRACE
+    with span("workload.execution_trace", log) as result:
+        record_execution_trace(lambda: profiled_iterations(model, plan, token_ids, device), execution_trace)
+        joined = join_to_trace(trace_path, execution_trace)
+        result.update(events=joined.events, joined=joined.joined)
+    return labels, profiled_s
 
 
 def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> list[str]:
@@ -224,7 +267,9 @@ def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> list[str]:
             activities=[torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU],
             record_shapes=True, experimental_config=experimental,
             on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(out_dir))):
+        start = time.perf_counter()
         labels = profiled_iterations(model, plan, token_ids, device)
+        profiled_s = time.perf_counter() - start
     if not any(out_dir.rglob("kernel_details*.csv")):
         raise OpperfError("torch_npu.profiler wrote no kernel_details.csv", path=out_dir)
-    return labels
+    return labels, profiled_s
