@@ -5,7 +5,10 @@ schema's and the CLI's checks."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import torch
 import yaml
 
 from opperf import contract
+from opperf.cli import run_cli
 from opperf.errors import OpperfError
 from opperf.replay.engine import STATUS_OK, PreparedRow, measure_prepared
 from opperf.replay.inputs import ReplayCase
@@ -23,6 +27,7 @@ from opperf.replay.job import ReplaySettings, replay_kernel_csv
 from opperf.replay.methods import (METHOD_CPU_PROFILER, METHOD_CPU_WALL, STOP_BUDGET, STOP_MAXIMUM, STOP_SPREAD,
                                    RepeatBudget, relative_standard_error)
 from opperf.replay.timing import CpuProfilerTimer, CpuWallClockTimer
+from opperf.versions import cpu_version_dir
 from opperf.workflow_config import check_workflow
 from opperf.yaml_files import check_schema
 
@@ -254,3 +259,31 @@ def test_the_workflow_refuses_a_minimum_over_the_repeat_count(tmp_path, monkeypa
     with pytest.raises(OpperfError, match=r"field 'replay.min_repeat_count': must be at most replay.repeat_count "
                                           r"\(10\), the most timed calls a row gets, got 11"):
         check_workflow(config, config_files=[path], definitions_root=REPO / "config" / "kernels")
+
+
+def _replay_script():
+    spec = importlib.util.spec_from_file_location("replay_script", REPO / "scripts" / "replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_line_passes_the_budget_to_the_rows_and_the_reproducer(tmp_path, capsys):
+    script = _replay_script()
+    rows, output = _mm_rows(tmp_path / "mm.csv"), tmp_path / "out.csv"
+    common = ["--rows", str(rows), "--kernel", "mm", "--version-dir", cpu_version_dir(), "--cpu-threads", "1",
+              "--definitions", str(REPO / "config" / "kernels"), "--repeat-count", "12", "--warmup-count", "1"]
+    assert run_cli(script.build_parser(), script.main, [*common, "--output", str(output), "--time-budget-s", "-1"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--time-budget-s" in error and "must be a time in seconds > 0" in error
+    assert not output.exists()
+    assert run_cli(script.build_parser(), script.main,
+                   [*common, "--output", str(output), "--time-budget-s", "0.02", "--min-repeat-count", "2",
+                    "--target-rel-error", "0", "--cpu-timing", "wall", "--trace-dir", str(tmp_path / "traces")]) == 0
+    written = pd.read_csv(output, dtype=str, keep_default_na=False)
+    assert [NOTE.search(method).group(2, 3, 4) for method in written[contract.REPLAY_TIMING_METHOD]] == [
+        ("time budget", "2", "12"), ("maximum", "2", "12")]
+    assert written[contract.REPLAY_TIMING_METHOD][0].startswith(f"{METHOD_CPU_WALL}, 1 threads; 2 timed calls, ")
+    reproducer = next((tmp_path / "traces" / "mm").glob("*_verify/replay_mm.py"))
+    usage = subprocess.run([sys.executable, str(reproducer), "--help"], capture_output=True, text=True, check=True)
+    assert "(default: 0.02, as the job" in " ".join(usage.stdout.split())

@@ -359,7 +359,9 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
                       "row": {c: str(row[c]) for c in columns if c in row}})
     text = environment.get_template(REPRODUCER_TEMPLATE).render(
         kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
-        warmup_count=settings.warmup_count, l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
+        warmup_count=settings.warmup_count, time_budget_s=repr(settings.time_budget_s),
+        min_repeat_count=settings.min_repeat_count, target_rel_error=repr(settings.target_rel_error),
+        l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
         cpu_timing=settings.cpu_timing, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
         seed=settings.seed,
         definition_path=(definition.reference if definition.schema_op else str(Path(definition.path).resolve()))
