@@ -26,7 +26,7 @@ from opperf.replay.isolation import WorkerSettings
 from opperf.replay.job import ReplaySettings, replay_kernel_csv
 from opperf.replay.methods import (METHOD_CPU_PROFILER, METHOD_CPU_WALL, STOP_BUDGET, STOP_MAXIMUM, STOP_SPREAD,
                                    RepeatBudget, relative_standard_error)
-from opperf.replay.timing import CpuProfilerTimer, CpuWallClockTimer
+from opperf.replay.timing import CpuProfilerTimer, CpuWallClockTimer, CudaTimer
 from opperf.versions import cpu_version_dir
 from opperf.workflow_config import check_workflow
 from opperf.yaml_files import check_schema
@@ -287,3 +287,46 @@ def test_the_command_line_passes_the_budget_to_the_rows_and_the_reproducer(tmp_p
     reproducer = next((tmp_path / "traces" / "mm").glob("*_verify/replay_mm.py"))
     usage = subprocess.run([sys.executable, str(reproducer), "--help"], capture_output=True, text=True, check=True)
     assert "(default: 0.02, as the job" in " ".join(usage.stdout.split())
+
+
+class _WarmCache:
+    """CacheState's interface with nothing to prepare (the device's cache is not what this test is about)."""
+
+    def plan(self, case):
+        return [case], [], "none"
+
+    def prepare(self, views, neighbour=None):
+        return None
+
+
+class _Session:
+    def __init__(self):
+        self.ranges = []
+
+    def range_name(self, key, repeat_count, policy, repetitions=""):
+        self.ranges.append((key, repeat_count, repetitions))
+        return f"opperf_replay#{len(self.ranges) - 1}"
+
+
+@pytest.mark.parametrize("primary", ["event", "kernel"])
+def test_the_cuda_timer_sets_the_count_from_the_warm_up_before_the_first_timed_call(primary):
+    """CudaTimer's own measure() on the host: the device parts (CUDA events, the cache, the profiler session) are
+    stand-ins that say what they were asked for; a 100 us warm-up call under a 1 ms budget gets 10 timed calls."""
+    timer = CudaTimer.__new__(CudaTimer)
+    timer.cache, timer.primary, timer.power_policy, timer.power = _WarmCache(), primary, "cooldown", None
+    timer._results, timer._windows, timer.session = {}, {}, _Session()
+    asked = []
+
+    def event_samples(cases, views, repeat_count, idle_s=0.0, neighbour=None):
+        asked.append(repeat_count)
+        return [100.0] * repeat_count
+    timer._event_samples = event_samples
+    fn, calls = _counted(torch.ops.aten.neg)
+    case = ReplayCase(fn=fn, args=(torch.ones(4),))
+    timer.measure(case, 2, 30, "row", budget=RepeatBudget(time_budget_s=0.001, min_count=3))
+    note = "10 timed calls, set by the time budget: 1 ms at 100 us per call in the warm-up (min 3, max 30)"
+    if primary == "event":
+        assert asked == [2, 10]
+        assert len(timer._results["row"].samples_us) == 10 and timer._results["row"].repetitions == note
+    else:
+        assert asked == [2] and len(calls) == 10 and timer.session.ranges == [("row", 10, note)]
