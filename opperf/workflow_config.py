@@ -63,6 +63,10 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
             raise config_error(f"device {settings.get('device', 'CPU')!r} is not in {config['devices']} "
                                f"(known: {', '.join(sorted(devices))})", [section, "device"])
     _check_models(config, config_error)
+    replay = config.get("replay") or {}
+    if replay.get("time_budget_s") is not None and replay["min_repeat_count"] > replay["repeat_count"]:
+        raise config_error(f"must be at most replay.repeat_count ({replay['repeat_count']}), the most timed calls a "
+                           f"row gets, got {replay['min_repeat_count']}", ["replay", "min_repeat_count"])
     grid = config.get("grid") or {}
     if grid.get("enabled", True):
         from opperf.grid.config import load_grid_config

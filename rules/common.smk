@@ -475,6 +475,17 @@ def replayed_csvs(wildcards):
     return ["results/{}/{}/{}/replayed/{}.csv".format(*key, kernel) for kernel in kernel_types(*key)]
 
 
+def replay_budget_options(wildcards):
+    """--time-budget-s and its bounds as config replay.time_budget_s asks (off by default: no option)."""
+    replay = config["replay"]
+    if replay.get("time_budget_s") is None:
+        return ""
+    return (
+        f"--time-budget-s {replay['time_budget_s']} --min-repeat-count {replay['min_repeat_count']} "
+        f"--target-rel-error {replay['target_rel_error']}"
+    )
+
+
 def replay_prune_options(wildcards):
     """--prune-invalid-rows / --prune-empty-duration-rows as config replay.* asks (off by default)."""
     options = []

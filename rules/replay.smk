@@ -31,13 +31,14 @@ rule replay_kernel:
         cpu_timing=config["replay"]["cpu_timing"],
         memory_fraction=config["replay"]["memory_fraction"],
         prune_options=replay_prune_options,
+        budget_options=replay_budget_options,
         device_ids_option=replay_device_ids_option,
         log_level=config["log_level"],
     shell:
         "python scripts/replay.py --rows {params.rows} --kernel {wildcards.kernel:q} "
         "--definition {params.definition} --device {wildcards.device} --devices-catalog {input.devices} "
         "--version-dir {wildcards.version_dir} --output {output.replayed} --trace-dir {params.trace_dir} "
-        "--repeat-count {params.repeat_count} --warmup-count {params.warmup_count} "
+        "--repeat-count {params.repeat_count} {params.budget_options} --warmup-count {params.warmup_count} "
         "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
         "--l2-policy {params.l2_policy} --cpu-threads {threads} --cpu-timing {params.cpu_timing} --memory-fraction {params.memory_fraction} {params.prune_options} "
         "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"

@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,  # noqa: E402
-                                   DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
-                                   DEFAULT_TIMING_BATCH_ROWS, POWER_POLICIES)
+                                   DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT,
+                                   DEFAULT_POWER_POLICY, DEFAULT_TARGET_REL_ERROR, DEFAULT_TIMING_BATCH_ROWS,
+                                   POWER_POLICIES)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
 
 
@@ -56,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
                                           "every row is recorded no_definition); overrides --definitions")
     how.add_argument("--repeat-count", type=int, default=DEFAULT_REPEAT_COUNT,
                      help="timed calls per row after the warm-up (default: %(default)s)")
+    how.add_argument("--time-budget-s", type=float, metavar="S",
+                     help="time per row: after --min-repeat-count timed calls, a row stops once its calls took S "
+                          "seconds or the standard error of their mean is under --target-rel-error, and at "
+                          "--repeat-count calls at the latest (cpu: decided after each call; cuda: the count is set "
+                          "from the warm-up's time per call). Recorded per row in Replay Timing Method. Default: off, "
+                          "every row gets --repeat-count calls")
+    how.add_argument("--min-repeat-count", type=int, default=DEFAULT_MIN_REPEAT_COUNT,
+                     help="with --time-budget-s: the fewest timed calls a row gets (default: %(default)s)")
+    how.add_argument("--target-rel-error", type=float, default=DEFAULT_TARGET_REL_ERROR, metavar="F",
+                     help="with --time-budget-s: a row stops once the standard error of its calls' mean is under F "
+                          "of the mean (cpu wall timing, the one that sees each call's time as it goes; 0: only the "
+                          "budget stops a row; default: %(default)s)")
     how.add_argument("--warmup-count", type=int, default=DEFAULT_WARMUP_COUNT,
                      help="untimed calls first, the first of them verified (default: %(default)s)")
     how.add_argument("--update-mode", choices=UPDATE_MODES, default="all",

@@ -44,7 +44,8 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
         power_policy=args.power_policy, heater_min_power_w=args.heater_min_power,
         timing_batch_rows=args.timing_batch_rows, seed=args.seed, persistent_worker=args.persistent_worker,
         memory_budget_bytes=budget, device_ids=device_ids, slots_dir=args.slots_dir, cpu_threads=args.cpu_threads,
-        cpu_timing=args.cpu_timing)
+        cpu_timing=args.cpu_timing, time_budget_s=args.time_budget_s, min_repeat_count=args.min_repeat_count,
+        target_rel_error=args.target_rel_error)
     settings.validate()
     return settings
 

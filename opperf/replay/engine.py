@@ -17,7 +17,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
-from opperf.replay.methods import Timer, TimingResult, sets_own_clock
+from opperf.replay.methods import RepeatBudget, Timer, TimingResult, sets_own_clock
 from opperf.stats import INTERRUPTED_FACTOR, duration_stats, format_number, split_interrupted
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
@@ -164,7 +164,9 @@ class PreparedRow:
             return RowOutcome(STATUS_FAILED_NO_SAMPLES, error=f"{timing.method}: every one of the "
                               f"{len(timing.samples_us)} timed calls measured 0 us (no device activity "
                               "attributed to the call)", **traced)
-        return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, timing.method, timing.l2_policy,
+        # A budget's choice of the count is part of how the row was measured (Replay Sample Count: the calls kept).
+        method = "; ".join(filter(None, (timing.method, timing.repetitions)))
+        return RowOutcome(STATUS_OK, columns=sample_columns(timing.samples_us, method, timing.l2_policy,
                                                             timing.power_state),
                           other_samples=timing.other_samples_us, **traced)
 
@@ -244,12 +246,16 @@ def schema_refinement_fallback(definition: KernelDefinition, backend: str) -> Ke
     return schema_definition(definition.type, (backend,))
 
 
-def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: int,
-                     warmup_count: int) -> RowOutcome | None:
-    """Run the row's warm-up and timed calls (the first call, already run, counts as warm-up); the case's
-    tensors are released afterwards. A RowOutcome if the calls failed, else None (samples come at collect)."""
+def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: int, warmup_count: int,
+                     budget: RepeatBudget | None = None) -> RowOutcome | None:
+    """Run the row's warm-up and timed calls (the first call, already run, counts as warm-up; `budget`: at most
+    `repeat_count` timed calls, the budget chooses how many); the case's tensors are released afterwards. A
+    RowOutcome if the calls failed, else None (samples come at collect)."""
     try:
-        timer.measure(prepared.case, max(warmup_count - 1, 0), repeat_count, key)
+        if budget is None:
+            timer.measure(prepared.case, max(warmup_count - 1, 0), repeat_count, key)
+        else:
+            timer.measure(prepared.case, max(warmup_count - 1, 0), repeat_count, key, budget=budget)
     except Exception as exc:
         return prepared.outcome(None, error=_error_text(exc))
     finally:
@@ -260,14 +266,15 @@ def measure_prepared(prepared: PreparedRow, timer: Timer, key, *, repeat_count: 
 def replay_row(definition: KernelDefinition, row: Mapping[str, str], *, backend: str, device: str, timer: Timer,
                repeat_count: int = DEFAULT_REPEAT_COUNT, warmup_count: int = DEFAULT_WARMUP_COUNT,
                memory_budget_bytes: int | None = None, format_cast: "FormatCast | None" = None,
-               path=None, line: int | None = None, seed: int = 0) -> RowOutcome:
+               path=None, line: int | None = None, seed: int = 0, budget: RepeatBudget | None = None) -> RowOutcome:
     """Replay one row and say what happened (never raises for a row-level problem); one row per timer batch."""
     prepared = prepare_row(definition, row, backend=backend, device=device, timer=timer,
                            memory_budget_bytes=memory_budget_bytes, format_cast=format_cast, path=path, line=line,
                            seed=seed)
     if isinstance(prepared, RowOutcome):
         return prepared
-    failed = measure_prepared(prepared, timer, line, repeat_count=repeat_count, warmup_count=warmup_count)
+    failed = measure_prepared(prepared, timer, line, repeat_count=repeat_count, warmup_count=warmup_count,
+                              budget=budget)
     if failed is not None:
         return failed
     try:

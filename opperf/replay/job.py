@@ -27,7 +27,8 @@ from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FA
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
 from opperf.replay.methods import (CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W,
-                                   DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS)
+                                   DEFAULT_MIN_REPEAT_COUNT, DEFAULT_POWER_POLICY, DEFAULT_TARGET_REL_ERROR,
+                                   DEFAULT_TIMING_BATCH_ROWS, RepeatBudget)
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -69,10 +70,15 @@ class ReplaySettings:
     seed: int = 0
     cpu_threads: int | None = None
     cpu_timing: str = DEFAULT_CPU_TIMING
+    # Timed calls per row chosen by time and spread (methods.RepeatBudget), repeat_count the most; None: off.
+    time_budget_s: float | None = None
+    min_repeat_count: int = DEFAULT_MIN_REPEAT_COUNT
+    target_rel_error: float = DEFAULT_TARGET_REL_ERROR
 
     def validate(self) -> None:
         if self.repeat_count < 1:
             raise OpperfError(f"must be >= 1, got {self.repeat_count}", field="--repeat-count")
+        self.validate_budget()
         if self.warmup_count < 1:
             raise OpperfError(f"must be >= 1 (the first call is verified), got {self.warmup_count}",
                               field="--warmup-count")
@@ -85,6 +91,28 @@ class ReplaySettings:
         if not 0 <= self.heater_min_power_w < float("inf"):
             raise OpperfError(f"must be a power in watts >= 0, got {self.heater_min_power_w}",
                               field="--heater-min-power")
+
+    def validate_budget(self) -> None:
+        if not 0 <= self.target_rel_error < 1:
+            raise OpperfError(f"must be a fraction of the mean in [0, 1) (0.01: 1 %), got {self.target_rel_error}",
+                              field="--target-rel-error")
+        if self.min_repeat_count < 1:
+            raise OpperfError(f"must be >= 1, got {self.min_repeat_count}", field="--min-repeat-count")
+        if self.time_budget_s is None:
+            return
+        if not 0 < self.time_budget_s < float("inf"):
+            raise OpperfError(f"must be a time in seconds > 0, got {self.time_budget_s}", field="--time-budget-s")
+        if self.min_repeat_count > self.repeat_count:
+            raise OpperfError(f"must be at most --repeat-count ({self.repeat_count}), the most timed calls a row "
+                              f"gets, got {self.min_repeat_count}", field="--min-repeat-count")
+        if self.backend == "npu":
+            raise OpperfError("not supported on npu: the msprof session's samples are matched to rows by one count "
+                              "of calls for all of them (--repeat-count)", field="--time-budget-s")
+
+    def repeat_budget(self) -> RepeatBudget | None:
+        """The budget that chooses each row's timed calls, None where every row gets repeat_count."""
+        return (None if self.time_budget_s is None else
+                RepeatBudget(self.time_budget_s, self.min_repeat_count, self.target_rel_error))
 
 
 @dataclass
@@ -143,7 +171,9 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
                             power_policy=settings.power_policy, heater_min_power_w=settings.heater_min_power_w,
                             timing_batch_rows=settings.timing_batch_rows,
-                            cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing)
+                            cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing,
+                            time_budget_s=settings.time_budget_s, min_repeat_count=settings.min_repeat_count,
+                            target_rel_error=settings.target_rel_error)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)
         env.update(visible_devices_env(settings.backend, device_id))
@@ -261,6 +291,14 @@ def _row_text(row: Mapping[str, str]) -> str:
     return " | ".join(contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS)
 
 
+def _budget_text(settings: ReplaySettings) -> str:
+    """How the job's rows got their timed calls, where a time budget chose them (the spec trace)."""
+    budget = settings.repeat_budget()
+    return "" if budget is None else (f" at most, {budget.min_count} at least, chosen per row by a time budget of "
+                                      f"{budget.time_budget_s:g} s and a target standard error of "
+                                      f"{budget.target_rel_error:g} of the mean")
+
+
 def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDefinition | None,
                  settings: ReplaySettings, rows_path, output_path, definitions_dir) -> list[Path]:
     """REPLAY/VERIFY/BACKFILL trace files and the standalone reproducer of this job."""
@@ -270,7 +308,8 @@ def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDe
             f"definition: {definition.reference if definition else '(none)'}",
             f"api: {definition.api if definition else ''}  hook: {definition.hook if definition else ''}",
             f"rows: {rows_path} ({len(rows)} rows, {len(job.items)} distinct calls)",
-            f"back end: {settings.backend}; repeat count {settings.repeat_count}; warm-up {settings.warmup_count}; "
+            f"back end: {settings.backend}; repeat count {settings.repeat_count}{_budget_text(settings)}; "
+            f"warm-up {settings.warmup_count}; "
             f"update mode {settings.update_mode}; timeout {settings.timeout_s:g} s per row; L2 policy "
             f"{settings.l2_policy}",
             f"output: {output_path}"]
@@ -320,7 +359,9 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
                       "row": {c: str(row[c]) for c in columns if c in row}})
     text = environment.get_template(REPRODUCER_TEMPLATE).render(
         kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
-        warmup_count=settings.warmup_count, l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
+        warmup_count=settings.warmup_count, time_budget_s=repr(settings.time_budget_s),
+        min_repeat_count=settings.min_repeat_count, target_rel_error=repr(settings.target_rel_error),
+        l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
         cpu_timing=settings.cpu_timing, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
         seed=settings.seed,
         definition_path=(definition.reference if definition.schema_op else str(Path(definition.path).resolve()))

@@ -15,11 +15,14 @@ Cache policies (what the device cache holds when a timed call starts):
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import math
+import statistics
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from opperf.power_samples import POWER_DRAWING_OPS, op_base_name
+from opperf.stats import split_interrupted
 
 CACHE_POLICIES = ("insitu", "insitu-inplace", "flush", "rotate", "none")
 DEFAULT_CACHE_POLICY = "insitu"
@@ -78,6 +81,91 @@ DEFAULT_HEATER_MIN_POWER_W = 180.0
 # parse are paid once per batch, not per row; a crash loses at most one batch's measurements (re-run).
 DEFAULT_TIMING_BATCH_ROWS = 128
 
+# --time-budget-s (off by default: every row gets --repeat-count timed calls).
+DEFAULT_MIN_REPEAT_COUNT = 3
+DEFAULT_TARGET_REL_ERROR = 0.01
+STOP_BUDGET, STOP_SPREAD, STOP_MAXIMUM = "time budget", "spread", "maximum"
+
+
+def _duration_text(duration_us: float) -> str:
+    if duration_us >= 1e6:
+        return f"{duration_us / 1e6:.3g} s"
+    return f"{duration_us / 1000:.3g} ms" if duration_us >= 1000 else f"{duration_us:.3g} us"
+
+
+def relative_standard_error(samples_us: Sequence[float]) -> float | None:
+    """The standard error of the samples' mean over the mean, the interrupted calls left out as every statistic
+    leaves them out (opperf.stats.split_interrupted); None under two kept samples or a mean of 0."""
+    kept = split_interrupted(samples_us)[0]
+    if len(kept) < 2:
+        return None
+    mean = statistics.fmean(kept)
+    return statistics.stdev(kept) / math.sqrt(len(kept)) / mean if mean > 0 else None
+
+
+@dataclass(frozen=True)
+class RepeatBudget:
+    """How many timed calls a row gets when a time budget chooses (--time-budget-s), instead of --repeat-count each.
+
+    After `min_count` calls a row stops once its calls have taken `time_budget_s`, or once the standard error of
+    their mean is under `target_rel_error` of the mean (0: the spread never stops it), and at --repeat-count calls
+    at the latest: a 0.6 s GEMM stops after the minimum, a 2 us op runs to the maximum unless its spread is small.
+    A timer that sees each call's time as it goes (cpu) decides after each call (`stop_reason`); one whose samples
+    come only after the calls ran (cuda: kernels queued ahead of the host) sets the count before the first timed
+    call from the time of a warm-up call (`planned_count`), and only the budget decides it. `note` is what the row
+    records, after its `Replay Timing Method`: the count, what stopped it and the bounds.
+    """
+
+    time_budget_s: float
+    min_count: int = DEFAULT_MIN_REPEAT_COUNT
+    target_rel_error: float = DEFAULT_TARGET_REL_ERROR
+
+    def stop_reason(self, calls: int, max_count: int, spent_us: float,
+                    samples_us: Sequence[float] | None = None) -> str | None:
+        """Why a row stops after `calls` timed calls that took `spent_us` (`samples_us`: their times, where the
+        timer has them as it goes), or None to go on."""
+        if calls >= max_count:
+            return STOP_MAXIMUM
+        if calls < self.min_count:
+            return None
+        if spent_us >= self.time_budget_s * 1e6:
+            return STOP_BUDGET
+        if samples_us is not None and self.target_rel_error > 0:
+            error = relative_standard_error(samples_us)
+            if error is not None and error <= self.target_rel_error:
+                return STOP_SPREAD
+        return None
+
+    def planned_count(self, call_us: float, max_count: int) -> tuple[int, str]:
+        """(timed calls, why) for a row whose calls take about `call_us` each: as many as the budget holds, within
+        the bounds."""
+        fits = math.ceil(self.time_budget_s * 1e6 / call_us) if call_us > 0 else max_count
+        if fits >= max_count:
+            return max_count, STOP_MAXIMUM
+        return min(max(fits, self.min_count), max_count), STOP_BUDGET
+
+    def note(self, calls: int, reason: str, max_count: int, *, spent_us: float | None = None,
+             samples_us: Sequence[float] | None = None, call_us: float | None = None) -> str:
+        """The row's record of its repetitions, e.g. `12 timed calls, stopped by the time budget: 10.4 ms of 10 ms
+        spent (min 3, max 30)`; `call_us`: the warm-up's time per call a planned count came from."""
+        budget = _duration_text(self.time_budget_s * 1e6)
+        if call_us is not None:
+            spent = f"{budget} at {_duration_text(call_us)} per call in the warm-up"
+            verb = "set"
+        else:
+            spent = f"{_duration_text(spent_us or 0.0)} of {budget} spent"
+            verb = "stopped"
+        error = relative_standard_error(samples_us) if samples_us is not None else None
+        spread = "" if error is None else f"standard error {100 * error:.2g} % of the mean"
+        target = f"target {100 * self.target_rel_error:g} %" if self.target_rel_error > 0 else "no target"
+        if reason == STOP_SPREAD:
+            detail = f"{spread}, {target}"
+        elif reason == STOP_BUDGET:
+            detail = spent
+        else:
+            detail = ", ".join(filter(None, (f"time budget {spent}" if call_us is not None else spent, spread)))
+        return f"{calls} timed calls, {verb} by the {reason}: {detail} (min {self.min_count}, max {max_count})"
+
 
 @dataclass
 class TimingResult:
@@ -88,13 +176,15 @@ class TimingResult:
     l2_policy: str
     other_samples_us: dict[str, list[float]] = field(default_factory=dict)   # e.g. CUDA-event samples
     power_state: tuple[float, float] | None = None     # (SM clock MHz, power W) while the calls ran (cuda, NVML)
+    repetitions: str = ""      # how many timed calls and why, where a RepeatBudget chose them (RepeatBudget.note)
 
 
 class Timer(Protocol):
     """Times cases; a batching timer may return the samples only at `collect()`.
 
     `measure(case, warmup_count, repeat_count, key)` runs the warm-up and timed calls of one case
-    (a `opperf.replay.inputs.ReplayCase`) and keeps what it needs to attribute samples to `key`;
+    (a `opperf.replay.inputs.ReplayCase`) and keeps what it needs to attribute samples to `key`; with
+    `budget=` (a RepeatBudget) `repeat_count` is the most timed calls, the budget chooses how many;
     `collect()` returns every key measured since the last collect with its TimingResult (an empty
     sample list means an outer session times the calls: npu). `close()` ends what the timer keeps running (the
     cuda timer's NVML sampler thread): a persistent replay server makes one timer per job, and each one left
@@ -103,7 +193,8 @@ class Timer(Protocol):
 
     backend: str
 
-    def measure(self, case: Any, warmup_count: int, repeat_count: int, key: Hashable) -> None: ...
+    def measure(self, case: Any, warmup_count: int, repeat_count: int, key: Hashable, *,
+                budget: RepeatBudget | None = None) -> None: ...
 
     def collect(self) -> dict[Hashable, TimingResult]: ...
 

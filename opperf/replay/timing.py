@@ -32,7 +32,7 @@ from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DE
                                    DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
                                    GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
                                    METHOD_CUDA_KERNEL, METHOD_SESSION, PHASE_PREHEAT_S, POWER_POLICIES,
-                                   TimingResult)
+                                   RepeatBudget, TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
 
@@ -49,6 +49,7 @@ class RangeSession:
     """One torch.profiler session over a batch of rows; each row's timed calls run in ranges of their own.
 
     `range_name(key, repeat_count, policy)` opens the session if needed and names the row's range;
+    `ran(name, calls, repetitions)` says how many calls a row whose count a budget chose did run, and why;
     `collect(attribute, method)` stops it and turns `attribute(events, prefix)` (per range token, one sample
     per call) into each row's TimingResult. A row whose calls did not all get a sample fails alone
     (`strict=False`) or fails the batch (`strict=True`).
@@ -59,17 +60,24 @@ class RangeSession:
     def __init__(self, activities: list, *, record_shapes: bool = False, strict: bool = False):
         self.activities, self.record_shapes, self.strict = activities, record_shapes, strict
         self._profiler = None
-        self._pending: dict[int, tuple[Hashable, int, str]] = {}    # range token -> (key, repeat count, policy)
+        # range token -> (key, repeat count, policy, repetitions note)
+        self._pending: dict[int, tuple[Hashable, int, str, str]] = {}
 
-    def range_name(self, key: Hashable, repeat_count: int, policy: str) -> str:
+    def range_name(self, key: Hashable, repeat_count: int, policy: str, repetitions: str = "") -> str:
         if self._profiler is None:
             from torch.profiler import profile
 
             self._profiler = profile(activities=self.activities, record_shapes=self.record_shapes)
             self._profiler.__enter__()
         token = len(self._pending)
-        self._pending[token] = (key, repeat_count, policy)
+        self._pending[token] = (key, repeat_count, policy, repetitions)
         return f"{self.PREFIX}{token}"
+
+    def ran(self, name: str, calls: int, repetitions: str) -> None:
+        """The row of range `name` ran `calls` timed calls (a budget stopped it): its samples must number as many."""
+        token = int(name[len(self.PREFIX):])
+        key, _, policy, _ = self._pending[token]
+        self._pending[token] = (key, calls, policy, repetitions)
 
     def close(self) -> None:
         """Stop the session without reading it (its calls failed)."""
@@ -85,10 +93,10 @@ class RangeSession:
         self._profiler, self._pending = None, {}
         profiler.__exit__(None, None, None)
         per_token = attribute(profiler.profiler.kineto_results.events(), self.PREFIX)
-        for token, (key, repeat_count, policy) in pending.items():
+        for token, (key, repeat_count, policy, repetitions) in pending.items():
             samples = per_token.get(token, [])
             if len(samples) == repeat_count:
-                results[key] = TimingResult(samples, method, policy)
+                results[key] = TimingResult(samples, method, policy, repetitions=repetitions)
             elif self.strict:
                 raise OpperfError(f"the profiler reported {len(samples)} call ranges for {repeat_count} calls")
         return results
@@ -114,17 +122,26 @@ class CpuWallClockTimer:
     def close(self) -> None:
         return None
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable, *,
+                budget: RepeatBudget | None = None) -> None:
+        """`budget`: after each timed call, stop once its samples have spent it or their spread is small enough."""
         for _ in range(warmup_count):
             case.run()
         samples = []
         clock = time.perf_counter_ns
+        reason = None
         for _ in range(repeat_count):
             case.next_values()
             start = clock()
             case.run()
             samples.append((clock() - start) / 1000.0)
-        self._results[key] = TimingResult(samples, self.method, "none")
+            if budget is not None:
+                reason = budget.stop_reason(len(samples), repeat_count, sum(samples), samples)
+                if reason is not None:
+                    break
+        repetitions = "" if reason is None else budget.note(len(samples), reason, repeat_count,
+                                                            spent_us=sum(samples), samples_us=samples)
+        self._results[key] = TimingResult(samples, self.method, "none", repetitions=repetitions)
 
     def collect(self) -> dict[Hashable, TimingResult]:
         results, self._results = self._results, {}
@@ -159,16 +176,31 @@ class CpuProfilerTimer:
     def close(self) -> None:
         return None
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable, *,
+                budget: RepeatBudget | None = None) -> None:
+        """`budget`: after each timed call, stop once the calls' wall time (the samples come only at collect) has
+        spent it; the spread does not stop a row here."""
         from torch.profiler import record_function
 
         for _ in range(warmup_count):
             case.run()
         name = self.session.range_name(key, repeat_count, "none")
-        for _ in range(repeat_count):
+        if budget is None:
+            for _ in range(repeat_count):
+                case.next_values()
+                with record_function(name):
+                    case.run()
+            return
+        clock, spent_ns, calls, reason = time.perf_counter_ns, 0, 0, None
+        while reason is None:
             case.next_values()
+            start = clock()
             with record_function(name):
                 case.run()
+            spent_ns += clock() - start
+            calls += 1
+            reason = budget.stop_reason(calls, repeat_count, spent_ns / 1000.0)
+        self.session.ran(name, calls, budget.note(calls, reason, repeat_count, spent_us=spent_ns / 1000.0))
 
     def collect(self) -> dict[Hashable, TimingResult]:
         """Stop the session and return every key's samples (each call's top-level op time)."""
@@ -536,14 +568,22 @@ class CudaTimer:
             self.power.stop()
             self.power = None
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable, *,
+                budget: RepeatBudget | None = None) -> None:
+        """`budget`: the count is set before the first timed call, from the warm-up's event time per call (the
+        kernels run queued ahead of the host, so no sample is in while the calls are being issued)."""
         cases, views, policy = self.cache.plan(case)
         warmup = self._event_samples(cases, views, max(warmup_count, 1))
         # How long one call keeps the GPU busy: the workload's own kernel time where the row has one (event time
         # includes the host's launch gaps, 1 ms and more for some 2 µs ops under the profiler), else the warm-up.
         call_us = case.profiled_us or min(warmup)
+        repetitions = ""
+        if budget is not None:
+            planned, reason = budget.planned_count(min(warmup), repeat_count)
+            repetitions = budget.note(planned, reason, repeat_count, call_us=min(warmup))
+            repeat_count = planned
         if self._held_at_clock(case, call_us):
-            self._measure_at_clock(cases, views, policy, repeat_count, key, case.target_clock_mhz)
+            self._measure_at_clock(cases, views, policy, repeat_count, key, case.target_clock_mhz, repetitions)
             return
         idle_s, neighbour, preheat, rest_s = 0.0, None, 0, 0.0
         if self._after_long_gemm(case, call_us):
@@ -574,12 +614,12 @@ class CudaTimer:
             self._heat(preheat, self.LONG_HEATER_N)
         if self.primary == "event":
             self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s, neighbour),
-                                               METHOD_CUDA_EVENT, policy)
+                                               METHOD_CUDA_EVENT, policy, repetitions=repetitions)
             self._rest(rest_s)
             return
         from torch.profiler import record_function
 
-        name = self.session.range_name(key, repeat_count, policy)
+        name = self.session.range_name(key, repeat_count, policy, repetitions)
         started = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
             cases[index % len(cases)].next_values()
@@ -660,7 +700,8 @@ class CudaTimer:
         for _ in range(times):
             torch.mm(a, b, out=out)
 
-    def _measure_at_clock(self, cases, views, policy: str, repeat_count: int, key: Hashable, target: float) -> None:
+    def _measure_at_clock(self, cases, views, policy: str, repeat_count: int, key: Hashable, target: float,
+                          repetitions: str = "") -> None:
         """Time the calls with the SM clock held near `target`: heater GEMMs before each call, their number
         adjusted from the clock NVML reads after each call; no idle time."""
         from torch.profiler import record_function
@@ -673,7 +714,7 @@ class CudaTimer:
             self.synchronize()
         heaters, clocks = 1, []
         policy += f"; power: match-clock, heater GEMMs before each call to hold the SM clock at {target:.0f} MHz"
-        name = self.session.range_name(key, repeat_count, policy)
+        name = self.session.range_name(key, repeat_count, policy, repetitions)
         window_start = time.monotonic_ns() / 1000.0
         for index in range(repeat_count):
             self._heat(heaters)
@@ -776,7 +817,10 @@ class SessionExecutionTimer:
     def close(self) -> None:
         return None
 
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable) -> None:
+    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable, *,
+                budget: RepeatBudget | None = None) -> None:
+        if budget is not None:     # the session's samples are matched to rows by a count all rows share
+            raise OpperfError("a time budget per row is not supported on npu", field="--time-budget-s")
         cases, views, policy = self.cache.plan(case) if self.cache else ([case], [], "none")
         for index in range(warmup_count + repeat_count):
             cases[index % len(cases)].next_values()

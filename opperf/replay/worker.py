@@ -18,8 +18,8 @@ import time
 
 from opperf.io import read_database_csv
 from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING,
-                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY, DEFAULT_TIMING_BATCH_ROWS,
-                                   POWER_POLICIES)
+                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT, DEFAULT_POWER_POLICY,
+                                   DEFAULT_TARGET_REL_ERROR, DEFAULT_TIMING_BATCH_ROWS, POWER_POLICIES, RepeatBudget)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--progress", required=True, help="JSON-lines progress file to append to")
     parser.add_argument("--repeat-count", type=int, required=True)
     parser.add_argument("--warmup-count", type=int, required=True)
+    parser.add_argument("--time-budget-s", type=float, default=None)
+    parser.add_argument("--min-repeat-count", type=int, default=DEFAULT_MIN_REPEAT_COUNT)
+    parser.add_argument("--target-rel-error", type=float, default=DEFAULT_TARGET_REL_ERROR)
     parser.add_argument("--memory-budget-bytes", type=int, default=None)
     parser.add_argument("--l2-policy", default=DEFAULT_CACHE_POLICY, choices=CACHE_POLICIES)
     parser.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS)
@@ -71,6 +74,8 @@ def main(argv=None) -> int:
                        cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
     try:
         format_cast = format_cast_for(args.backend)
+        budget = (None if args.time_budget_s is None else
+                  RepeatBudget(args.time_budget_s, args.min_repeat_count, args.target_rel_error))
         ready = time.perf_counter()
         collect_s = 0.0
         with open(args.indices, encoding="utf-8") as handle:
@@ -104,7 +109,7 @@ def main(argv=None) -> int:
                                        format_cast=format_cast, path=args.rows, line=index + 2, seed=args.seed + index)
                 if not isinstance(prepared, RowOutcome):
                     failed = measure_prepared(prepared, timer, index, repeat_count=args.repeat_count,
-                                              warmup_count=args.warmup_count)
+                                              warmup_count=args.warmup_count, budget=budget)
                     if failed is None:
                         pending[index] = prepared
                         emit({"index": index, "event": "measured"})
