@@ -4,7 +4,7 @@
 `scripts/check_database.py --consumer-models` answers the reference decoder's queries with opperf's model of
 the runtime. This asks the runtime itself: the same queries (recorded on meta tensors under a
 TorchDispatchMode, as TensorCast records a model run) go to msmodeling's unmodified `ProfilingDataSource` and
-the `InterpolatingDataSource` wrapping it, through `tests/msmodeling_oracle.py` run in msmodeling's Python.
+the `InterpolatingDataSource` wrapping it, through `opperf/database/msmodeling_oracle.py` run in msmodeling's Python.
 Each query is EXACT (the exact lookup answers; zero_cost entries answer 0), INTERPOLATED, MISS (the runtime
 falls back to roofline) or RAISED; the table also says where opperf's model gave another status.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-ORACLE = ROOT / "tests" / "msmodeling_oracle.py"
+ORACLE = ROOT / "opperf" / "database" / "msmodeling_oracle.py"
 
 
 def _spec(tensor) -> list:

@@ -64,12 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--trace-dir", help="write GRID spec/result trace files per kernel type under this directory")
     consumer = parser.add_argument_group("the performance model's own queries")
     consumer.add_argument("--consumer-models", default="",
-                          help="comma-separated models (from --models) whose reference decoder's op queries, as a "
-                               "dispatch-mode performance model (msmodeling's TensorCast) issues them, each become "
-                               "a row: TP sizes of the model, prefill 1..8k tokens, decode batch 1..64 (cpu/cuda "
-                               "back ends; rows the HBM budget cannot hold are left out and counted)")
+                          help="comma-separated models — names from --models (the reference decoder) or "
+                               "transformers config.json paths (the model's own code, run on meta) — whose op "
+                               "queries, as a dispatch-mode performance model (msmodeling's TensorCast) issues them, "
+                               "each become a row, over --scenario-space (cpu/cuda back ends; rows the HBM budget "
+                               "cannot hold are left out and counted)")
     consumer.add_argument("--consumer-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                           help="activation dtype of those queries (default: %(default)s)")
+    consumer.add_argument("--scenarios", default=None,
+                          help="scenario spaces YAML of --consumer-models (default: config/scenarios.yaml)")
+    consumer.add_argument("--scenario-space", default="default",
+                          help="which space of --scenarios: prefill token counts, decode batches x contexts, TP "
+                               "sizes (default: %(default)s)")
+    consumer.add_argument("--num-layers", type=int, default=None,
+                          help="depth of a transformers config's steps (default: the config's own; the call counts "
+                               "only, the rows are the same)")
+    consumer.add_argument("--queries-only", action="store_true",
+                          help="add only the rows of --consumer-models' queries, none from grid.yaml's patterns: "
+                               "no row that no query needs")
     add_logging_args(parser)
     return parser
 
@@ -117,10 +129,12 @@ def _with_consumer_rows(settings, args: argparse.Namespace, backend: str):
     from opperf.grid.queries import ACCELERATOR_CORE_BY_BACKEND, query_rows, record_consumer_queries
 
     names = [m.strip() for m in args.consumer_models.split(",") if m.strip()]
-    recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype)
+    recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype, args.scenarios,
+                                       args.scenario_space, args.num_layers)
     rows = query_rows(recorded, ACCELERATOR_CORE_BY_BACKEND[backend], settings.estimator)
-    settings.settings_text.update(consumer_models=names, consumer_dtype=args.consumer_dtype)
-    return dataclasses.replace(settings, consumer_rows=rows)
+    settings.settings_text.update(consumer_models=names, consumer_dtype=args.consumer_dtype,
+                                  scenario_space=args.scenario_space, queries_only=args.queries_only)
+    return dataclasses.replace(settings, consumer_rows=rows, patterns=not args.queries_only)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -135,6 +149,9 @@ def main(args: argparse.Namespace) -> int:
     settings.settings_text["device"] = device_name
     if args.consumer_models.strip():
         settings = _with_consumer_rows(settings, args, backend)
+    elif args.queries_only:
+        raise OpperfError("--queries-only needs --consumer-models (whose queries the rows are)",
+                          field="--queries-only")
     run_grid(input_dir, output_dir, settings, trace_dir=args.trace_dir)
     return 0
 

@@ -25,7 +25,7 @@ MSMODELING = os.environ.get("OPPERF_MSMODELING_DIR")
 pytestmark = pytest.mark.skipif(not MSMODELING, reason="OPPERF_MSMODELING_DIR names no msmodeling checkout")
 
 DATA = Path(__file__).parent / "data" / "runtime_db"
-ORACLE = Path(__file__).parent / "msmodeling_oracle.py"
+ORACLE = Path(__file__).resolve().parents[1] / "opperf" / "database" / "msmodeling_oracle.py"
 POLICY = {"kernel_overrides": {"MatMulV2": {"max_interpolation_dim": 1},
                                "FusedInferAttentionScore": {"axis_transform": "sqrt_seq"},
                                "GatherV2": {"generic_compute": {"axis": "output_numel"}}}}

@@ -204,12 +204,17 @@ def record_step(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, atten
     return recorder
 
 
-def scenario_queries(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, attention: str,
-                     num_layers: int) -> tuple[Counter[Query], set[str], dict[Query, dict]]:
+def scenario_queries(dims: DecoderDims | None, scenario: Scenario, dtype: torch.dtype, attention: str,
+                     num_layers: int, record: Callable[[int], QueryRecorder] | None = None,
+                     ) -> tuple[Counter[Query], set[str], dict[Query, dict]]:
     """Query counts of a `num_layers`-deep step, from a 1-layer and a 2-layer run (the layers are identical),
-    the view ops among them and each query's recorded arguments."""
-    one = record_step(replace(dims, num_hidden_layers=1), scenario, dtype, attention)
-    two = record_step(replace(dims, num_hidden_layers=2), scenario, dtype, attention)
+    the view ops among them and each query's recorded arguments. `record(layers)` records a step of any model
+    (opperf.database.model_queries); by default the reference decoder of `dims`."""
+    if record is None:
+        def record(layers: int) -> QueryRecorder:
+            return record_step(replace(dims, num_hidden_layers=layers), scenario, dtype, attention)
+    one = record(1)
+    two = record(2) if num_layers > 1 else one
     counts: Counter[Query] = Counter()
     for query in one.calls.keys() | two.calls.keys():
         per_layer = two.calls[query] - one.calls[query]

@@ -44,26 +44,31 @@ class QueryRows:
     not_laid_out: dict[str, int] = field(default_factory=dict)   # op → queries whose arguments were not recorded
 
 
-def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str):
-    """The reference decoder's queries for `models` (names or aliases in `models_path`; prefill 1..8k, decode
-    batch 1..64 at each of the model's TP sizes)."""
+def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str,
+                            scenario_space: str | Path | None = None, space: str = "default",
+                            num_layers: int | None = None):
+    """The queries of `models` over a scenario space (config/scenarios.yaml's `space`): each a name or alias in
+    `models_path` (the reference decoder, at its own TP sizes) or a transformers config.json (opperf.database.
+    model_queries: run on meta as the model's own code runs)."""
     import torch
 
-    from opperf.database.consumer_queries import TP_SIZES, reference_queries, scenarios
-    from opperf.grid.models import load_models, select_models
+    from opperf.database.model_queries import (DEFAULT_SCENARIO_SPACE, load_scenario_space, model_queries,
+                                               model_source)
 
     if backend not in ATTENTION_BY_BACKEND:
         raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"
                           f"; {backend!r} databases are queried through TensorCast's own ops", field="backend")
     if dtype not in DTYPES:
         raise OpperfError(f"unknown consumer dtype {dtype!r}; one of {', '.join(DTYPES)}", field="--consumer-dtype")
-    resolved = select_models(load_models(models_path), list(models), path=models_path)
-    chosen = []
-    for model in resolved:
-        chosen += scenarios(models=[model.name], tp_sizes=model.tp_sizes or TP_SIZES)
-    log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
-             ", ".join(m.name for m in resolved), dtype, ATTENTION_BY_BACKEND[backend])
-    return reference_queries(models_path, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])
+    scenario_space = load_scenario_space(scenario_space or DEFAULT_SCENARIO_SPACE, space)
+    recorded = []
+    for model in models:
+        source = model_source(model, models_path, num_layers=num_layers)
+        chosen = scenario_space.scenarios(source.name, source.tp_sizes)
+        log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
+                 source.name, dtype, ATTENTION_BY_BACKEND[backend])
+        recorded += model_queries(source, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])
+    return recorded
 
 
 def _list_dtype(arguments: dict) -> str:

@@ -81,6 +81,7 @@ class GridSettings:
     settings_text: dict = field(default_factory=dict)
     target_models: tuple[str, ...] = ()
     consumer_rows: QueryRows | None = None   # rows of the performance model's own queries (grid/queries.py)
+    patterns: bool = True       # False: only the queries' rows (no row that no query needs)
 
     @property
     def configurations(self) -> int:
@@ -287,6 +288,11 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
             path = input_dir / f"{kernel_type}.csv"
             frame = read_database_csv(path, required=(INPUT_SHAPES, OUTPUT_SHAPES))
             rows = frame.to_dict("records")
+            if not settings.patterns:            # queries only: the profiled rows as they are
+                frames[kernel_type] = _merged_frame(frame, [])
+                results.append(KernelGridResult(kernel_type, status="queries only", existing_rows=len(rows)))
+                dropped[kernel_type] = []
+                continue
             grid = generate_kernel_grid(kernel_type, rows, settings, path=path)
             generated, result = grid.rows, grid.result
             frames[kernel_type] = _merged_frame(frame, generated)

@@ -41,13 +41,20 @@ def read_config(path: str | Path, num_layers: int | None = None) -> dict:
     if num_layers is not None:
         if num_layers < 1:
             raise OpperfError(f"must be >= 1, got {num_layers}", field="--num-layers")
-        original = config.get("num_hidden_layers")
-        config["num_hidden_layers"] = num_layers
-        for key, value in list(config.items()):
-            if isinstance(value, list) and original and len(value) == original:
-                config[key] = value[:num_layers]
-        if isinstance(config.get("mlp_only_layers"), list):
-            config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < num_layers]
+        config = cut_layers(config, num_layers)
+    return config
+
+
+def cut_layers(config: dict, num_layers: int) -> dict:
+    """The config with `num_hidden_layers` set; lists that have one entry per layer (layer_types,
+    mlp_only_layers …) cut to match (in place; returned)."""
+    original = config.get("num_hidden_layers")
+    config["num_hidden_layers"] = num_layers
+    for key, value in list(config.items()):
+        if isinstance(value, list) and original and len(value) == original:
+            config[key] = value[:num_layers]
+    if isinstance(config.get("mlp_only_layers"), list):
+        config["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < num_layers]
     return config
 
 

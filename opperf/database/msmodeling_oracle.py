@@ -1,7 +1,7 @@
 """Ask msmodeling's own runtime what it answers for queries: the oracle for opperf's model of it.
 
 Run with a Python that can import torch and pandas (and scipy), given a msmodeling checkout:
-    python tests/msmodeling_oracle.py MSMODELING_DIR < request.json > answers.json
+    python opperf/database/msmodeling_oracle.py MSMODELING_DIR < request.json > answers.json
 request: {"database": DIR, "ep_size": null, "queries": [{"op_name": "aten.mm.default",
           "inputs": [[[16, 256], "float32"], ...], "outputs": [[[16, 512], "float32"]],
           "attention": null | {"query": [shape, dtype], "key": [shape, dtype], "seq_lens": [..],

@@ -1,0 +1,321 @@
+"""The queries of any model over a scenario space: what a performance model asks a database for a step of *its*
+model, at the batches and lengths it will be asked about.
+
+A model is a transformers `config.json` (random weights on meta: nothing is downloaded, nothing is computed) or a
+`config/models.yaml` entry (the reference decoder). Each scenario of the space — a prefill of N tokens, a decode
+step of B sequences over C cached tokens, at a tensor-parallel size — is one forward step run on meta tensors under
+`torch.no_grad()` and a TorchDispatchMode, as msmodeling's TensorCast records a model run
+(opperf.database.consumer_queries.QueryRecorder). Two choices the model code leaves to the device are made as the
+target back end makes them: `scaled_dot_product_attention` runs the kernel that back end dispatches it to
+(consumer_queries.ATTENTION_KERNELS), and a MoE router's token counts are whatever the model's experts
+implementation makes of them on meta (transformers' grouped_mm path is shape-static: its rows are the same for any
+split).
+
+Tensor parallelism is a rank's share of the model, as serving stacks shard it: attention and KV heads, the MLP's
+and each expert's intermediate width, and the vocabulary split `tp` ways; the hidden size and head_dim unchanged.
+
+The scenario space (config/scenarios.yaml) is a grid: prefill token counts, decode batches x contexts, TP sizes.
+Its points follow the density standard's grids (M_GRID for tokens, ATTN_BATCH_GRID, ATTN_SEQ_GRID), so a scenario
+with at most one axis between grid points is answered EXACT or by a legal 1-D interpolation; one with two
+(a decode batch and a context both between points) varies two axes of its attention rows at once, which the
+standard calls illegal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+import yaml
+
+from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, Scenario,
+                                              rank_dims, scenario_queries)
+from opperf.errors import OpperfError
+from opperf.log import get_logger
+
+log = get_logger("queries")
+
+DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[2] / "config" / "scenarios.yaml"
+_SCENARIO_TEXT = re.compile(r"^(prefill):(\d+)$|^(decode):(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class ScenarioSpace:
+    """The scenarios a database must answer for a model: prefill at each token count (batch 1), decode at each
+    batch x context, each at every TP size."""
+
+    prefill_tokens: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    tp_sizes: tuple[int, ...] = (1,)
+
+    def scenarios(self, model: str, tp_sizes: Sequence[int] | None = None) -> list[Scenario]:
+        sizes = tuple(tp_sizes) if tp_sizes else self.tp_sizes
+        return ([Scenario(model, tp, "prefill", 1, t) for tp in sizes for t in self.prefill_tokens]
+                + [Scenario(model, tp, "decode", b, 1, c) for tp in sizes for c in self.decode_contexts
+                   for b in self.decode_batches])
+
+
+def _positive_ints(value, path: Path, key: str) -> tuple[int, ...]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        raise OpperfError(f"must be a non-empty list of integers >= 1, got {value!r}", path=path, field=key)
+    return tuple(sorted(set(value)))
+
+
+def load_scenario_space(path: str | Path = DEFAULT_SCENARIO_SPACE, name: str = "default") -> ScenarioSpace:
+    """The scenario space `name` of a scenarios YAML (config/scenarios.yaml: `spaces: {name: {prefill_tokens,
+    decode_batches, decode_contexts, tp_sizes}}`)."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read the scenario space: {exc.strerror}", path=path) from exc
+    except yaml.YAMLError as exc:
+        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
+    spaces = (document or {}).get("spaces") if isinstance(document, dict) else None
+    if not isinstance(spaces, dict) or name not in spaces:
+        known = ", ".join(sorted(spaces)) if isinstance(spaces, dict) else "none"
+        raise OpperfError(f"no scenario space {name!r} (spaces: {known})", path=path, field=f"spaces.{name}")
+    space = spaces[name]
+    if not isinstance(space, dict):
+        raise OpperfError("must be a mapping", path=path, field=f"spaces.{name}")
+    unknown = set(space) - {"prefill_tokens", "decode_batches", "decode_contexts", "tp_sizes", "description"}
+    if unknown:
+        raise OpperfError(f"unknown keys {sorted(unknown)}", path=path, field=f"spaces.{name}")
+    return ScenarioSpace(*(_positive_ints(space.get(key), path, f"spaces.{name}.{key}")
+                           for key in ("prefill_tokens", "decode_batches", "decode_contexts")),
+                         tp_sizes=_positive_ints(space.get("tp_sizes", [1]), path, f"spaces.{name}.tp_sizes"))
+
+
+def parse_scenario(text: str, model: str, tp: int = 1) -> Scenario:
+    """`prefill:TOKENS` or `decode:BATCHxCONTEXT` as a Scenario of `model` at TP `tp`."""
+    match = _SCENARIO_TEXT.match(text.strip())
+    if match is None:
+        raise OpperfError(f"not a scenario: {text!r} (prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, "
+                          "decode:16x1024)", field="--scenario")
+    if match.group(1):
+        return Scenario(model, tp, "prefill", 1, int(match.group(2)))
+    return Scenario(model, tp, "decode", int(match.group(4)), 1, int(match.group(5)))
+
+
+def scenario_name(scenario: Scenario) -> str:
+    """The scenario as `--scenario` spells it (with `@tpN` when sharded)."""
+    text = (f"prefill:{scenario.tokens}" if scenario.phase == "prefill"
+            else f"decode:{scenario.batch}x{scenario.context}")
+    return text if scenario.tp == 1 else f"{text}@tp{scenario.tp}"
+
+
+# --- transformers models on meta ------------------------------------------------------------------------
+
+_SHARDED_WIDTHS = ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+                   "ffn_hidden_size")
+
+
+def rank_config(config: dict, tp: int) -> dict:
+    """One tensor-parallel rank's share of a transformers config: attention heads, KV heads (replicated once fewer
+    than ranks), the MLP and expert intermediate widths and the vocabulary split `tp` ways; head_dim pinned to the
+    full model's (configs that derive it from hidden_size / heads would otherwise grow it)."""
+    if tp == 1:
+        return dict(config)
+    heads = config.get("num_attention_heads")
+    if not isinstance(heads, int) or heads % tp:
+        raise OpperfError(f"TP size {tp} does not divide num_attention_heads {heads}", field="tp")
+    sharded = dict(config)
+    sharded["head_dim"] = config.get("head_dim") or config["hidden_size"] // heads
+    sharded["num_attention_heads"] = heads // tp
+    kv_heads = config.get("num_key_value_heads", heads)
+    sharded["num_key_value_heads"] = max(1, kv_heads // tp)
+    for key in _SHARDED_WIDTHS:
+        if isinstance(config.get(key), int):
+            if config[key] % tp:
+                raise OpperfError(f"TP size {tp} does not divide {key} {config[key]}", field="tp")
+            sharded[key] = config[key] // tp
+    if isinstance(config.get("vocab_size"), int):
+        sharded["vocab_size"] = math.ceil(config["vocab_size"] / tp)
+    return sharded
+
+
+@contextlib.contextmanager
+def _attention_as(attention: str):
+    """`torch.nn.functional.scaled_dot_product_attention` as the target back end dispatches it (transformers looks
+    it up at call time); torch's own choice when `attention` is `math` or the call has a mask or dropout. With
+    `enable_gqa` the KV heads go in as they are: the fused kernels (cuDNN on an H200 for transformers' grouped-query
+    attention) read them without repeating them."""
+    kernel = ATTENTION_KERNELS[attention]
+    if kernel is None:
+        yield
+        return
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def dispatched(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or dropout_p:
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        return kernel(query, key, value, is_causal=is_causal)   # enable_gqa: the fused kernels take fewer KV heads
+
+    torch.nn.functional.scaled_dot_product_attention = dispatched
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+class MetaTransformersModel:
+    """A transformers causal LM built on meta from a config dict (one per TP size and depth), stepped through a
+    scenario under a QueryRecorder."""
+
+    def __init__(self, config: dict, dtype: torch.dtype, path: str | Path = ""):
+        from opperf.workload.transformers_model import attention_implementation
+
+        try:
+            import transformers
+        except ImportError as exc:
+            raise OpperfError("the queries of a transformers config need the transformers package (pip install -e "
+                              "'.[transformers]')", path=path) from exc
+        fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version",
+                                                               "torch_dtype", "dtype")}
+        try:
+            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+        except (ValueError, KeyError) as exc:
+            raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
+                              f"{config.get('model_type')!r}: {exc}", path=path, field="model_type") from exc
+        with torch.device("meta"):
+            self.model = transformers.AutoModelForCausalLM.from_config(
+                hf_config, dtype=dtype, attn_implementation=attention_implementation(transformers, hf_config))
+        self.model.eval()
+        # transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` deprecated)
+        parameters = inspect.signature(self.model.forward).parameters
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+
+    def step(self, scenario: Scenario, attention: str) -> QueryRecorder:
+        """The queries of one forward step; a decode step's KV cache comes from an unrecorded prefill of its
+        context (on meta: shapes only)."""
+        recorder = QueryRecorder()
+        with torch.no_grad(), _attention_as(attention):
+            cache = {}
+            if scenario.phase == "decode":
+                context = torch.zeros(scenario.batch, scenario.context, dtype=torch.long, device="meta")
+                cache = {self._cache_argument: self.model(input_ids=context, use_cache=True,
+                                                          logits_to_keep=1).past_key_values}
+            ids = torch.zeros(scenario.batch, scenario.tokens, dtype=torch.long, device="meta")
+            with recorder:
+                self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache)
+        return recorder
+
+
+def _layers_of(config: dict, num_layers: int) -> dict:
+    from opperf.workload.transformers_model import cut_layers
+
+    return cut_layers(dict(config), num_layers)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model the queries are recorded for: a transformers config (`config`, from `path`) or a models.yaml
+    entry (`name` in `models_path`)."""
+
+    name: str
+    config: dict | None = None
+    path: str = ""
+    models_path: str = ""
+    num_layers: int | None = None       # depth of the steps (default: the model's own)
+
+    @property
+    def depth(self) -> int:
+        if self.num_layers:
+            return self.num_layers
+        if self.config is not None:
+            return int(self.config.get("num_hidden_layers", 1))
+        from opperf.workload.model import load_model_dims
+
+        return load_model_dims(self.models_path, self.name).num_hidden_layers
+
+    @property
+    def tp_sizes(self) -> tuple[int, ...]:
+        if self.config is not None:
+            return ()
+        from opperf.grid.models import load_models, select_models
+
+        return tuple(select_models(load_models(self.models_path), [self.name], path=self.models_path)[0].tp_sizes
+                     or ())
+
+
+def model_source(model: str, models_path: str | Path, num_layers: int | None = None) -> ModelSource:
+    """A config.json path (file or directory holding one) or a name/alias of `models_path`."""
+    candidate = Path(model)
+    if model.endswith(".json") or candidate.is_dir() or (candidate.exists() and candidate.is_file()):
+        from opperf.workload.transformers_model import read_config
+
+        config = read_config(candidate)
+        stem = candidate.stem if candidate.is_file() or model.endswith(".json") else candidate.name
+        return ModelSource(f"hf_{stem}", config, str(candidate), num_layers=num_layers)
+    from opperf.grid.models import load_models, select_models
+
+    resolved = select_models(load_models(models_path), [model], path=models_path)[0]
+    return ModelSource(resolved.name, models_path=str(models_path), num_layers=num_layers)
+
+
+def _recorder_for(source: ModelSource, dtype: torch.dtype, attention: str) -> Callable[[Scenario, int],
+                                                                                      QueryRecorder]:
+    """`record(scenario, layers)`: the queries of a `layers`-deep step of the scenario's TP rank."""
+    if attention not in ATTENTION_KERNELS:
+        raise OpperfError(f"unknown attention kernel {attention!r}; one of {sorted(ATTENTION_KERNELS)}",
+                          field="attention")
+    if source.config is None:
+        from opperf.database.consumer_queries import record_step
+        from opperf.workload.model import load_model_dims
+
+        dims = load_model_dims(source.models_path, source.name)
+
+        def record_reference(scenario: Scenario, layers: int) -> QueryRecorder:
+            return record_step(replace(rank_dims(dims, scenario.tp), num_hidden_layers=layers), scenario, dtype,
+                               attention)
+        return record_reference
+
+    models: dict[tuple[int, int], MetaTransformersModel] = {}
+
+    def record_transformers(scenario: Scenario, layers: int) -> QueryRecorder:
+        key = (scenario.tp, layers)
+        if key not in models:
+            models[key] = MetaTransformersModel(_layers_of(rank_config(source.config, scenario.tp), layers), dtype,
+                                                source.path)
+        return models[key].step(scenario, attention)
+    return record_transformers
+
+
+def model_queries(source: ModelSource, scenarios: Iterable[Scenario], *, dtype: torch.dtype = torch.bfloat16,
+                  attention: str = "cuda") -> list[RecordedQuery]:
+    """The distinct queries of every scenario of `source`'s model, with their call counts over steps of the model's
+    depth (from a 1-layer and a 2-layer step: the layers repeat), most-called first; each query names the
+    scenarios (scenario_name) that issue it."""
+    record = _recorder_for(source, dtype, attention)
+    depth = source.depth
+    totals: Counter = Counter()
+    where: dict = {}
+    views: set[str] = set()
+    arguments: dict = {}
+    for scenario in scenarios:
+        counts, scenario_views, scenario_arguments = scenario_queries(
+            None, scenario, dtype, attention, depth, record=lambda layers: record(scenario, layers))
+        views |= scenario_views
+        for query, recorded in scenario_arguments.items():
+            arguments.setdefault(query, recorded)
+        for query, calls in counts.items():
+            totals[query] += calls
+            where.setdefault(query, []).append(scenario_name(scenario))
+    return [RecordedQuery(q, calls, where[q], q.op_name in views, arguments.get(q))
+            for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
+
+
+def step_queries(source: ModelSource, scenario: Scenario, *, dtype: torch.dtype = torch.bfloat16,
+                 attention: str = "cuda") -> list[RecordedQuery]:
+    """The queries of one step of one scenario, with their calls per step."""
+    return model_queries(source, [scenario], dtype=dtype, attention=attention)

@@ -1,0 +1,53 @@
+"""msmodeling's own runtime as the answerer: the queries go to its unmodified `ProfilingDataSource` and the
+`InterpolatingDataSource` wrapping it, through opperf/database/msmodeling_oracle.py run in a Python that imports
+msmodeling (its own environment: torch, pandas, scipy), in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from opperf.database.consumer_queries import Answer, RecordedQuery
+from opperf.errors import OpperfError
+
+ORACLE = Path(__file__).with_name("msmodeling_oracle.py")
+
+
+def _spec(tensor) -> list:
+    return [list(tensor.shape), str(tensor.dtype).removeprefix("torch.")]
+
+
+def ask_runtime(database: str | Path, queries, msmodeling: str | Path, python: str | None = None) -> list[dict]:
+    """msmodeling's answer to each query (the oracle's JSON: exact, source, latency_us, miss_reason, raised)."""
+    request = {"database": str(database), "queries": [
+        {"op_name": q.op_name, "inputs": [_spec(t) for t in q.inputs], "outputs": [_spec(t) for t in q.outputs],
+         "attention": None} for q in queries]}
+    python = python or os.environ.get("OPPERF_MSMODELING_PYTHON") or sys.executable
+    done = subprocess.run([python, str(ORACLE), str(msmodeling)], input=json.dumps(request), capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise OpperfError(f"msmodeling's lookup failed to run with {python}: {done.stderr.strip()[-2000:]}",
+                          path=msmodeling)
+    return json.loads(done.stdout)
+
+
+def runtime_answers(database: str | Path, recorded: Sequence[RecordedQuery], msmodeling: str | Path,
+                    python: str | None = None) -> list[Answer]:
+    """The recorded queries as msmodeling's runtime answers them, in `consumer_queries.Answer` form: EXACT,
+    INTERPOLATED (the runtime does not say whether legally), MISS (roofline), RAISES."""
+    answers = []
+    for item, theirs in zip(recorded, ask_runtime(database, [r.query for r in recorded], msmodeling, python)):
+        if theirs.get("raised"):
+            answers.append(Answer(item, "RAISES", None, theirs["raised"]))
+        elif theirs.get("exact") is not None:
+            answers.append(Answer(item, "EXACT", float(theirs["exact"]), "msmodeling exact"))
+        elif theirs.get("source") == "INTERPOLATED":
+            answers.append(Answer(item, "INTERPOLATED", float(theirs["latency_us"]),
+                                  f"msmodeling {theirs.get('method')} over {theirs.get('axes')}"))
+        else:
+            answers.append(Answer(item, "MISS", None, f"msmodeling: {theirs.get('miss_reason')}"))
+    return answers

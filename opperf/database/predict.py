@@ -1,0 +1,164 @@
+"""A prediction the user reads: how long one step of *their* model takes at a scenario, from a database.
+
+The step's queries are recorded as a performance model records them (opperf.database.model_queries); each is
+answered as msmodeling's runtime answers it (opperf's model of the runtime: exact lookup, then interpolation,
+opperf.database.consumer_queries.answer; or the runtime itself, opperf.database.msmodeling, when a checkout is
+given): EXACT, ZERO_COST (a view), INTERPOLATED (legal), ILLEGAL (the runtime answers, across buckets or axes),
+MISS (the runtime falls back to its roofline model; here the roofline of the database's device: the larger of
+the bytes moved over its memory bandwidth and, for a matmul, its FLOPs over the dtype's peak). The predicted
+device time of the step is Σ answer × calls; each status's share of it says how much of the number rests on
+measured rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opperf.database.consumer_queries import Answer, RecordedQuery, Scenario
+from opperf.database.interpolation import Query
+
+PREDICTION_STATUSES = ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS")
+_STATUS_GROUP = {"EXACT": "EXACT", "ZERO_COST": "EXACT", "INTERPOLATED": "INTERPOLATED", "ILLEGAL": "ILLEGAL",
+                 "MISS": "MISS", "RAISES": "MISS", "UNMODELLED": "MISS"}
+_MATMULS = {"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "matmul", "linear"}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The device's roofline (config/devices.yaml): what the runtime falls back to for a MISS."""
+
+    bandwidth_gbps: float
+    peak_tflops: dict
+
+    def latency_us(self, query: Query) -> float:
+        moved = sum(math.prod(t.shape) * t.dtype.itemsize for t in (*query.inputs, *query.outputs))
+        seconds = moved / (self.bandwidth_gbps * 1e9) if self.bandwidth_gbps else 0.0
+        name = query.op_name.split(".")[1] if "." in query.op_name else query.op_name
+        if name in _MATMULS and len(query.inputs) >= 2 and query.outputs:
+            k = query.inputs[0].shape[-1] if query.inputs[0].shape else 1
+            flops = 2 * math.prod(query.outputs[0].shape) * k
+            dtype = str(query.inputs[0].dtype).removeprefix("torch.")
+            peak = self.peak_tflops.get(dtype) or max(self.peak_tflops.values(), default=0)
+            if peak:
+                seconds = max(seconds, flops / (peak * 1e12))
+        return seconds * 1e6
+
+
+@dataclass
+class ScenarioPrediction:
+    """One scenario's predicted step: its total, per kernel type, per status, and every query's answer."""
+
+    name: str
+    scenario: Scenario
+    predicted_us: float = 0.0
+    status_time_us: dict = field(default_factory=lambda: {s: 0.0 for s in PREDICTION_STATUSES})
+    status_queries: dict = field(default_factory=lambda: {s: 0 for s in PREDICTION_STATUSES})
+    by_kernel_type: dict = field(default_factory=dict)
+    answers: list = field(default_factory=list)      # (RecordedQuery, status, latency_us per call, reason)
+
+    @property
+    def status_time_share(self) -> dict:
+        total = self.predicted_us or 1.0
+        return {s: self.status_time_us[s] / total for s in PREDICTION_STATUSES}
+
+    def as_json(self, *, rows: bool = False) -> dict:
+        document = {"name": self.name, "phase": self.scenario.phase, "batch": self.scenario.batch,
+                    "tokens": self.scenario.tokens, "context": self.scenario.context, "tp": self.scenario.tp,
+                    "predicted_us": round(self.predicted_us, 3),
+                    "status_time_share": {k: round(v, 6) for k, v in self.status_time_share.items()},
+                    "status_queries": dict(self.status_queries),
+                    "by_kernel_type": {k: {"predicted_us": round(v["predicted_us"], 3), "calls": v["calls"],
+                                           "statuses": dict(sorted(v["statuses"].items()))}
+                                       for k, v in sorted(self.by_kernel_type.items(),
+                                                          key=lambda item: -item[1]["predicted_us"])}}
+        if rows:
+            document["queries"] = [{"op": r.query.op_name, "inputs": [[list(t.shape), str(t.dtype)[6:]]
+                                                                     for t in r.query.inputs],
+                                    "calls": r.calls, "status": status, "latency_us": latency, "reason": reason}
+                                   for r, status, latency, reason in self.answers]
+        return document
+
+
+def _kernel_type(database, op_name: str) -> str:
+    mapping = (database.op_mapping.get("operator_mappings") or {}).get(op_name) or {}
+    return mapping.get("kernel_type") or (op_name.split(".")[1] if "." in op_name else op_name)
+
+
+def predict_step(name: str, scenario: Scenario, recorded: Sequence[RecordedQuery], answers: Sequence[Answer],
+                 database, roofline: Roofline | None) -> ScenarioPrediction:
+    """Σ answer × calls of one step's queries, grouped by kernel type and status; a MISS costs its roofline."""
+    prediction = ScenarioPrediction(name, scenario)
+    for item, answered in zip(recorded, answers):
+        if item.view and answered.status in ("MISS", "ZERO_COST"):
+            continue                 # a view: no kernel runs; the runtime's analytic fallback counts it free
+        status = _STATUS_GROUP[answered.status]
+        latency = answered.latency_us
+        if status == "MISS" or latency is None or not math.isfinite(latency):
+            status, latency = "MISS", (roofline.latency_us(item.query) if roofline else 0.0)
+        time_us = latency * item.calls
+        prediction.predicted_us += time_us
+        prediction.status_time_us[status] += time_us
+        prediction.status_queries[status] += 1
+        kernel = prediction.by_kernel_type.setdefault(_kernel_type(database, item.query.op_name),
+                                                      {"predicted_us": 0.0, "calls": 0, "statuses": defaultdict(int)})
+        kernel["predicted_us"] += time_us
+        kernel["calls"] += item.calls
+        kernel["statuses"][status] += 1
+        prediction.answers.append((item, status, latency, answered.reason))
+    return prediction
+
+
+def database_roofline(database_dir: str | Path, devices_path: str | Path | None = None) -> Roofline | None:
+    """The roofline of the database's device (op_mapping.yaml `device`, config/devices.yaml), if it has one."""
+    from opperf.database.check import load_op_mapping
+    from opperf.devices import DEFAULT_CATALOG, load_catalog
+
+    mapping = load_op_mapping(database_dir)
+    catalog = load_catalog(devices_path or DEFAULT_CATALOG)
+    key = (mapping.get("opperf") or {}).get("device")
+    device = catalog.get(key) if key else None
+    if device is None:
+        return None
+    return Roofline(device.memory_bandwidth_gbps, dict(device.peak_tflops))
+
+
+def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, dtype=None, attention: str = "cuda",
+            msmodeling_dir: str | Path | None = None, msmodeling_python: str | None = None) -> list[ScenarioPrediction]:
+    """Each scenario's predicted step from `database_dir`, its queries answered by opperf's model of the runtime or,
+    given `msmodeling_dir`, by msmodeling's own runtime."""
+    import torch
+
+    from opperf.database.consumer_queries import answer, modelled_exact_lookup
+    from opperf.database.interpolation import Database
+    from opperf.database.model_queries import scenario_name, step_queries
+
+    database = Database.load(database_dir)
+    roofline = database_roofline(database_dir)
+    predictions = []
+    for scenario in scenarios:
+        recorded = step_queries(source, scenario, dtype=dtype or torch.bfloat16, attention=attention)
+        if msmodeling_dir:
+            from opperf.database.msmodeling import runtime_answers
+
+            answers = runtime_answers(database_dir, recorded, msmodeling_dir, msmodeling_python)
+        else:
+            answers = answer(recorded, database_dir, modelled_exact_lookup)
+        predictions.append(predict_step(scenario_name(scenario), scenario, recorded, answers, database, roofline))
+    return predictions
+
+
+def prediction_table(predictions: Sequence[ScenarioPrediction], top: int = 6) -> str:
+    """The predictions as a person reads them: one line per scenario, then its largest kernel types."""
+    lines = [f"{'scenario':22} {'predicted µs':>13} {'EXACT':>7} {'INTERP':>7} {'ILLEGAL':>7} {'MISS':>7}"]
+    for p in predictions:
+        share = p.status_time_share
+        lines.append(f"{p.name:22} {p.predicted_us:13.1f} " + " ".join(f"{100 * share[s]:6.1f}%"
+                                                                        for s in PREDICTION_STATUSES))
+        for kernel, value in sorted(p.by_kernel_type.items(), key=lambda item: -item[1]["predicted_us"])[:top]:
+            statuses = ", ".join(f"{s} {n}" for s, n in sorted(value["statuses"].items()))
+            lines.append(f"    {kernel:34} {value['predicted_us']:11.1f} µs  {value['calls']:5d} calls  ({statuses})")
+    return "\n".join(lines)

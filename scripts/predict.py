@@ -1,0 +1,86 @@
+#!/usr/bin/env python
+"""Predict one step of a model at scenarios nobody profiled, from a database: per scenario the device time, per
+kernel type, and how each query was answered (EXACT, INTERPOLATED, ILLEGAL, MISS -> roofline)."""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opperf.cli import add_logging_args, positive_int, run_cli  # noqa: E402
+from opperf.errors import OpperfError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Record the op queries of one forward step of a model (a transformers config.json run on meta "
+                    "tensors, or a config/models.yaml entry), as msmodeling's TensorCast records a model run, for "
+                    "each --scenario; answer each from --database as msmodeling's runtime does (opperf's model of "
+                    "it, or the runtime itself with --msmodeling); print the predicted device time of the step, "
+                    "its share answered EXACT / INTERPOLATED / ILLEGAL / MISS (roofline) and its largest kernel "
+                    "types.",
+        epilog="Example: %(prog)s --database data/H200/torch/torch2.11.0_cuda13.0 --transformers-config "
+               "my_model/config.json --scenario prefill:1536 --scenario decode:16x1024 --json prediction.json")
+    parser.add_argument("--database", required=True, help="database directory (holds op_mapping.yaml)")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--transformers-config", metavar="CONFIG_JSON", help="a transformers config.json (or its "
+                       "directory); random weights on meta, nothing downloaded")
+    model.add_argument("--model", help="a model name or alias of --models (the reference decoder)")
+    parser.add_argument("--models", default=str(ROOT / "config" / "models.yaml"),
+                        help="model configs (default: config/models.yaml)")
+    parser.add_argument("--scenario", action="append", required=True, metavar="SCENARIO",
+                        help="prefill:TOKENS (batch 1) or decode:BATCHxCONTEXT (CONTEXT tokens in the KV cache); "
+                             "repeat for several")
+    parser.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size: one rank's share of the "
+                        "heads, intermediate widths and vocabulary (default: %(default)s)")
+    parser.add_argument("--num-layers", type=positive_int, default=None,
+                        help="decoder layers of the step (default: the model's own)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                        help="activation dtype (default: %(default)s)")
+    parser.add_argument("--attention", choices=["cpu", "cuda", "math"], default=None,
+                        help="the kernel scaled_dot_product_attention dispatches to (default: the database's back "
+                             "end)")
+    parser.add_argument("--msmodeling", default=os.environ.get("OPPERF_MSMODELING_DIR"),
+                        help="a msmodeling checkout: answer with its own runtime instead of opperf's model of it "
+                             "(default: $OPPERF_MSMODELING_DIR; its Python: $OPPERF_MSMODELING_PYTHON)")
+    parser.add_argument("--json", help="write the predictions here: {scenarios: [{name, predicted_us, "
+                                       "status_time_share, by_kernel_type, queries}]}")
+    parser.add_argument("--top", type=int, default=6, help="kernel types listed per scenario (default: %(default)s)")
+    add_logging_args(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from opperf.database.check import load_op_mapping
+    from opperf.database.model_queries import model_source, parse_scenario
+    from opperf.database.predict import predict, prediction_table
+    from opperf.io import write_text_atomic
+
+    database = Path(args.database)
+    if not (database / "op_mapping.yaml").is_file():
+        raise OpperfError("not a database directory (no op_mapping.yaml)", path=database)
+    backend = (load_op_mapping(database).get("opperf") or {}).get("backend", "cuda")
+    attention = args.attention or ("cpu" if backend == "cpu" else "cuda")
+    source = model_source(args.transformers_config or args.model, args.models, num_layers=args.num_layers)
+    scenarios = [parse_scenario(text, source.name, args.tp) for text in args.scenario]
+    predictions = predict(database, source, scenarios, dtype=getattr(torch, args.dtype), attention=attention,
+                          msmodeling_dir=args.msmodeling)
+    answerer = "msmodeling's runtime" if args.msmodeling else "opperf's model of msmodeling's runtime"
+    print(f"{source.name} from {database} (answered by {answerer}; MISS = the device's roofline)")
+    print(prediction_table(predictions, args.top))
+    if args.json:
+        document = {"database": str(database), "model": source.name, "answered_by": answerer, "tp": args.tp,
+                    "dtype": args.dtype, "scenarios": [p.as_json(rows=True) for p in predictions]}
+        write_text_atomic(args.json, json.dumps(document, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(build_parser(), main))
