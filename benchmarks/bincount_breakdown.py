@@ -7,7 +7,11 @@ output and the histogram kernel, each after a host round trip. This prints, per 
 over the workload trace's bincount calls of each input size, and over --repeat calls of the same bincount here
 (torch.profiler, ids uniform below minlength as replay draws them), and writes the table as JSON.
 
-    python benchmarks/bincount_breakdown.py [--trace benchmarks/results/cuda_replay/traces/moe_qwen3_235b_a22b_trace.json.gz]
+    python benchmarks/bincount_breakdown.py --trace TRACE.json.gz
+
+The committed breakdown read the reference MoE trace, now only in history (issue 42):
+
+    git show ecdd54f:benchmarks/results/cuda_replay/traces/moe_qwen3_235b_a22b_trace.json.gz > moe_trace.json.gz
 """
 
 from __future__ import annotations
@@ -66,8 +70,7 @@ def table(calls) -> dict[int, dict[str, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(REPO / "benchmarks/results/cuda_replay/traces"
-                                               / "moe_qwen3_235b_a22b_trace.json.gz"))
+    parser.add_argument("--trace", required=True, help="the workload's trace (.json or .json.gz)")
     parser.add_argument("--minlength", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=25)
     parser.add_argument("--output", default=str(REPO / "benchmarks/results/histogram/bincount_breakdown.json"))

@@ -17,9 +17,9 @@ Run it with a Python that can import msmodeling (its requirements: torch, transf
     python benchmarks/runtime_lookup.py --msmodeling ../msmodeling data/CPU/torch/torch2.13.0_cpu \
         data/A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5 --json benchmarks/results/runtime_lookup/result.json
 
-`--rows DIR DEVICE VERSION_DIR` builds a database first from a directory of replayed rows (the committed
-CUDA benchmark's `benchmarks/results/cuda_replay/database/dense`, say) with the database stage's own code,
-into a temporary directory, and checks that too.
+`--rows DIR DEVICE VERSION_DIR` builds a database first from a directory of replayed rows (the CUDA benchmark's
+`benchmarks/results/cuda_replay/database/dense`, in git at ecdd54f, say) with the database stage's own code, into a
+temporary directory, and checks that too.
 
 Prints one line per kernel type and a total per database; writes the same as JSON. Exit 1 if any lookup
 raised or any row the runtime should find was not found.
