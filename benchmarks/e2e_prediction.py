@@ -76,7 +76,7 @@ def stage_grid(config: Path, work: Path, args) -> dict:
     rows = database_rows(work, args)
     seconds = run([sys.executable, "scripts/generate_shape_grid.py", "--input-dir", str(empty), "--output-dir",
                    str(rows), "--device", args.device, "--consumer-models", str(config), "--consumer-dtype",
-                   args.dtype, "--scenario-space", args.scenario_space, "--queries-only", "--num-layers",
+                   args.dtype, "--scenarios", str(args.scenarios), "--scenario-space", args.scenario_space, "--queries-only", "--num-layers",
                    str(args.num_layers)], work / "logs" / "grid.log")
     counts = {p.stem: sum(1 for _ in p.open()) - 1 for p in rows.glob("*.csv")}
     return {"grid_rows": sum(counts.values()), "grid_kernel_types": len(counts), "grid_s": round(seconds, 1)}
@@ -354,6 +354,7 @@ def main() -> int:
     parser.add_argument("--device", default="H200", help="device key of config/devices.yaml (default: %(default)s)")
     parser.add_argument("--version-dir", required=True, help="the device host's version directory "
                         "(torch2.11.0_cuda13.0): the rows are generated here and replayed there")
+    parser.add_argument("--scenarios", type=Path, default=ROOT / "config" / "scenarios.yaml")
     parser.add_argument("--scenario-space", default="dense")
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--dtype", default="bfloat16")
