@@ -169,3 +169,31 @@ def test_a_moe_layer_with_more_experts_than_the_profiler_lists_parses_every_cat_
     for row in members:
         sizes = [int(slot.split(",")[0]) for slot in row["Input Shapes"].split(";") if slot]
         assert sum(sizes) == 64 * 4 and row["Output Shapes"] == "256,128"     # every routed token, once
+
+
+def test_the_workload_log_has_no_profiler_markers_and_keeps_everything_else(tmp_path):
+    """torch's C++ side writes `USDT:… profiler_start` / `profiler_stop` and the execution trace observer's
+    Enabling/Disabling notes straight to stderr around the profiled block: the workload's log leaves them out,
+    and keeps its own lines and any other line written there."""
+    from conftest import REPO
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "scripts/profile_workload.py", "--prefill-lengths", "8", "--decode-steps",
+                           "1", "--decode-context", "8", "--output", str(tmp_path / "profile")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "profiler_start" not in done.stderr and "profiler_stop" not in done.stderr
+    assert "Execution Trace Observer" not in done.stderr
+    assert "span workload.profile done in" in done.stderr and "profile written to" in done.stderr
+
+    script = ("import os, sys\nfrom opperf.log import stderr_without\n"
+              "with stderr_without():\n"
+              "    os.write(2, b'USDT:2026-11-28 23:45:49 5313:5313 SyncActivityProfilerHandler.cpp:52] profiler_start\\n')\n"
+              "    os.write(2, b'[W1128 23:45:49.9 execution_trace_observer.cpp:989] Enabling Execution Trace Observer\\n')\n"
+              "    os.write(2, b'[W1128 23:45:50.1 other.cpp:12] a real warning\\n')\n"
+              "    print('a Python line', file=sys.stderr)\n"
+              "print('after', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "[W1128 23:45:50.1 other.cpp:12] a real warning\na Python line\nafter\n"

@@ -21,7 +21,7 @@ from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.input_values import INPUT_VALUES
 from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
-from opperf.log import get_logger, span
+from opperf.log import PROFILER_NOISE, get_logger, span, stderr_without
 from opperf.workload.model import DecoderDims, ReferenceDecoder
 from opperf.workload.values import ValueRecorder
 
@@ -198,8 +198,9 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
         sampler = NvmlSampler.start_if_available(torch.cuda.current_device())
     observer = ExecutionTraceObserver().register_callback(str(trace_path.parent / EXECUTION_TRACE))
     try:
-        with torch.profiler.profile(activities=activities, record_shapes=True,
-                                    execution_trace_observer=observer) as profiler:
+        # torch's C++ side marks each session on stderr (USDT profiler_start/stop): kept out of the log.
+        with stderr_without(PROFILER_NOISE), torch.profiler.profile(
+                activities=activities, record_shapes=True, execution_trace_observer=observer) as profiler:
             if sampler is not None:
                 with torch.profiler.record_function(SYNC_RANGE):
                     sampler.mark_sync()
