@@ -205,6 +205,7 @@ def test_the_html_report_links_nothing_relative_and_its_tables_scroll(tmp_path):
             in html)
     assert "inside the workload a GEMM&#39;s weights are read cold" in html
     assert '<div class="table"><table>' in html and "div.table { max-width: 100%; overflow-x: auto; }" in html
+    assert "<td><code>16,256;<wbr>256,512</code></td><td>DT_FLOAT;<wbr>DT_FLOAT</td>" in html   # wraps between slots
 
 
 def test_a_reproduce_scripts_json_carries_the_conventions_fields(tmp_path):

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
@@ -560,14 +561,24 @@ def _render(template: str, context: dict) -> str:
                                      autoescape=jinja2.select_autoescape(["html.j2"]))
     environment.filters["markdown_cell"] = lambda text: str(text).replace("|", "/")
     environment.filters["inline_markup"] = _inline_markup
+    environment.filters["breakable"] = _breakable
     return environment.get_template(template).render(**context)
+
+
+def _breakable(text: object):
+    """A table cell as HTML that may wrap after each `;` (between shape or dtype slots), so a long slot list wraps
+    there rather than mid-slot or past the frame's edge."""
+    import html
+
+    import markupsafe
+
+    return markupsafe.Markup(html.escape(str(text)).replace(";", ";<wbr>"))
 
 
 def _inline_markup(text: str) -> str:
     """The report's prose as HTML: escaped, with its markdown *emphasis* and `code` spans kept (the template
     marks the result safe)."""
     import html
-    import re
 
     marked = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
     return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", marked)
