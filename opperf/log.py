@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -89,3 +91,35 @@ class Progress:
         self.logger.info("progress %s: %d/%d %s%s, %.2f %s/s, elapsed %s%s", self.what, done, self.total, self.unit,
                          share, rate, self.unit, _duration_text(elapsed), eta)
         self.last, self.last_done, self.printed = now, done, True
+
+
+# What torch's C++ side prints to stderr around every torch.profiler session: kineto's USDT probe markers
+# and the execution trace observer's "Enabling/Disabling" notes. They say nothing a log reader can use.
+PROFILER_NOISE = re.compile(r"^(?:USDT:.*\] profiler_(?:start|stop)"
+                            r"|\[W.*execution_trace_observer\.cpp:\d+\] (?:Enabling|Disabling) Execution Trace Observer)"
+                            r"\s*$")
+
+
+@contextlib.contextmanager
+def stderr_without(noise: re.Pattern = PROFILER_NOISE) -> Iterator[None]:
+    """Run the block with file descriptor 2 (where C++ code writes, bypassing Python's logging) captured, then
+    write what it wrote back to stderr, in order, without the lines matching `noise`.
+
+    Everything else, Python's log lines of the block included, comes through; only later than it was written.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", errors="replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if not noise.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()

@@ -24,9 +24,10 @@ What to expect
     83 s on a quiet 2-core CI machine (2026-11-23); 588 s on the same machine type at load average 9-11
     (2026-11-24: benchmarks/results/cpu_end_to_end.json). The script prints one line per kernel type (rows,
     paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and writes a JSON report in
-    the schema of reports/.../summary.json (the reproduce-scripts conventions: benchmark, script, workflow,
-    pass_n, ops_count, elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir,
-    stats.op_results), plus when, on which CPU and under what load it ran ("measured"). On torch 2.13.0:
+    the schema of reports/.../summary.json with the reproduce-scripts conventions' fields (benchmark, script,
+    workflow, pass_n, ops_count, elapsed_s: this script's wall time, device_ids, max_concurrency,
+    llm_concurrency, env_spec, task_log_dir, stats.op_results with profile gen_time/base_time/speedup;
+    opperf.report.build.reproduce_fields), plus when, on which CPU and under what load it ran ("measured"). On torch 2.13.0:
     14 kernel types, 262 rows, pass_rate 1.0. Most CPU rows are outside the 0.8-1.2 band (replay and
     profile spread both ways): docs/replay.md, "CPU back end: accuracy", says why. Exit code 0 when every kernel type replayed every row and every database
     CSV has a replay duration in every row; 1 otherwise; 2 on bad arguments.
@@ -80,6 +81,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from opperf.contract import REPLAY_AVERAGE
     from opperf.io import read_database_csv, write_text_atomic
+    from opperf.report.build import reproduce_fields
     from opperf.versions import cpu_version_dir
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="opperf-cpu-database."))
@@ -112,11 +114,12 @@ def main() -> int:
         print(f"{kernel_type:<46}{entry['total']:>6}{a.get('paired_rows', 0):>8}"
               f"{'-' if median is None else f'{median:.3f}':>12}{a.get('inside_band', 0):>13}")
 
-    report = {**summary, "benchmark": "opperf_cpu_database_end_to_end",
-              "script": "reproduce/reproduce_cpu_database_end_to_end.py",
-              "workflow": "opperf snakemake: workload -> parse -> grid -> replay -> database -> comm -> report",
-              "elapsed_s": round(elapsed_s, 3), "device_ids": [], "max_concurrency": args.concurrency,
-              "task_log_dir": str(workdir / "logs"),
+    report = {**reproduce_fields(summary, script="reproduce/reproduce_cpu_database_end_to_end.py",
+                                 workflow="opperf snakemake: workload -> parse -> grid -> replay -> database -> comm "
+                                          "-> report",
+                                 elapsed_s=elapsed_s, device_ids=[], max_concurrency=args.concurrency,
+                                 task_log_dir=str(workdir / "logs")),
+              "benchmark": "opperf_cpu_database_end_to_end",
               "database_dir": str(workdir / "data" / root), "database_csvs": len(database_csvs),
               "rows_without_replay": unreplayed, "snakemake_profile": args.profile or "",
               "rows": sum(entry["total"] for entry in summary["stats"]["op_results"].values()),

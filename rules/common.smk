@@ -112,9 +112,29 @@ def raw_profile_paths(wildcards):
     if workload_database() == key:
         paths.append(workload_profile_for_parser(*key))
     if not paths:
-        database = "/".join(key)
-        raise WorkflowError(f"no raw profile is registered for database {database} (add a row to {config['sources']})")
+        raise unknown_database_error(key)
     return paths
+
+
+def unknown_database_error(key):
+    """The error of a target whose database this config does not build: the closest databases it does (a
+    typo'd version_dir, torch2.13_cpu for torch2.13.0_cpu, is the usual cause) and how to add a new one."""
+    database = "/".join(key)
+    known = {"/".join(k): k for k in databases()}
+    same_stack = {k[2]: name for name, k in known.items() if k[:2] == tuple(key[:2])}
+    if same_stack:  # named by version_dir alone, as the typo is
+        closest = [(v, same_stack[v]) for v in difflib.get_close_matches(key[2], same_stack, n=3, cutoff=0.5)]
+    else:
+        closest = [(name, name) for name in difflib.get_close_matches(database, known, n=3, cutoff=0.5)]
+    named = [
+        f"{shown} (the workload's)" if known[name] == workload_database() else f"{shown} (from {config['sources']})"
+        for shown, name in closest
+    ]
+    hint = f"closest: {', '.join(named)}; " if named else ""
+    return WorkflowError(
+        f"{database} is not a database of this config ({hint}all {len(known)}: {', '.join(known)}); "
+        f"a new database needs its raw profile registered: add a row to {config['sources']}"
+    )
 
 
 def raw_profile_files(wildcards):

@@ -57,11 +57,13 @@ rule replay_report:
         band=config["report"]["duration_gap_band"],
         trace_dir="traces/{device}/{stack}/{version_dir}",
         parsed_dir="results/{device}/{stack}/{version_dir}/parsed",
+        database_dir="data/{device}/{stack}/{version_dir}",
         phase=database_phase_option,
         log_level=config["log_level"],
     shell:
         "python scripts/report.py --csv {input.replayed:q} --output-dir {params.output_dir} "
-        "--database {wildcards.device}/{wildcards.stack}/{wildcards.version_dir} --backend {params.backend} "
+        "--database {wildcards.device}/{wildcards.stack}/{wildcards.version_dir} --database-dir {params.database_dir} "
+        "--backend {params.backend} "
         "--band {params.band} --benchmarks-root benchmarks/runs --trace-dir {params.trace_dir} "
         "--parsed-dir {params.parsed_dir} {params.phase} "
         "--log-level {params.log_level} > {log} 2>&1"

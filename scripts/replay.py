@@ -8,6 +8,7 @@ Two forms:
 
   database (the seed's start_microbench: every kernel CSV of a database directory, updated in place):
     replay.py --database-path data/CPU/torch/torch2.13.0_cpu [--op mm add] [--update-mode missing-only]
+    replay.py --database-path out/ --version-dir torch2.13.0_cpu    (any directory, e.g. parse_kernel_details.py's)
     replay.py --device A3 --vllm-version 0.18.0 --torch-version 2.9.0 --cann-version 8.5
     replay.py --database-path DIR --prof-path PROF_000001_...   (NPU: write back an existing msprof profile)
 """
@@ -33,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--rows", help="a kernel type's CSV (the grid or parse stage's output)")
     where.add_argument("--kernel", help="the kernel type of --rows (the profiler's Type)")
     where.add_argument("--output", help="where the replayed CSV goes (written atomically)")
-    where.add_argument("--version-dir", help="the database's version_dir; replay refuses to measure on another stack")
+    where.add_argument("--version-dir", help="the stack the rows were profiled on (torch2.13.0_cpu, "
+                                             "vllm0.18.0_torch2.9.0_cann8.5); replay refuses to measure on another. "
+                                             "Database form: defaults to --database-path's directory name, so a "
+                                             "directory not named after its stack (out/) needs it")
     where.add_argument("--trace-dir", help="traces/{device}/{stack}/{version_dir}: REPLAY/VERIFY/BACKFILL traces "
                                            "and the reproducer go under <trace-dir>/<kernel>/")
     db = parser.add_argument_group("which rows (database form, as the seed's start_microbench)")

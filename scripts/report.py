@@ -2,11 +2,12 @@
 """Stage 7: write the replay report of one database from its replayed per-kernel CSVs.
 
     report.py --csv results/CPU/torch/torch2.13.0_cpu/replayed/*.csv --output-dir reports/CPU/torch/torch2.13.0_cpu \\
-        --database CPU/torch/torch2.13.0_cpu --benchmarks-root benchmarks/runs
+        --database CPU/torch/torch2.13.0_cpu --database-dir data/CPU/torch/torch2.13.0_cpu \\
+        --benchmarks-root benchmarks/runs
 
 Writes replay_report.md and replay_report.html (the same: headline numbers, per-kernel-type table, worst rows,
 rows that did not replay, stage timings), duration_gap.csv (rows whose replay/profile ratio is outside --band),
-summary.json (reproduce-scripts conventions) and three PNG plots: replay_vs_profile.png (by kernel type),
+summary.json (docs/report.md, "summary.json") and three PNG plots: replay_vs_profile.png (by kernel type),
 duration_gap_histogram.png and status_by_kernel.png.
 """
 
@@ -33,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmarks-root", default="benchmarks/runs",
                         help="Snakemake benchmark files to take stage timings from (default: %(default)s)")
     parser.add_argument("--trace-dir", default="", help="the database's trace directory (summary task_log_dir)")
-    parser.add_argument("--device-ids", default="", help="device ids the replay used, e.g. 0,1")
-    parser.add_argument("--max-concurrency", type=int, default=1, help="replay jobs that ran at once")
+    parser.add_argument("--database-dir", default="",
+                        help="the database built from these rows (data/{device}/{stack}/{version_dir}): rows are "
+                             "then named by their line in its {Type}.csv (else in layouts/{Type}.csv), as it spells "
+                             "them; without it, by their line in the --csv files")
     parser.add_argument("--parsed-dir", default="",
                         help="the parse stage's directory of this database: its trace_attribution.json (how much of "
                              "the traces' device time became rows) goes into the report; none there, none shown")
@@ -47,17 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from opperf.report.build import read_attribution, write_report
-    from opperf.replay.slots import parse_device_ids
 
     key = args.database.strip("/").split("/")
     if len(key) != 3:
         raise OpperfError(f"expected device/stack/version_dir, got {args.database!r}", field="--database")
-    device_ids = parse_device_ids(args.device_ids) if args.device_ids else []
     write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
                  benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
-                 device_ids=device_ids, max_concurrency=args.max_concurrency,
                  attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None,
-                 phase_table=args.phase or None)
+                 phase_table=args.phase or None, database_dir=args.database_dir or None)
     return 0
 
 

@@ -78,6 +78,33 @@ def test_rows_the_runtime_cannot_tell_apart_become_the_dominant_layout(cpu_datab
     assert len(copy) == 17 and len(_rows(cpu_database / "layouts" / "copy_.csv")) == 20
 
 
+def test_each_layouts_row_is_found_at_its_line_of_the_runtimes_csv(cpu_database):
+    """runtime_lines, read back from the two files: every row of the runtime's CSV stands for exactly one layouts
+    row, the one it was written from (its `out=` slot emptied for sum, its durations the same), and a row of a
+    shared runtime key whose layout lost is at no line (None)."""
+    from opperf.database.runtime import runtime_lines
+
+    for kernel_type, lines_missing in (("cat", 2), ("copy_", 3), ("sum", 0), ("add", 0)):
+        view = read_database_csv(cpu_database / f"{kernel_type}.csv")
+        every = read_database_csv(cpu_database / "layouts" / f"{kernel_type}.csv")
+        lines = runtime_lines(view, every)
+        found = [line for line in lines if line is not None]
+        assert sorted(found) == list(range(2, len(view) + 2)), kernel_type
+        assert lines.count(None) == lines_missing, kernel_type
+        for index, line in enumerate(lines):
+            if line is not None:
+                for column in (contract.REPLAY_AVERAGE, contract.PROFILING_AVERAGE, contract.INPUT_STRIDES):
+                    assert view.iloc[line - 2].get(column) == every.iloc[index].get(column), (kernel_type, index, column)
+    # cat: replayed lines 5 and 17 share a key, the strided line 5 (4 calls) is the one the runtime reads.
+    lines = runtime_lines(read_database_csv(cpu_database / "cat.csv"),
+                          read_database_csv(cpu_database / "layouts" / "cat.csv"))
+    assert lines[5 - 2] is not None and lines[17 - 2] is None
+    # sum: the runtime's row has the `out=` slot emptied, and is still found.
+    view = read_database_csv(cpu_database / "sum.csv")
+    line = runtime_lines(view, read_database_csv(cpu_database / "layouts" / "sum.csv"))[0]
+    assert view.iloc[line - 2][contract.INPUT_SHAPES] == '"1,16,256;;;;"'
+
+
 def test_of_generated_layouts_the_runtime_gets_the_consumers_own():
     """Three layouts of one runtime key (q·k rope add at 512 tokens): a grid pattern's contiguous row first, the
     consumer model's transposed-q row after it (`Consumer Query`), neither profiled. The runtime gets the

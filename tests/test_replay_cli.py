@@ -103,3 +103,40 @@ def test_the_reproducer_replays_as_the_job_did(tmp_path):
     done = subprocess.run([sys.executable, str(reproducer), "--repeat-count", "1"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("line 2: ok ") and "(job: ok " in done.stdout
+
+
+def test_parse_then_replay_on_any_directory_with_version_dir(tmp_path):
+    """parse_kernel_details.py --database-path out/ then replay.py --database-path out/: a directory not named
+    after its stack replays with --version-dir, and without it stops with one line saying so; each kernel type's
+    summary line is said once (it was logged and printed)."""
+    import subprocess
+    import sys
+
+    def run(script, *argv):
+        return subprocess.run([sys.executable, f"scripts/{script}", *map(str, argv)], cwd=REPO, capture_output=True,
+                              text=True)
+
+    out = tmp_path / "out"
+    parsed = run("parse_kernel_details.py", "--profiling-path", REPO / "tests/data/replay/tiny_cpu/trace.json",
+                 "--database-path", out)
+    assert parsed.returncode == 0, parsed.stderr
+    assert (out / "kernel_types.txt").read_text() == "add\nmm\nsilu\n"
+
+    refused = run("replay.py", "--database-path", out, "--op", "add", "--repeat-count", "2")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"error: {out}, field '--version-dir': version directory 'out' is not of the form vllm<v>_torch<t>_cann<c>, "
+        "vllm<v>_torch<t>_cuda<c> or torch<t>_cpu (optionally with _<suffix>); a directory not named after its "
+        f"stack needs --version-dir, the stack its rows were profiled on, e.g. this host's: {cpu_version_dir()}\n")
+
+    done = run("replay.py", "--database-path", out, "--version-dir", cpu_version_dir(), "--op", "add",
+               "--repeat-count", "2")
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(out / "add.csv", dtype=str, keep_default_na=False)
+    assert written[contract.REPLAY_STATUS].tolist() == ["ok"] and float(written[contract.REPLAY_AVERAGE][0]) > 0
+    assert (out / "reports" / "summary.json").is_file()
+    said = (done.stdout + done.stderr).splitlines()
+    assert len([line for line in said if "add: rows in 1, out 1; updated 1" in line]) == 1
+    # Another stack than this host's is refused as in the workflow form.
+    other = run("replay.py", "--database-path", out, "--version-dir", "torch0.0.1_cpu", "--op", "add")
+    assert other.returncode == 2 and "refusing to write into torch0.0.1_cpu" in other.stderr

@@ -42,6 +42,9 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
     timings = json.loads((workdir / report).read_text())["stage_timings_s"]
     assert timings["database"]["jobs"] == len(kernels) + 2
     assert timings["replay"]["jobs"] == len(kernels) + 1          # and stage 4b
+    # The report names rows by their line in the database it waited for (rule replay_report's --database-dir).
+    markdown = (workdir / f"reports/{root}/replay_report.md").read_text()
+    assert f"`line` is the row's line in `data/{root}/{{Type}}.csv`, the database CSV the runtime reads" in markdown
 
     # A definition of a kernel type this database does not have, edited, and one of its own rewritten with
     # the same content: op_mapping.yaml reads neither, nothing re-runs.

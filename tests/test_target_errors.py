@@ -66,3 +66,29 @@ def test_an_unknown_device_stops_with_the_catalogs_keys(workdir, target, expecte
     assert result.returncode == 1
     assert lines_naming(output, "is not a device key") == [expected]
     assert "MissingRuleException" not in output
+
+
+def test_a_typod_version_dir_stops_with_the_closest_database(workdir):
+    """A version_dir the config builds no database for (torch2.13_cpu for torch2.13.0_cpu) names the closest it
+    does, and where that one comes from (the workload's database, or a row of config/sources.tsv)."""
+    from opperf.versions import cpu_version_dir
+
+    a3 = "A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.5"
+    result = snakemake(workdir, "-n", "data/A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.6/MatMulV2.csv")
+    assert result.returncode == 1
+    assert lines_naming(result.stdout + result.stderr, "is not a database of this config") == [
+        "A3/vllm_ascend/vllm0.18.0_torch2.9.0_cann8.6 is not a database of this config (closest: "
+        f"vllm0.18.0_torch2.9.0_cann8.5 (from config/sources.tsv); all 1: {a3}); a new database needs its raw "
+        "profile registered: add a row to config/sources.tsv"]
+
+    (workdir / "with_workload.yaml").write_text("comm: {enabled: false}\n")
+    version_dir = cpu_version_dir()                      # torch2.13.0_cpu
+    typo = version_dir[:-6] + version_dir[-4:]            # torch2.13_cpu
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "with_workload.yaml", "-n",
+                             f"data/CPU/torch/{typo}/mm.csv"], cwd=workdir, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert lines_naming(result.stdout + result.stderr, "is not a database of this config") == [
+        f"CPU/torch/{typo} is not a database of this config (closest: {version_dir} (the workload's); all 2: "
+        f"{a3}, CPU/torch/{version_dir}); a new database needs its raw profile registered: add a row to "
+        "config/sources.tsv"]
+    assert "no raw profile is registered" not in result.stdout + result.stderr

@@ -126,7 +126,6 @@ def test_profile_iterations_repeat_every_call(tiny_trace, tmp_path):
 
 
 def test_profile_iterations_below_one_are_a_usage_error():
-    from conftest import REPO
     import subprocess
     import sys
 
@@ -247,3 +246,30 @@ def test_the_join_leaves_a_call_that_is_not_the_same_without_an_id():
     joined = join_by_order(events, nodes)
     assert (joined.events, joined.calls, joined.joined, joined.complete) == (3, 3, 2, False)
     assert [e["args"].get("Record function id") for e in events] == [11, 10, None]
+
+
+def test_the_workload_log_has_no_profiler_markers_and_keeps_everything_else(tmp_path):
+    """torch's C++ side writes `USDT:… profiler_start` / `profiler_stop` and the execution trace observer's
+    Enabling/Disabling notes straight to stderr around the profiled block: the workload's log leaves them out,
+    and keeps its own lines and any other line written there."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "scripts/profile_workload.py", "--prefill-lengths", "8", "--decode-steps",
+                           "1", "--decode-context", "8", "--output", str(tmp_path / "profile")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "profiler_start" not in done.stderr and "profiler_stop" not in done.stderr
+    assert "Execution Trace Observer" not in done.stderr
+    assert "span workload.profile done in" in done.stderr and "profile written to" in done.stderr
+
+    script = ("import os, sys\nfrom opperf.log import stderr_without\n"
+              "with stderr_without():\n"
+              "    os.write(2, b'USDT:2026-11-28 23:45:49 5313:5313 SyncActivityProfilerHandler.cpp:52] profiler_start\\n')\n"
+              "    os.write(2, b'[W1128 23:45:49.9 execution_trace_observer.cpp:989] Enabling Execution Trace Observer\\n')\n"
+              "    os.write(2, b'[W1128 23:45:50.1 other.cpp:12] a real warning\\n')\n"
+              "    print('a Python line', file=sys.stderr)\n"
+              "print('after', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "[W1128 23:45:50.1 other.cpp:12] a real warning\na Python line\nafter\n"

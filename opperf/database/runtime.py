@@ -233,6 +233,41 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (
     return pd.DataFrame(view, columns=[*columns, RUNTIME_KEY_ROWS]), every_row
 
 
+_SLOT_COLUMNS = (contract.INPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS,
+                 contract.OUTPUT_SHAPES, contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS)
+
+
+def runtime_lines(view: pd.DataFrame, every_row: pd.DataFrame) -> list[int | None]:
+    """Per row of the layouts file (`every_row`), the line (2-based) of the runtime's CSV (`view`) written from
+    it, or None where the runtime's CSV holds another row of its runtime key instead.
+
+    Read back from the two files, so no definition is needed: a runtime row is its layouts row with the other
+    columns equal and, in the six slot columns, the same slots with some emptied (`runtime_row`'s alignment).
+    Rows alike in every column are told apart by order (runtime_view keeps the first of equals).
+    """
+    others = [c for c in every_row.columns if c not in _SLOT_COLUMNS]
+    by_other_columns: dict[tuple, list[int]] = {}
+    layouts = every_row.to_dict(orient="records")
+    for index, row in enumerate(layouts):
+        by_other_columns.setdefault(tuple(str(row.get(c, "")) for c in others), []).append(index)
+    lines: list[int | None] = [None] * len(layouts)
+    for line, row in enumerate(view.to_dict(orient="records"), start=2):
+        candidates = by_other_columns.get(tuple(str(row.get(c, "")) for c in others), [])
+        for index in candidates:
+            if lines[index] is None and all(_emptied_from(row.get(c, ""), layouts[index].get(c, ""))
+                                            for c in _SLOT_COLUMNS):
+                lines[index] = line
+                break
+    return lines
+
+
+def _emptied_from(runtime_cell: object, layouts_cell: object) -> bool:
+    """Whether a slot column of the runtime's CSV is the layouts file's with some slots emptied."""
+    written, every = _slots(runtime_cell), _slots(layouts_cell)
+    written = written or [""] * len(every)        # one slot emptied reads back as no slot
+    return len(written) == len(every) and all(w in ("", e) for w, e in zip(written, every))
+
+
 def duplicate_keys(frame: pd.DataFrame, elementwise: bool = False) -> list[list[int]]:
     """Groups of CSV lines (2-based) that share a runtime key: the runtime answers all with the first."""
     groups: dict[tuple, list[int]] = {}

@@ -44,7 +44,8 @@ def write_parsed_directory(directory: str | Path, database: ParsedDatabase,
 
 
 def write_parse_traces(trace_dir: str | Path, database: ParsedDatabase, task_id: str | None = None) -> None:
-    """Per kernel type: what was read (spec), what was written (result), what was skipped (error_log)."""
+    """Per kernel type: what was read (spec), what was written (result), what was skipped (error_log, only where
+    a row was)."""
     for kernel_type in database.kernel_types:
         trace = Trace(trace_dir, kernel_type, task_id)
         sources = database.source_rows.get(kernel_type, {})
@@ -58,5 +59,6 @@ def write_parse_traces(trace_dir: str | Path, database: ParsedDatabase, task_id:
         result += ["\t".join(r.get(c, "") for c in columns) for r in rows]
         trace.record(PARSE_STEP, "PARSE", "result", "\n".join(result))
         skipped = database.skipped_by_type.get(kernel_type, [])
-        error_log = [f"PARSE {kernel_type}: {len(skipped)} rows skipped"] + [s.describe() for s in skipped]
-        trace.record(PARSE_STEP, "PARSE", "error_log", "\n".join(error_log))
+        if skipped:        # as the replay's traces: an error_log only where something went wrong
+            error_log = [f"PARSE {kernel_type}: {len(skipped)} rows skipped"] + [s.describe() for s in skipped]
+            trace.record(PARSE_STEP, "PARSE", "error_log", "\n".join(error_log))

@@ -12,7 +12,7 @@ from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.job import KernelJobResult, ReplaySettings, find_definition, memory_budget_for, replay_kernel_csv
 from opperf.replay.slots import default_device_ids, parse_device_ids
-from opperf.versions import StackVersions, npu_version_dir
+from opperf.versions import StackVersions, npu_version_dir, parse_version_dir, running_stack
 
 log = get_logger("replay.cli")
 
@@ -102,6 +102,28 @@ def database_dir_from_args(args: argparse.Namespace, device: Device | None) -> P
     return Path(args.data_root) / device.name / ("vllm" if args.vllm_version else "torch") / versions.version_dir
 
 
+def database_version_dir(args: argparse.Namespace, database_dir: Path) -> str:
+    """The stack a database directory's rows are for: --version-dir, else the directory's own name
+    (data/{device}/{stack}/{version_dir}); replay refuses to measure on another stack."""
+    if args.version_dir:
+        return args.version_dir
+    try:
+        parse_version_dir(database_dir.name)
+    except OpperfError as exc:
+        raise OpperfError(f"{exc}; a directory not named after its stack needs --version-dir, the stack its rows "
+                          f"were profiled on{_this_host_stack(args.backend or 'cpu')}",
+                          path=database_dir, field="--version-dir") from None
+    return database_dir.name
+
+
+def _this_host_stack(backend: str) -> str:
+    """', e.g. this host's: torch2.13.0_cpu' (nothing where this host lacks the back end's toolchain)."""
+    try:
+        return f", e.g. this host's: {running_stack(backend).version_dir}"
+    except Exception:      # noqa: BLE001 - only a hint
+        return ""
+
+
 def run_replay_command(args: argparse.Namespace) -> int:
     if args.rows:
         missing = [flag for flag, value in (("--kernel", args.kernel), ("--output", args.output)) if not value]
@@ -110,9 +132,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
         device = _device(args, None)
         settings = settings_from_args(args, device)
         with tempfile.TemporaryDirectory(prefix="opperf-msprof-") as scratch:
-            job = _replay_one(args, settings, Path(args.rows), args.kernel, Path(args.output), args.version_dir,
-                              args.trace_dir, Path(scratch))
-        print(f"{args.kernel}: {job.writeback.summary()}; statuses {job.status_counts()}")
+            # replay_kernel_csv logs the job's summary line (rows in/out, statuses): not printed a second time.
+            _replay_one(args, settings, Path(args.rows), args.kernel, Path(args.output), args.version_dir,
+                        args.trace_dir, Path(scratch))
         return 0
     return run_database_form(args)
 
@@ -123,7 +145,6 @@ def run_database_form(args: argparse.Namespace) -> int:
     database_dir = database_dir_from_args(args, device)
     if not database_dir.is_dir():
         raise OpperfError("database directory not found", path=database_dir)
-    version_dir = database_dir.name
     if args.prof_path:
         from opperf.replay.npu.session import backfill_database
 
@@ -133,6 +154,7 @@ def run_database_form(args: argparse.Namespace) -> int:
         for kernel_type, report in result.files.items():
             print(f"{kernel_type}: {report.summary()}")
         return 0
+    version_dir = database_version_dir(args, database_dir)
     settings = settings_from_args(args, device)
     available = sorted(p.stem for p in database_dir.glob("*.csv"))
     kernels = args.ops or available
@@ -141,20 +163,15 @@ def run_database_form(args: argparse.Namespace) -> int:
         raise OpperfError(f"no CSV for kernel type(s) {unknown} in the database (has: {', '.join(available)})",
                           path=database_dir, field="--op")
     trace_dir = _trace_dir_for(database_dir)
-    results = []
     with tempfile.TemporaryDirectory(prefix="opperf-msprof-") as scratch:
         for kernel_type in kernels:
             contract.check_kernel_type(kernel_type, path=database_dir, field="--op")
             csv_path = database_dir / f"{kernel_type}.csv"
-            job = _replay_one(args, settings, csv_path, kernel_type, csv_path, version_dir, str(trace_dir),
-                              Path(scratch))
-            results.append(job)
-            print(f"{kernel_type}: {job.writeback.summary()}; statuses {job.status_counts()}")
+            _replay_one(args, settings, csv_path, kernel_type, csv_path, version_dir, str(trace_dir), Path(scratch))
     from opperf.report.build import write_database_report
 
     reports_dir = Path(args.reports_dir) if args.reports_dir else database_dir / "reports"
-    written = write_database_report(database_dir, reports_dir, kernels=kernels, backend=settings.backend,
-                                    device_ids=settings.device_ids)
+    written = write_database_report(database_dir, reports_dir, kernels=kernels, backend=settings.backend)
     print(f"report: {', '.join(str(p) for p in written)}")
     return 0
 

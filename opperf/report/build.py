@@ -5,12 +5,16 @@ it". Profiled rows (they have a profiled in-workload duration) answer it: each i
 replay, as the ratio replay/profile (median, p10, p90, rows inside the band). Generated grid rows have no
 profile to compare with; they are counted apart with their replay median. No statistic mixes the two.
 
-summary.json follows the reproduce-scripts conventions (docs/report.md: benchmark, script, workflow, pass_n, ops_count,
-elapsed_s, device_ids, max_concurrency, llm_concurrency, env_spec, task_log_dir, stats). An "op" is
-a kernel type; its `passed`/`total` count rows (replayed with status ok / all rows), its `profile`
-compares the mean replay duration (`gen_time`, µs) with the mean profiled duration (`base_time`, µs)
-over the rows that have both, `speedup = base_time / gen_time`. The per-type ratio statistics of the
-markdown table are in the extra top-level key `replay_accuracy` (the seed allows extra top-level keys).
+Where the database directory is given (the workflow gives it), a row is named by its line in the database
+CSV the runtime reads (`data/…/{Type}.csv`), in that file's spelling (`FLOAT`, quoted shapes stripped); a row
+that file does not hold (another row of its runtime key stands for it) by its line in `layouts/{Type}.csv`.
+
+summary.json (docs/report.md, "summary.json"): `ops_count` and `stats` (an "op" is a kernel type: its
+`passed`/`total` count rows, replayed with status ok / all rows; its `profile` compares the mean replay
+duration with the mean profiled duration over the rows that have both), `replay_job_time_sum_s` (the replay
+jobs' run times added up: not wall time), `stage_timings_s`, `env_spec`, `task_log_dir` and
+`replay_accuracy` (the ratio statistics per kernel type and for the whole database). The reproduce
+scripts' JSON adds the fields of the reproduce-scripts conventions to it (`reproduce_fields`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
@@ -42,8 +47,19 @@ DEFAULT_BAND = (0.8, 1.2)
 WORST_ROWS = 15
 REPORT_FILES = ("replay_report.md", "replay_report.html", "duration_gap.csv", "summary.json", "replay_vs_profile.png",
                 "duration_gap_histogram.png", "status_by_kernel.png")
-GAP_COLUMNS = ("Type", "line", *contract.SIGNATURE_COLUMNS, contract.PROFILING_AVERAGE, contract.REPLAY_AVERAGE,
-               "replay_over_profile", "band", contract.SOURCE)
+GAP_COLUMNS = ("Type", "file", "line", *contract.SIGNATURE_COLUMNS, contract.PROFILING_SAMPLE_COUNT,
+               contract.PROFILING_AVERAGE, contract.PROFILING_MEDIAN, contract.PROFILING_STD, contract.REPLAY_AVERAGE,
+               "replay_over_profile", "replay_over_profiled_median", "band", contract.SOURCE)
+
+
+@dataclass(frozen=True)
+class RowPlace:
+    """Where a reader finds a row: a file and its line there, and the row's cells as that file spells them."""
+
+    file: str
+    line: int
+    cell: str                  # the report's `line` cell: "12", or "layouts/mm.csv:12" outside the database CSV
+    shapes: dict[str, str]
 
 
 @dataclass
@@ -51,16 +67,26 @@ class RowPair:
     """One row having both durations: where it is (line, shapes) and how far its replay is from its profile."""
 
     kernel_type: str
-    line: int
-    profiled_us: float
+    line: int                                   # in the CSV the report read (the replayed rows' order)
+    profiled_us: float                          # the profiled calls' mean
     replayed_us: float
     source: str
     shapes: dict[str, str]
+    place: RowPlace | None = None
+    profiled_median_us: float | None = None
+    profiled_std_us: float | None = None
+    profiled_calls: int | None = None
 
     @property
     def ratio(self) -> float:
         """replay / profile: 1.0 is a perfect replay, 2.0 replay twice as slow as the workload ran."""
         return self.replayed_us / self.profiled_us
+
+    @property
+    def median_ratio(self) -> float | None:
+        """replay / the profiled calls' median: where a few slow calls pull the profiled mean up, this one says
+        how replay compares with a typical call."""
+        return self.replayed_us / self.profiled_median_us if self.profiled_median_us else None
 
 
 @dataclass
@@ -74,35 +100,53 @@ class KernelSummary:
     profiled_rows: int = 0                      # rows with a profiled duration (paired or not)
     generated_rows: int = 0                     # grid rows: no profile to compare with
     generated_replayed_us: list[float] = field(default_factory=list)
-    errors: list[tuple[int, str, str]] = field(default_factory=list)   # (line, status, error)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)   # (line cell, status, error)
 
     @property
     def passed(self) -> int:
         return self.statuses.get(STATUS_OK, 0)
 
     def profile(self) -> dict | None:
-        """The seed's op_results profile: mean replay vs mean profiled µs over the paired rows only."""
+        """Mean replay vs mean profiled µs over the paired rows only (the reproduce scripts' op_results profile,
+        under names that say what they are: `reproduce_fields` gives the conventions' names)."""
         if not self.pairs:
             return None
-        base = statistics.fmean(p.profiled_us for p in self.pairs)
-        gen = statistics.fmean(p.replayed_us for p in self.pairs)
-        return {"gen_time": round(gen, 4), "base_time": round(base, 4), "speedup": round(base / gen, 4)}
+        profiled = statistics.fmean(p.profiled_us for p in self.pairs)
+        replayed = statistics.fmean(p.replayed_us for p in self.pairs)
+        return {"replay_mean_us": round(replayed, 4), "profiled_mean_us": round(profiled, 4),
+                "profiled_over_replay": round(profiled / replayed, 4)}
 
     def accuracy(self, band: tuple[float, float]) -> dict:
         """Ratio statistics of the paired rows and the generated rows' replay median (None where no row)."""
         ratios = [p.ratio for p in self.pairs]
+        inside = sum(1 for r in ratios if band[0] <= r <= band[1])
         return {
             "profiled_rows": self.profiled_rows,
             "paired_rows": len(ratios),
             "median_ratio": _round(statistics.median(ratios)) if ratios else None,
             "p10_ratio": _round(percentile(ratios, 10)) if ratios else None,
             "p90_ratio": _round(percentile(ratios, 90)) if ratios else None,
-            "inside_band": sum(1 for r in ratios if band[0] <= r <= band[1]),
+            "inside_band": inside,
+            "inside_band_share": _round(inside / len(ratios)) if ratios else None,
             "generated_rows": self.generated_rows,
             "generated_replayed_rows": len(self.generated_replayed_us),
             "generated_median_replay_us": (_round(statistics.median(self.generated_replayed_us))
                                            if self.generated_replayed_us else None),
         }
+
+
+def whole_database(summaries: Sequence[KernelSummary]) -> KernelSummary:
+    """Every kernel type's rows together: the whole database's accuracy figure."""
+    total = KernelSummary("(all kernel types)")
+    for s in summaries:
+        total.rows += s.rows
+        for status, count in s.statuses.items():
+            total.statuses[status] = total.statuses.get(status, 0) + count
+        total.pairs += s.pairs
+        total.profiled_rows += s.profiled_rows
+        total.generated_rows += s.generated_rows
+        total.generated_replayed_us += s.generated_replayed_us
+    return total
 
 
 def _round(value: float) -> float:
@@ -118,22 +162,68 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def _shape_cells(row: dict) -> dict[str, str]:
+    return {c: contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS}
+
+
+def row_places(path: Path, kernel_type: str, rows: Sequence[dict], database_dir: Path | None) -> list[RowPlace]:
+    """Where each of a kernel type's rows is for a reader: its line in the database CSV (`database_dir`'s
+    {Type}.csv, as that file spells it), else in layouts/{Type}.csv; without a database, in `path` itself."""
+    if database_dir is None:
+        return [RowPlace(str(path), line, str(line), _shape_cells(row)) for line, row in enumerate(rows, start=2)]
+    from opperf.database.runtime import runtime_lines
+
+    kernel_csv = database_dir / f"{kernel_type}.csv"
+    layouts_csv = database_dir / "layouts" / f"{kernel_type}.csv"
+    view, every_row = read_database_csv(kernel_csv), read_database_csv(layouts_csv)
+    if len(every_row) != len(rows):
+        raise OpperfError(f"{len(every_row)} rows, but {path} has {len(rows)}: the database was built from other "
+                          "rows (rebuild it)", path=layouts_csv)
+    written = view.to_dict(orient="records")
+    every = every_row.to_dict(orient="records")
+    places = []
+    for index, line in enumerate(runtime_lines(view, every_row)):
+        if line is None:
+            places.append(RowPlace(str(layouts_csv), index + 2, f"layouts/{kernel_type}.csv:{index + 2}",
+                                   _shape_cells(every[index])))
+        else:
+            places.append(RowPlace(str(kernel_csv), line, str(line), _shape_cells(written[line - 2])))
+    return places
+
+
+def _number(value: object) -> float | None:
+    """A finite number of a cell (0 included: a std of one call), else None."""
+    try:
+        number = float(contract.strip_profiler_quotes(value))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _count(value: object) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
 def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], gaps: list[dict],
-                     phase_table: "pd.DataFrame | None" = None) -> KernelSummary:
+                     phase_table: "pd.DataFrame | None" = None, database_dir: Path | None = None) -> KernelSummary:
     """One kernel type's rows against their profile; a phase stage's table folded in first, as the database
-    stage folds it (opperf.replay.phase)."""
+    stage folds it (opperf.replay.phase). With `database_dir`, rows are named as the database holds them
+    (row_places)."""
     frame = read_database_csv(path)
     if phase_table is not None:
         from opperf.replay.phase_table import apply_phase_table
 
         frame, _ = apply_phase_table(frame, kernel_type, phase_table)
     summary = KernelSummary(kernel_type, rows=len(frame))
-    for index, row in enumerate(frame.to_dict(orient="records")):
-        line = index + 2
+    records = frame.to_dict(orient="records")
+    places = row_places(path, kernel_type, records, database_dir)
+    for index, row in enumerate(records):
+        line, place = index + 2, places[index]
         status = row.get(contract.REPLAY_STATUS, "") or "not_replayed"
         summary.statuses[status] = summary.statuses.get(status, 0) + 1
         if row.get(contract.REPLAY_ERROR):
-            summary.errors.append((line, status, row[contract.REPLAY_ERROR]))
+            summary.errors.append((place.cell, status, row[contract.REPLAY_ERROR]))
         replayed = duration_value(row.get(contract.REPLAY_AVERAGE, ""))
         profiled = duration_value(row.get(contract.PROFILING_AVERAGE, ""))
         source = row.get(contract.SOURCE, "")
@@ -146,16 +236,22 @@ def summarise_kernel(path: Path, kernel_type: str, band: tuple[float, float], ga
         summary.profiled_rows += 1
         if replayed is None:
             continue
-        shapes = {c: contract.strip_profiler_quotes(row.get(c, "")) for c in contract.SIGNATURE_COLUMNS}
-        pair = RowPair(kernel_type, line, profiled, replayed, source, shapes)
+        pair = RowPair(kernel_type, line, profiled, replayed, source, place.shapes, place,
+                       duration_value(row.get(contract.PROFILING_MEDIAN, "")),
+                       _number(row.get(contract.PROFILING_STD, "")),
+                       _count(row.get(contract.PROFILING_SAMPLE_COUNT, "")))
         summary.pairs.append(pair)
         if not band[0] <= pair.ratio <= band[1]:
-            gap = {"Type": kernel_type, "line": str(line), **shapes,
-                   contract.PROFILING_AVERAGE: row[contract.PROFILING_AVERAGE],
-                   contract.REPLAY_AVERAGE: row[contract.REPLAY_AVERAGE],
-                   "replay_over_profile": f"{pair.ratio:.4f}", "band": f"{band[0]:g}-{band[1]:g}",
-                   contract.SOURCE: source}
-            gaps.append(gap)
+            median_ratio = pair.median_ratio
+            gaps.append({"Type": kernel_type, "file": place.file, "line": str(place.line), **place.shapes,
+                         contract.PROFILING_SAMPLE_COUNT: row.get(contract.PROFILING_SAMPLE_COUNT, ""),
+                         contract.PROFILING_AVERAGE: row[contract.PROFILING_AVERAGE],
+                         contract.PROFILING_MEDIAN: row.get(contract.PROFILING_MEDIAN, ""),
+                         contract.PROFILING_STD: row.get(contract.PROFILING_STD, ""),
+                         contract.REPLAY_AVERAGE: row[contract.REPLAY_AVERAGE],
+                         "replay_over_profile": f"{pair.ratio:.4f}",
+                         "replay_over_profiled_median": "" if median_ratio is None else f"{median_ratio:.4f}",
+                         "band": f"{band[0]:g}-{band[1]:g}", contract.SOURCE: source})
     return summary
 
 
@@ -310,10 +406,30 @@ def _cell(value, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-# Where the replay/profile gap of a back end is measured and explained (relative to the repository root).
+@dataclass(frozen=True)
+class AccuracyExplained:
+    """Where a back end's replay/profile gap is measured and explained, and the gist of it, said in the report
+    itself: Snakemake's HTML report shows replay_report.html inside a `data:` frame, where no relative link
+    resolves, so the HTML names the section instead of linking it."""
+
+    doc: str                   # relative to the repository root
+    anchor: str
+    section: str
+    gist: str
+
+
 ACCURACY_EXPLAINED = {
-    "cpu": ("docs/replay.md", "cpu-back-end-accuracy", "CPU back end: accuracy"),
-    "cuda": ("docs/replay.md", "accuracy-cuda-h100", "Accuracy (CUDA, H100)"),
+    "cpu": AccuracyExplained(
+        "docs/replay.md", "cpu-back-end-accuracy", "CPU back end: accuracy",
+        "Measured there: inside the workload a GEMM's weights are read cold and mid-size outputs land on fresh "
+        "pages, while replay repeats the call warm (mm, bmm and index_select replay at 0.4-0.6 of the profile); "
+        "a row's profiled mean is of 1-20 calls of one run, and two runs of the workload differ by about 5 % at "
+        "the median and 17-28 % at p90; on a loaded host a single preempted call moves a row's mean."),
+    "cuda": AccuracyExplained(
+        "docs/replay.md", "accuracy-cuda-h100", "Accuracy (CUDA, H100)",
+        "Measured there: on an H100 with the default cache (insitu) and power policies, replay is within 2.3 % "
+        "of the profile at the median and 9.8 % at p90; what remains are long power-limited prefill phases "
+        "and kernels of 1-10 µs, which differ by 0.2-1 µs."),
 }
 
 
@@ -329,29 +445,46 @@ class Table:
     code: set[int] = field(default_factory=set)         # shapes: monospace
 
 
+def _ratio_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _number_cell(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
 def _report_context(title: str, summaries: Sequence[KernelSummary], gaps: Sequence[dict], band, timings,
-                    summary: dict, backend: str) -> dict:
+                    summary: dict, backend: str, database_dir: Path | None = None) -> dict:
     """What replay_report.md and replay_report.html say, computed once (templates/replay_report.*.j2)."""
     stats = summary["stats"]
     pairs = [p for s in summaries for p in s.pairs]
-    inside = sum(1 for p in pairs if band[0] <= p.ratio <= band[1])
-    ratios = [p.ratio for p in pairs]
+    whole = summary["replay_accuracy"]["database"]
     rows_total = sum(s.rows for s in summaries)
     completion = (f"{stats['passed_ops']} of {stats['total_ops']} kernel types replayed every one of their rows "
                   f"(pass rate {stats['pass_rate']:.3f}); {sum(s.passed for s in summaries)} of {rows_total} rows "
                   "have a replay. This says that replay ran, not that it matches the profile.")
     if pairs:
-        accuracy = (f"{len(pairs)} profiled rows have a replay; {inside} of them ({inside / len(pairs):.0%}) are "
-                    f"inside the band {band[0]:g}-{band[1]:g} x profile, median replay/profile "
-                    f"{statistics.median(ratios):.3f} (p10 {percentile(ratios, 10):.3f}, "
-                    f"p90 {percentile(ratios, 90):.3f}); the {len(gaps)} outside are listed in duration_gap.csv.")
+        accuracy = (f"{whole['paired_rows']} of {whole['profiled_rows']} profiled rows have a replay; "
+                    f"{whole['inside_band']} of them ({whole['inside_band_share']:.0%}) are inside the band "
+                    f"{band[0]:g}-{band[1]:g} x profile, median replay/profile {whole['median_ratio']:.3f} "
+                    f"(p10 {whole['p10_ratio']:.3f}, p90 {whole['p90_ratio']:.3f}); the {len(gaps)} outside are "
+                    "listed in duration_gap.csv.")
     else:
         accuracy = "No row has both a profiled and a replayed duration."
     explained = None
     if backend in ACCURACY_EXPLAINED:
-        doc, anchor, section = ACCURACY_EXPLAINED[backend]
-        # The workflow writes into reports/{device}/{stack}/{version_dir}/: the repository root is 4 levels up.
-        explained = {"href": f"../../../../{doc}#{anchor}", "text": f"{doc}, \u201c{section}\u201d"}
+        entry = ACCURACY_EXPLAINED[backend]
+        # The workflow writes into reports/{device}/{stack}/{version_dir}/: the repository root is 4 levels up
+        # (the markdown's link; the HTML names the section, see AccuracyExplained).
+        explained = {"href": f"../../../../{entry.doc}#{entry.anchor}", "doc": entry.doc, "section": entry.section,
+                     "text": f"{entry.doc}, \u201c{entry.section}\u201d", "gist": entry.gist}
+    if database_dir is not None:
+        lines_in = (f"`line` is the row's line in `{database_dir}/{{Type}}.csv`, the database CSV the runtime "
+                    "reads, and shapes and dtypes are as that file writes them; a row that CSV does not hold (it "
+                    "shares its runtime key with a row that carried more of the workload's calls) is named by its "
+                    f"line in `{database_dir}/layouts/{{Type}}.csv` (`layouts/{{Type}}.csv:N`).")
+    else:
+        lines_in = "`line` is the row's line in the kernel type's CSV the report read."
 
     tables = []
     kernel_rows = []
@@ -378,25 +511,32 @@ def _report_context(title: str, summaries: Sequence[KernelSummary], gaps: Sequen
     if worst:
         tables.append(Table(
             f"The {len(worst)} rows furthest from their profile",
-            "Ordered by how far the ratio is from 1 in either direction (x2 and /2 count the same). `line` is "
-            "the row's line in the kernel type's CSV.",
-            ["Type", "line", "Input Shapes", "Input Data Types", "Output Shapes", "profiled (us)", "replay (us)",
-             "replay/profile"],
-            [[p.kernel_type, str(p.line), p.shapes[contract.INPUT_SHAPES], p.shapes[contract.INPUT_DTYPES],
-              p.shapes[contract.OUTPUT_SHAPES], f"{p.profiled_us:.3f}", f"{p.replayed_us:.3f}", f"{p.ratio:.3f}"]
+            "Ordered by how far replay/mean is from 1 in either direction (x2 and /2 count the same). A row's "
+            "profile is the mean of its *calls* in the workload; their median and std say whether a few slow "
+            "calls pulled the mean up (then replay/median, against a typical call, is the fairer comparison). "
+            + lines_in,
+            ["Type", "line", "Input Shapes", "Input Data Types", "Output Shapes", "calls", "profiled mean (us)",
+             "profiled median (us)", "profiled std (us)", "replay (us)", "replay/mean", "replay/median"],
+            [[p.kernel_type, p.place.cell if p.place else str(p.line), p.shapes[contract.INPUT_SHAPES],
+              p.shapes[contract.INPUT_DTYPES], p.shapes[contract.OUTPUT_SHAPES],
+              "-" if p.profiled_calls is None else str(p.profiled_calls), _number_cell(p.profiled_us),
+              _number_cell(p.profiled_median_us), _number_cell(p.profiled_std_us), _number_cell(p.replayed_us),
+              _ratio_cell(p.ratio), _ratio_cell(p.median_ratio)]
              for p in worst],
-            numeric={1, 5, 6, 7}, code={2, 4}))
+            numeric={1, 5, 6, 7, 8, 9, 10, 11}, code={2, 4}))
     failing = [(s.kernel_type, e) for s in summaries for e in s.errors]
     if failing:
-        rows = [[kernel_type, str(line), status, error[:200]]
+        rows = [[kernel_type, line, status, error[:200]]
                 for kernel_type, (line, status, error) in failing[:200]]
         if len(failing) > 200:
             rows.append(["…", "", "", f"{len(failing) - 200} more in the CSVs' Replay Error column"])
-        tables.append(Table("Rows that did not replay", "", ["Type", "line", "status", "error"], rows,
+        tables.append(Table("Rows that did not replay", lines_in, ["Type", "line", "status", "error"], rows,
                             numeric={1}))
     if timings:
         tables.append(Table(
-            "Stage timings (Snakemake benchmark files)", "",
+            "Stage timings (Snakemake benchmark files)",
+            "Each stage's jobs' run times added up (*total s*): jobs that ran at once count each, so this is "
+            "not the wall time of the run.",
             ["stage", "jobs", "total s", "slowest job s"],
             [[stage, str(e["jobs"]), f"{e['total_s']:.2f}", f"{e['max_s']:.2f}"] for stage, e in sorted(timings.items())],
             numeric={1, 2, 3}))
@@ -421,14 +561,24 @@ def _render(template: str, context: dict) -> str:
                                      autoescape=jinja2.select_autoescape(["html.j2"]))
     environment.filters["markdown_cell"] = lambda text: str(text).replace("|", "/")
     environment.filters["inline_markup"] = _inline_markup
+    environment.filters["breakable"] = _breakable
     return environment.get_template(template).render(**context)
+
+
+def _breakable(text: object):
+    """A table cell as HTML that may wrap after each `;` (between shape or dtype slots), so a long slot list wraps
+    there rather than mid-slot or past the frame's edge."""
+    import html
+
+    import markupsafe
+
+    return markupsafe.Markup(html.escape(str(text)).replace(";", ";<wbr>"))
 
 
 def _inline_markup(text: str) -> str:
     """The report's prose as HTML: escaped, with its markdown *emphasis* and `code` spans kept (the template
     marks the result safe)."""
     import html
-    import re
 
     marked = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
     return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", marked)
@@ -459,21 +609,24 @@ def _attribution_lines(attribution: dict) -> list[str]:
 
 def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, title: str, backend: str = "cpu",
                  band: tuple[float, float] = DEFAULT_BAND, benchmarks_root: str | Path | None = None,
-                 database_key: Sequence[str] = (), task_log_dir: str = "", device_ids: Sequence[int] = (),
-                 max_concurrency: int = 1, attribution: dict | None = None,
-                 phase_table: str | Path | None = None) -> list[Path]:
+                 database_key: Sequence[str] = (), task_log_dir: str = "", attribution: dict | None = None,
+                 phase_table: str | Path | None = None, database_dir: str | Path | None = None,
+                 script: str = "scripts/report.py") -> list[Path]:
     """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database), with a
-    phase stage's table (`phase_table`) folded into replayed rows as the database holds them."""
+    phase stage's table (`phase_table`) folded into replayed rows as the database holds them; with
+    `database_dir` (the built database of these rows), rows are named by their line in its CSVs."""
     if not 0 < band[0] < band[1]:
         raise OpperfError(f"band {list(band)} must be two increasing positive ratios", field="duration_gap_band")
     output_dir = Path(output_dir)
+    database_dir = Path(database_dir) if database_dir else None
     gaps: list[dict] = []
     table = None
     if phase_table:
         from opperf.replay.phase_table import read_phase_table
 
         table = read_phase_table(phase_table)
-    summaries = [summarise_kernel(Path(p), Path(p).stem, band, gaps, table) for p in sorted(csv_files, key=str)]
+    summaries = [summarise_kernel(Path(p), Path(p).stem, band, gaps, table, database_dir)
+                 for p in sorted(csv_files, key=str)]
     timings = stage_timings(Path(benchmarks_root), database_key) if benchmarks_root else {}
     passed_ops = sum(1 for s in summaries if s.rows and s.passed == s.rows)
     op_results = {}
@@ -485,21 +638,18 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
         op_results[s.kernel_type] = entry
     summary = {
         "benchmark": f"opperf-replay:{title}",
-        "script": "scripts/replay.py",
+        "script": script,
         "workflow": "opperf snakemake: parse -> grid -> replay -> database -> report",
-        "pass_n": 1,
         "ops_count": len(summaries),
-        "elapsed_s": round(timings.get("replay", {}).get("total_s", 0.0), 3),
-        "device_ids": list(device_ids),
-        "max_concurrency": max_concurrency,
-        "llm_concurrency": 0,
+        "replay_job_time_sum_s": round(timings.get("replay", {}).get("total_s", 0.0), 3),
         "env_spec": environment_spec(backend),
         "task_log_dir": task_log_dir,
         "stats": {"total_ops": len(summaries), "passed_ops": passed_ops, "failed_ops": len(summaries) - passed_ops,
                   "pass_rate": round(passed_ops / len(summaries), 4) if summaries else 0.0,
                   "op_results": op_results},
         "stage_timings_s": timings,
-        "replay_accuracy": {"band": list(band), "kernel_types": {s.kernel_type: s.accuracy(band) for s in summaries}},
+        "replay_accuracy": {"band": list(band), "database": whole_database(summaries).accuracy(band),
+                            "kernel_types": {s.kernel_type: s.accuracy(band) for s in summaries}},
     }
     if attribution:
         summary["trace_attribution"] = attribution
@@ -512,7 +662,7 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     write_text_atomic(output_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     written.append(output_dir / "summary.json")
     written += _plot(summaries, output_dir, band)
-    context = _report_context(title, summaries, gaps, band, timings, summary, backend)
+    context = _report_context(title, summaries, gaps, band, timings, summary, backend, database_dir)
     for name in ("replay_report.md", "replay_report.html"):
         text = _render(f"{name}.j2", context)
         if attribution and name.endswith(".md"):
@@ -524,9 +674,35 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
 
 
 def write_database_report(database_dir: Path, reports_dir: Path, *, kernels: Sequence[str] | None = None,
-                          band: tuple[float, float] = DEFAULT_BAND, backend: str = "cpu",
-                          device_ids: Sequence[int] = ()) -> list[Path]:
+                          band: tuple[float, float] = DEFAULT_BAND, backend: str = "cpu") -> list[Path]:
     """The report of a database directory (the replay CLI's database form: one kernel type after another)."""
     files = [database_dir / f"{k}.csv" for k in kernels] if kernels else sorted(database_dir.glob("*.csv"))
     return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band,
-                        device_ids=device_ids, max_concurrency=1, attribution=read_attribution(database_dir))
+                        attribution=read_attribution(database_dir), script="scripts/replay.py")
+
+
+# The JSON of a reproduce script (reproduce/README.md) must carry these top-level fields of the
+# reproduce-scripts conventions, some of which mean nothing for a replay: `pass_n` (1: every row is replayed
+# once per run) and `llm_concurrency` (0: no language model is asked anything).
+REPRODUCE_PASS_N = 1
+REPRODUCE_LLM_CONCURRENCY = 0
+
+
+def reproduce_fields(summary: dict, *, script: str, workflow: str, elapsed_s: float, device_ids: Sequence[int],
+                     max_concurrency: int, task_log_dir: str) -> dict:
+    """A report's summary.json as a reproduce script's JSON: the conventions' fields added (`elapsed_s` the
+    script's wall time, `device_ids` and `max_concurrency` what it ran with) and each op's `profile` under the
+    conventions' names: `gen_time` = replay mean (µs), `base_time` = profiled mean (µs),
+    `speedup` = base_time / gen_time (profiled over replay: above 1, replay ran faster than the workload)."""
+    op_results = {}
+    for op, entry in summary["stats"]["op_results"].items():
+        entry = dict(entry)
+        if "profile" in entry:
+            profile = entry["profile"]
+            entry["profile"] = {"gen_time": profile["replay_mean_us"], "base_time": profile["profiled_mean_us"],
+                                "speedup": profile["profiled_over_replay"]}
+        op_results[op] = entry
+    return {**summary, "script": script, "workflow": workflow, "pass_n": REPRODUCE_PASS_N,
+            "elapsed_s": round(elapsed_s, 3), "device_ids": list(device_ids), "max_concurrency": max_concurrency,
+            "llm_concurrency": REPRODUCE_LLM_CONCURRENCY, "task_log_dir": task_log_dir,
+            "stats": {**summary["stats"], "op_results": op_results}}

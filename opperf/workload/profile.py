@@ -23,7 +23,7 @@ from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.input_values import INPUT_VALUES
 from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
-from opperf.log import get_logger, span
+from opperf.log import PROFILER_NOISE, get_logger, span, stderr_without
 from opperf.workload.model import DecoderDims, ReferenceDecoder
 from opperf.workload.values import ValueRecorder
 
@@ -236,7 +236,9 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
         activities.append(torch.profiler.ProfilerActivity.CUDA)
         sampler = NvmlSampler.start_if_available(torch.cuda.current_device())
     try:
-        with torch.profiler.profile(activities=activities, record_shapes=True) as profiler:
+        # torch's C++ side marks each session on stderr (USDT profiler_start/stop): kept out of the log.
+        with stderr_without(PROFILER_NOISE), torch.profiler.profile(activities=activities,
+                                                                    record_shapes=True) as profiler:
             if sampler is not None:
                 with torch.profiler.record_function(SYNC_RANGE):
                     sampler.mark_sync()
@@ -251,7 +253,8 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
         sampler.write(trace_path.parent / POWER_SAMPLES)
     execution_trace = trace_path.parent / EXECUTION_TRACE
     with span("workload.execution_trace", log) as result:
-        record_execution_trace(lambda: profiled_iterations(model, plan, token_ids, device), execution_trace)
+        with stderr_without(PROFILER_NOISE):
+            record_execution_trace(lambda: profiled_iterations(model, plan, token_ids, device), execution_trace)
         joined = join_to_trace(trace_path, execution_trace)
         result.update(events=joined.events, joined=joined.joined)
     return labels, profiled_s

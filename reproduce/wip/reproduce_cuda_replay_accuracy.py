@@ -59,7 +59,7 @@ def main() -> int:
     import torch
 
     from opperf.io import write_text_atomic
-    from opperf.report.build import write_report
+    from opperf.report.build import reproduce_fields, write_report
 
     if not torch.cuda.is_available():
         print("no CUDA device visible: run this on an NVIDIA GPU host")
@@ -85,12 +85,13 @@ def main() -> int:
         print(f"[reproduce] no replayed per-kernel CSV under {workdir}")
         return 1
     write_report(csvs, workdir / "report", title=f"cuda replay accuracy ({torch.cuda.get_device_name(0)})",
-                 backend="cuda", band=tuple(args.band), device_ids=[args.device], task_log_dir=str(workdir))
-    summary = json.loads((workdir / "report" / "summary.json").read_text())
-    summary.update({"benchmark": "opperf_cuda_replay_accuracy",
-                    "script": "reproduce/wip/reproduce_cuda_replay_accuracy.py",
-                    "workflow": "benchmarks/cuda_replay.py: workload -> parse -> replay (CUDA) -> report",
-                    "elapsed_s": round(elapsed_s, 3)})
+                 backend="cuda", band=tuple(args.band), task_log_dir=str(workdir))
+    summary = reproduce_fields(
+        json.loads((workdir / "report" / "summary.json").read_text()),
+        script="reproduce/wip/reproduce_cuda_replay_accuracy.py",
+        workflow="benchmarks/cuda_replay.py: workload -> parse -> replay (CUDA) -> report", elapsed_s=elapsed_s,
+        device_ids=[args.device], max_concurrency=1, task_log_dir=str(workdir))
+    summary["benchmark"] = "opperf_cuda_replay_accuracy"
     headline = json.loads((workdir / "results" / "cuda_replay.json").read_text())
     summary["cuda_replay"] = {k: headline[k] for k in ("median_gap", "p90_gap", "time_weighted_gap",
                                                         "repeatability_median", "rows_per_s")}
