@@ -111,38 +111,46 @@ def stage_profile(config: Path, work: Path, args) -> dict:
 # --- the ground truth -------------------------------------------------------------------------------------
 
 def _composite(name: str) -> bool:
+    """Whether torch decomposes the op before a dispatch mode sees it (a CompositeImplicitAutograd kernel): its
+    default overload's, else any functional overload's (`to` has no default; `to.dtype` is composite)."""
     import torch
 
-    try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"))
-    except RuntimeError:
+    packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
+    if packet is None:
         return False
+    overloads = ["default"] if "default" in packet.overloads() else [
+        o for o in packet.overloads() if not o.startswith(("prim", "out")) and "name" not in o.lower()]
+    for overload in overloads:
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(name if overload == "default" else f"{name}.{overload}",
+                                                              "CompositeImplicitAutograd"):
+                return True
+        except RuntimeError:
+            continue
+    return False
 
 
 def _key(op: str, args: dict) -> tuple:
     """(op, tensor input shapes, dtypes) as a dispatch-mode query has them: tensors of rank >= 1, list members
-    flattened, in argument order."""
+    flattened, in argument order; no dtypes for an op with a TensorList (the trace does not record its members')."""
     from opperf.contract import PROFILER_TYPE_TO_TORCH
 
-    shapes, dtypes = [], []
-    list_dtype = None
+    shapes, dtypes, listed = [], [], False
     for dims, kind in zip(args.get("Input Dims") or [], args.get("Input type") or []):
         if kind in PROFILER_TYPE_TO_TORCH and dims:
             shapes.append(tuple(dims))
             dtypes.append(PROFILER_TYPE_TO_TORCH[kind])
-        elif kind == "TensorList" and dims and isinstance(dims[0], list):
-            for member in dims:
-                if member:
-                    shapes.append(tuple(member))
-                    dtypes.append(list_dtype or "?")
-    return (op.removeprefix("aten::"), tuple(shapes), tuple(d for d in dtypes if d != "?"))
+        elif kind == "TensorList":
+            listed = True
+            shapes += [tuple(member) for member in dims or [] if isinstance(member, list) and member]
+    return (op.removeprefix("aten::"), tuple(shapes), () if listed else tuple(dtypes))
 
 
 def query_key(recorded) -> tuple:
     query = recorded.query
-    name = query.op_name.split(".")[1]
-    return (name, tuple(tuple(t.shape) for t in query.inputs),
-            tuple(str(t.dtype).removeprefix("torch.") for t in query.inputs))
+    listed = "TensorList" in ((recorded.arguments or {}).get("Input type") or [])
+    return (query.op_name.split(".")[1], tuple(tuple(t.shape) for t in query.inputs),
+            () if listed else tuple(str(t.dtype).removeprefix("torch.") for t in query.inputs))
 
 
 def measured_steps(trace_path: Path) -> dict[str, dict]:

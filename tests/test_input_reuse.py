@@ -156,7 +156,9 @@ def test_a_bad_distance_names_the_field():
 
 def test_an_execution_trace_of_another_run_is_refused(tmp_path):
     """The join is by record function id: an execution trace saved beside another run's trace would pair ops with
-    other ops' tensors. The parse names the file and the first op that does not match, and writes nothing."""
+    other ops' tensors. A few calls of the same op with other shapes are a MoE split that moved between the timed
+    pass and the execution-trace pass (opperf.workload.execution_trace); most of them is another run: the parse
+    names the file and writes nothing."""
     import shutil
     import subprocess
     import sys
@@ -172,7 +174,7 @@ def test_an_execution_trace_of_another_run_is_refused(tmp_path):
     profile(tmp_path / "first", "--prefill-lengths", "8")
     profile(tmp_path / "second", "--prefill-lengths", "16")
     shutil.copy(tmp_path / "second" / contract.EXECUTION_TRACE, tmp_path / "first" / contract.EXECUTION_TRACE)
-    with pytest.raises(OpperfError, match=r"execution_trace.json.*with tensor shapes .*16.* in the execution trace but "
-                                          r"'aten::.*is of another run"):
+    with pytest.raises(OpperfError, match=r"execution_trace.json.*op calls have other tensor shapes in the execution "
+                                          r"trace: it is of another run"):
         parse_profiles([tmp_path / "first" / "trace.json"], tmp_path / "db")
     assert not (tmp_path / "db").exists()

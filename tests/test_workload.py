@@ -225,9 +225,10 @@ def test_the_timed_pass_runs_under_the_profiler_alone_and_the_execution_trace_is
     assert overhead["inflated"] == (overhead["ratio"] > 1 + overhead["floor"])
 
 
-def test_the_join_leaves_a_call_that_is_not_the_same_without_an_id():
-    """An op event whose execution-trace call at its position is another op (or other shapes) keeps no record
-    function id: the parse then treats it as undescribed instead of joining it to another call's tensors."""
+def test_the_join_leaves_a_call_that_is_not_the_same_op_without_an_id():
+    """An op event whose execution-trace call at its position is another op keeps no record function id: the parse
+    then treats it as undescribed instead of joining it to another call's tensors. The same op with other shapes
+    (a MoE router's split that moved between two GPU passes) is joined and counted."""
     from opperf.workload.execution_trace import join_by_order
 
     def node(rf_id, name, shapes):
@@ -239,13 +240,13 @@ def test_the_join_leaves_a_call_that_is_not_the_same_without_an_id():
                                                         "Record function id": 0}}
 
     events = [event(2, "aten::add", [[4], [4]]), event(1, "aten::mm", [[2, 3], [3, 4]]),
-              event(3, "aten::mul", [[8], [8]])]
+              event(3, "aten::mul", [[8], [8]]), event(4, "aten::cat", [[8]])]
     nodes = [node(11, "aten::add", [[4], [4]]), node(10, "aten::mm", [[2, 3], [3, 4]]),
-             node(12, "aten::mul", [[9], [9]]),
+             node(12, "aten::mul", [[9], [9]]), node(13, "aten::sum", [[8]]),
              {"name": "prefill_8", "attrs": [{"name": "rf_id", "value": 9}, {"name": "scope", "value": 7}]}]
     joined = join_by_order(events, nodes)
-    assert (joined.events, joined.calls, joined.joined, joined.complete) == (3, 3, 2, False)
-    assert [e["args"].get("Record function id") for e in events] == [11, 10, None]
+    assert (joined.events, joined.calls, joined.joined, joined.reshaped, joined.complete) == (4, 4, 3, 1, False)
+    assert [e["args"].get("Record function id") for e in events] == [11, 10, 12, None]
 
 
 def test_the_workload_log_has_no_profiler_markers_and_keeps_everything_else(tmp_path):
@@ -273,3 +274,15 @@ def test_the_workload_log_has_no_profiler_markers_and_keeps_everything_else(tmp_
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "[W1128 23:45:50.1 other.cpp:12] a real warning\na Python line\nafter\n"
+
+
+def test_the_join_picks_up_again_after_calls_only_one_pass_ran():
+    """A MoE expert that got tokens in the timed pass and none in the execution-trace pass (or the other way) adds
+    a few calls to one sequence: the join pairs everything else."""
+    from opperf.workload.execution_trace import align_by_name
+
+    timed = list("abcabcXabcabcabcabcabc")
+    traced = list("abcabcabcabcYYabcabcabc")
+    pairs = align_by_name(timed, traced)
+    assert all(timed[i] == traced[j] for i, j in pairs)
+    assert len(pairs) == len(timed) - 1 == len(traced) - 2

@@ -14,7 +14,7 @@ workload (same inputs, same op sequence). The Chrome trace has no record functio
 are all 0), so the join is by order: the timed trace's `cpu_op` events in the order they started (their
 `External id`, a per-op counter the profiler assigns at entry) against the execution trace's op nodes (scope 0,
 aten ops and other RecordFunction-scoped functions) in the order of their record function ids. Each event whose
-node is the same call (same op name, same tensor shapes) gets the node's id as its `Record function id`, exactly
+node is the same op (a MoE layer's shapes may move between two GPU passes: see join_by_order) gets the node's id as its `Record function id`, exactly
 the key the parse joins on when a user records both in one profiler session.
 """
 
@@ -67,32 +67,64 @@ class Join:
 
     events: int          # cpu_op events of the timed trace
     calls: int           # op calls of the execution trace
-    joined: int          # events that got the id of the same call
+    joined: int          # events that got the id of the call at their position (the same op)
+    reshaped: int = 0    # of those, calls whose tensor shapes differ (a MoE router's split moved between passes)
 
     @property
     def complete(self) -> bool:
         return self.events == self.calls == self.joined
 
 
+RESYNC_WINDOW = 4          # names that must agree for the join to pick up again after calls only one pass ran
+RESYNC_LOOKAHEAD = 4096
+
+
+def align_by_name(events: list[str], calls: list[str]) -> list[tuple[int, int]]:
+    """(event index, call index) pairs of two op sequences that are the same but for short runs only one of them
+    has (a MoE expert that got tokens in one pass and none in the other): walk both, and where the names part,
+    resume at the nearest offset from which RESYNC_WINDOW names agree again."""
+    pairs, i, j = [], 0, 0
+    while i < len(events) and j < len(calls):
+        if events[i] == calls[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+            continue
+        for offset in range(1, RESYNC_LOOKAHEAD):
+            if events[i + offset:i + offset + RESYNC_WINDOW] == calls[j:j + RESYNC_WINDOW]:
+                i += offset
+                break
+            if events[i:i + RESYNC_WINDOW] == calls[j + offset:j + offset + RESYNC_WINDOW]:
+                j += offset
+                break
+            if events[i + offset:i + offset + RESYNC_WINDOW] == calls[j + offset:j + offset + RESYNC_WINDOW]:
+                i, j = i + offset, j + offset
+                break
+        else:
+            i, j = i + 1, j + 1
+    return pairs
+
+
 def join_by_order(trace_events: list[dict], nodes: list[dict]) -> Join:
-    """Give each `cpu_op` event of the timed trace (in place) the record function id of the execution-trace call at
-    the same position, where that call is the same op with the same tensor shapes; an event without one keeps no id
-    (the parse then treats it as undescribed rather than joining it to another call)."""
+    """Give each `cpu_op` event of the timed trace (in place) the record function id of the execution-trace call it
+    aligns with (align_by_name: the same op at the same place of the sequence); an event without one keeps no id
+    (the parse then treats it as undescribed rather than joining it to another call's tensors). The same op may
+    have other tensor shapes, and a few calls may be in one pass only: on a GPU a MoE router's split can move
+    between two passes of the same inputs (atomic float sums reorder, a near-tie in top-k goes the other way), while
+    the storages the ops read, which the reuse distances are made of, stay the same."""
     from opperf.parse.reuse import same_call
 
     events = sorted((e for e in trace_events if e.get("cat") == "cpu_op"),
                     key=lambda e: (e.get("args", {}).get("External id", 0), e.get("ts", 0)))
     calls = _op_nodes(nodes)
-    joined = 0
-    for index, event in enumerate(events):
-        args = event.setdefault("args", {})
-        node = calls[index] if index < len(calls) else None
-        if node is not None and same_call(node, event.get("name"), args.get("Input Dims") or []):
-            args[RECORD_FUNCTION_ID] = _node_attr(node, "rf_id")
-            joined += 1
-        else:
-            args.pop(RECORD_FUNCTION_ID, None)
-    return Join(len(events), len(calls), joined)
+    for event in events:
+        event.setdefault("args", {}).pop(RECORD_FUNCTION_ID, None)
+    reshaped = 0
+    pairs = align_by_name([e.get("name") for e in events], [n.get("name") for n in calls])
+    for i, j in pairs:
+        args = events[i]["args"]
+        args[RECORD_FUNCTION_ID] = _node_attr(calls[j], "rf_id")
+        reshaped += not same_call(calls[j], events[i].get("name"), args.get("Input Dims") or [])
+    return Join(len(events), len(calls), len(pairs), reshaped)
 
 
 def join_to_trace(trace_path: Path, execution_trace_path: Path) -> Join:
@@ -110,12 +142,15 @@ def join_to_trace(trace_path: Path, execution_trace_path: Path) -> Join:
     result = join_by_order(events, nodes)
     if result.joined < 0.99 * result.events:
         raise OpperfError(f"the execution-trace pass ran other op calls than the timed pass: {result.joined} of the "
-                          f"trace's {result.events} op events have the same call at their position among the "
-                          f"execution trace's {result.calls} (is the workload deterministic?)",
+                          f"trace's {result.events} op events align with one of the execution trace's {result.calls} "
+                          f"calls (is the workload deterministic?)",
                           path=execution_trace_path, field="rf_id")
     if not result.complete:
-        log.warning("execution trace: %d of %d timed op events joined to the same call (%d calls recorded); the "
+        log.warning("execution trace: %d of %d timed op events joined to the same op (%d calls recorded); the "
                     "others have no input reuse distances or string arguments", result.joined, result.events,
                     result.calls)
+    if result.reshaped:
+        log.warning("execution trace: %d joined calls ran with other tensor shapes in the untimed pass (a MoE "
+                    "router's split moved): their reuse distances come from that pass's storages", result.reshaped)
     write_text_atomic(trace_path, json.dumps(trace))
     return result
