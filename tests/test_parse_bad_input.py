@@ -124,7 +124,8 @@ def test_hcom_rows_stay_out_of_compute_csvs(tmp_path):
     path = write_table(tmp_path / "kernel_details.csv", header, rows + [hcom, hcom])
     database = parse_profiles([path], tmp_path / "out")
     assert database.skip_counts == {
-        "communication row (hcom_*): collectives belong to the comm stage, not to compute CSVs": 2}
+        "communication row (hcom_*, NCCL, c10d, record_param_comms): collectives belong to the comm stage, not to "
+        "compute CSVs": 2}
     assert not list((tmp_path / "out").glob("hcom*"))
 
 
@@ -136,7 +137,8 @@ def test_hostile_kernel_type_never_creates_a_file(tmp_path, hostile):
     assert database.skip_counts == {"kernel type is not a safe file name": 1}
     created = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert created == ["db/out/Add.csv", "db/out/FlashAttentionScore.csv", "db/out/FlashAttentionScoreGrad.csv",
-                       "db/out/MatMulV2.csv", "db/out/MatMulV3.csv", "db/out/kernel_types.txt", "in/kernel_details.csv"]
+                       "db/out/MatMulV2.csv", "db/out/MatMulV3.csv", "db/out/kernel_types.txt",
+                       "db/out/trace_attribution.json", "in/kernel_details.csv"]
     assert hostile not in (out / "kernel_types.txt").read_text().split("\n")
 
 
@@ -145,8 +147,8 @@ def test_directory_without_profiles(tmp_path):
     (tmp_path / "prof" / "notes.csv").write_text("a,b\n1,2\n")
     out = tmp_path / "out"
     line = _error_line(run_parse("--profiling-path", tmp_path / "prof", "--database-path", out))
-    assert line == (f"error: {tmp_path / 'prof'}: no kernel_details*.csv, op_summary_*.csv or *.pt.trace.json "
-                    "found under this directory")
+    assert line == (f"error: {tmp_path / 'prof'}: no kernel_details*.csv, op_summary_*.csv or torch.profiler trace "
+                    "(*.json[.gz] with traceEvents) found under this directory")
     _assert_no_output(tmp_path, out)
 
 
