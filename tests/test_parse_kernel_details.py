@@ -51,8 +51,7 @@ def test_fixture_layout_and_slots(tmp_path):
     out = tmp_path / "out"
     parse_profiles([FIXTURE], out)
     assert (out / "kernel_types.txt").read_text() == "".join(f"{t}\n" for t in FIXTURE_TYPES)
-    assert sorted(p.name for p in out.iterdir()) == sorted([f"{t}.csv" for t in FIXTURE_TYPES]
-                                                           + ["kernel_types.txt", "trace_attribution.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{t}.csv" for t in FIXTURE_TYPES] + ["kernel_types.txt"])
     header, _ = fixture_table()
     columns = read_header(out / "MatMulV2.csv")
     assert columns == [*BASE_COLUMNS, "Profiling Average Duration(us)", "Profiling Median Duration(us)",
@@ -253,8 +252,7 @@ def test_reparse_replaces_outputs_and_drops_stale_kernel_types(tmp_path):
     (out / "notes.txt").write_text("not ours")
     parse_profiles([only_matmul], out)
     assert (out / "kernel_types.txt").read_text() == "MatMulV2\n"
-    assert sorted(p.name for p in out.iterdir()) == ["MatMulV2.csv", "kernel_types.txt", "notes.txt",
-                                                     "trace_attribution.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["MatMulV2.csv", "kernel_types.txt", "notes.txt"]
     assert not list(tmp_path.glob(".out.*"))
 
 

@@ -149,11 +149,12 @@ def _kernel_time(rows, header):
 
 def test_kernel_table_gets_an_account_too(tmp_path):
     out = tmp_path / "out"
-    parse_profiles([FIXTURE], out)
+    database = parse_profiles([FIXTURE], out)
     header, rows = fixture_table()
-    account = _account(out)
+    account = database.attribution[str(FIXTURE)]
     assert account["measure"] == "kernel time" and account["share"] == 1.0 and account["unattributed"] == {}
     assert account["device_us"] == round(_kernel_time(rows, header), 3) == account["rows_us"]
+    assert not (out / "trace_attribution.json").exists()        # an Ascend database stays CSVs + manifest
 
 
 def test_kernel_table_account_names_communication_rows(tmp_path):
@@ -162,13 +163,14 @@ def test_kernel_table_account_names_communication_rows(tmp_path):
     for column, value in (("Type", "hcom_allReduce_"), ("Duration(us)", "1000"), ("Input Shapes", "N/A")):
         hcom[header.index(column)] = value
     path = write_table(tmp_path / "kernel_details.csv", header, rows + [hcom])
-    result = run_parse("--profiling-path", path, "--database-path", tmp_path / "out")
-    assert result.returncode == 0, result.stderr
-    account = _account(tmp_path / "out")
+    database = parse_profiles([path], tmp_path / "out")
+    account = database.attribution[str(path)]
     assert account["unattributed"] == {SKIPPED_PREFIX + SKIP_COMMUNICATION: {"us": 1000.0, "activities": 1}}
     assert account["rows_us"] == round(_kernel_time(rows, header), 3)
-    assert f"{path}: {100 * account['share']:.2f} % of its kernel time became rows; not in any row: 1000.0 us" \
-        in result.stdout
+    result = run_parse("--profiling-path", path, "--database-path", tmp_path / "cli")
+    assert result.returncode == 0, result.stderr
+    assert f"{path}: {100 * account['share']:.2f} % of its kernel time became rows; not in any row: 1000.0 us " \
+        f"({100 * 1000.0 / account['device_us']:.2f} %) in 1 {SKIPPED_PREFIX}{SKIP_COMMUNICATION}" in result.stdout
 
 
 def test_fixture_readme_names_every_fixture():

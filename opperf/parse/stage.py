@@ -8,7 +8,7 @@ from pathlib import Path
 from opperf.errors import OpperfError
 from opperf.log import get_logger, span
 from opperf.parse.aggregate import EXAMPLES_PER_REASON, ParsedDatabase, aggregate
-from opperf.parse.attribution import KERNEL_TIME, Attribution
+from opperf.parse.attribution import DEVICE_TIME, KERNEL_TIME, Attribution
 from opperf.parse.discover import discover_inputs
 from opperf.parse.fia_metadata import add_fia_profile_metadata
 from opperf.parse.kernel_details import TRACE_EVENT, ProfileTable, read_profile_table
@@ -52,8 +52,11 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         _log_skips(database)
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")
-        attribution = _attribution(tables, database)
-        database.attribution = attribution
+        database.attribution = _attribution(tables, database)
+        # trace_attribution.json keeps the traces' accounts; a kernel table's is printed and logged only, so an
+        # Ascend database directory stays the CSVs and the manifest the runtime reads.
+        attribution = {path: account for path, account in database.attribution.items()
+                       if account["measure"] == DEVICE_TIME}
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
         write_parsed_directory(database_path, database, attribution)      # last: the output, once all else is written
