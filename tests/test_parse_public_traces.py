@@ -21,7 +21,7 @@ from opperf.parse.torch_trace import (NOT_A_KERNEL_TYPE, SCALARS_NOT_RECORDED, U
 from test_parse_helpers import FIXTURE, REPO, fixture_table, read_csv, run_parse, write_table
 
 PUBLIC = REPO / "tests" / "fixtures" / "public_traces"
-NCCL_TRACE = PUBLIC / "a100_nccl_cppnode_sampled_rank-0.json.gz"
+NCCL_TRACE = PUBLIC / "sm80_nccl_cppnode_sampled_rank-0.json.gz"
 COMPILED_TRACE = PUBLIC / "a100_compiled_function_rank0.json.gz"
 NO_SHAPES_TRACE = PUBLIC / "alexnet_no_shapes_benchmark_result_2869224_1695835535_trace.json.gz"
 ROCM_TRACE = PUBLIC / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
