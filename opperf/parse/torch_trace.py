@@ -1,9 +1,14 @@
-"""torch.profiler Chrome traces (CPU or CUDA, `record_shapes=True`) → the same per-kernel row form as kernel_details.
+"""torch.profiler Chrome traces (CPU, CUDA or ROCm, `record_shapes=True`) → the per-kernel row form of kernel_details.
 
 Which op a row stands for:
-- CUDA trace (it has device `kernel`/`gpu_memcpy`/`gpu_memset` events): the innermost `cpu_op` around the
-  runtime call (`cudaLaunchKernel`, …) whose correlation id the device activity carries; its Duration(us)
-  is the sum of its device activities' durations. Ops that launched nothing have no device time: skipped.
+- GPU trace (it has device `kernel`/`gpu_memcpy`/`gpu_memset` events): the innermost `cpu_op` around the
+  runtime call (`cudaLaunchKernel`, `hipLaunchKernel`, …) whose correlation id the device activity carries; its
+  Duration(us) is the sum of its device activities' durations. Ops that launched nothing have no device time:
+  skipped.
+- Never a row (`op_exclusion`): collectives (`record_param_comms`, `c10d::*`, and every NCCL/RCCL kernel: the comm
+  stage measures them), torch.compile regions (`CompiledFunction`: their kernels become rows by kernel name where
+  that can be a Type), events that are no dispatcher op (`torch::autograd::CppNode<…>`: likewise), ops recorded
+  without shapes. A trace in which no op has shapes is refused.
 - CPU trace: there is no launch to follow, so a row is an innermost *compute* op: a `cpu_op` that is not a
   pure view/allocation/metadata op (VIEW_AND_ALLOCATION_OPS), has at least one tensor operand of rank ≥ 1,
   and has no such op inside it. Its Duration(us) is its wall time. Composite ops (aten::linear → addmm)
@@ -19,12 +24,14 @@ torch.profiler records no dtype for the tensors of a TensorList (cat's inputs): 
 `workload.json` dtype, else one the trace does record (the op's child ops, the launched kernel's name, the
 trace's dominant floating dtype: `_list_member_dtype`). An index op's `Tensor?[] indices`, recorded as one empty
 slot, is rebuilt from the index tensors the op reshapes inside itself (`_with_index_lists`).
-CUDA traces also get an attribution account: the share of the trace's device time that became rows and what the
-rest was (graph replays, Triton kernels, memcpy/memset outside any op; `Attribution`); a kernel no op launched
-gets a row of its own, by its name, where the name can be a Type.
+GPU traces also get an attribution account: the share of the trace's device time that became rows and what the
+rest was (collectives, compiled regions, graph replays, Triton kernels, memcpy/memset outside any op;
+opperf.parse.attribution.Attribution, which the parse stage completes with the rows it then skips); a kernel no op
+launched gets a row of its own, by its name, where the name can be a Type.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
-failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
+failure is counted (torch <= 2.0 records no scalars, `Concrete Inputs`: warned). Formats are `ND` per tensor slot,
+OP State `eager`, Accelerator Core `CPU`, `CUDA` or `ROCM` (`_device_core`).
 """
 
 from __future__ import annotations
