@@ -5,8 +5,8 @@ scanned recursively for `kernel_details*.csv` (torch_npu), `op_summary_*.csv` (m
 traces: `*.pt.trace.json` / `trace.json` (the workload stage writes `trace.json`) and any other `*.json` that
 starts like one, each optionally `.gz` (`_is_torch_trace`); `operator_details.csv` and `trace_view.json`
 beside a kernel_details file are kept as that bundle's FusedInferAttentionScore metadata. A torch_npu bundle
-holds both its `ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was made from:
-the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
+holds both its `ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was
+made from: the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
 """
 
 from __future__ import annotations
