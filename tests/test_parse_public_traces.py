@@ -16,8 +16,9 @@ from opperf.parse import parse_profiles
 from opperf.parse.attribution import COLLECTIVES, SKIPPED_PREFIX
 from opperf.parse.discover import discover_inputs
 from opperf.parse.aggregate import SKIP_COMMUNICATION
-from opperf.parse.torch_trace import (NOT_A_KERNEL_TYPE, SCALARS_NOT_RECORDED, UNATTRIBUTED_COMPILED,
-                                      UNATTRIBUTED_NOT_AN_OP, convert_trace)
+from opperf.parse.torch_trace import (NOT_A_KERNEL_TYPE, NOT_A_ROW_COLLECTIVE, NOT_A_ROW_NOT_AN_OP,
+                                      SCALARS_NOT_RECORDED, UNATTRIBUTED_COMPILED, UNATTRIBUTED_NOT_AN_OP,
+                                      convert_trace)
 from test_parse_helpers import FIXTURE, REPO, fixture_table, read_csv, run_parse, write_table
 
 PUBLIC = REPO / "tests" / "fixtures" / "public_traces"
@@ -26,6 +27,7 @@ COMPILED_TRACE = PUBLIC / "a100_compiled_function_rank0.json.gz"
 NO_SHAPES_TRACE = PUBLIC / "alexnet_no_shapes_benchmark_result_2869224_1695835535_trace.json.gz"
 ROCM_TRACE = PUBLIC / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 TRITON_TRACE = PUBLIC / "triton_example.json.gz"
+CPU_TRACE = PUBLIC / "cpu_only_rank_non_gpu.json.gz"
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -141,6 +143,19 @@ def test_inductor_kernel_record_is_a_row_with_its_shapes(tmp_path):
     assert row["Input Shapes"] == "10,10;10,10;10,10;" and row["Input Scalars"] == ";;;100"
     assert row["Profiling Average Duration(us)"] == "1.76"
     assert _account(out)["share"] == 1.0
+
+
+def test_cpu_trace_keeps_collectives_and_autograd_functions_out(tmp_path):
+    conversion = convert_trace(CPU_TRACE)
+    assert conversion.accelerator_core == "CPU"
+    assert conversion.outcomes[NOT_A_ROW_COLLECTIVE] == 12            # record_param_comms
+    assert conversion.outcomes[NOT_A_ROW_NOT_AN_OP] == 6
+    out = tmp_path / "out"
+    database = parse_profiles([CPU_TRACE], out)
+    # Before: All2All_Pooled_Req.csv, the Python autograd function around an all-to-all, as a kernel type.
+    assert not {"All2All_Pooled_Req", "All2All_Pooled_Wait", "record_param_comms"} & set(database.kernel_types)
+    assert {"addmm", "mm", "bmm", "cat"} <= set(database.kernel_types)
+    assert database.attribution == {} and not (out / "trace_attribution.json").exists()   # wall times: no account
 
 
 def _kernel_time(rows, header):
