@@ -112,7 +112,7 @@ EXTRA_COLUMNS: tuple[str, ...] = (
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.
 KERNEL_TYPES_MANIFEST = "kernel_types.txt"
 # The parse's attribution accounting beside a database parsed from torch traces with device activity: per trace,
-# the share of its device time that became rows and what the rest was (opperf.parse.torch_trace.Attribution).
+# the share of its device time that is in the CSVs and what the rest was (opperf.parse.attribution.Attribution).
 TRACE_ATTRIBUTION = "trace_attribution.json"
 # What the reference workload ran (dtype, dims, plan), written beside its trace; the parse reads its dtype.
 WORKLOAD_MANIFEST = "workload.json"

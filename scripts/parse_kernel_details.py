@@ -58,10 +58,11 @@ def main(args: argparse.Namespace) -> int:
     database = parse_profiles(args.profiling_path, database_path, trace_dir=args.trace_dir, task_id=args.task_id)
     print(f"wrote {len(database.rows)} kernel type CSV(s) to {database_path} "
           f"({sum(database.skip_counts.values())} of {database.rows_read} rows skipped)")
-    for trace, accounting in database.attribution.items():
-        print(f"{trace}: {100 * accounting['share']:.2f} % of the trace's device time became rows"
-              + "".join(f"; not in any row: {entry['us']:.1f} us in {entry['activities']} {kind}"
-                        for kind, entry in accounting["unattributed"].items()))
+    for profile, accounting in database.attribution.items():
+        print(f"{profile}: {100 * accounting['share']:.2f} % of its {accounting['measure']} became rows"
+              + "".join(f"; not in any row: {entry['us']:.1f} us ({100 * entry['us'] / accounting['device_us']:.2f} %)"
+                        f" in {entry['activities']} {kind}"
+                        for kind, entry in sorted(accounting["unattributed"].items(), key=lambda kv: -kv[1]["us"])))
     return 0
 
 

@@ -124,7 +124,8 @@ def test_hcom_rows_stay_out_of_compute_csvs(tmp_path):
     path = write_table(tmp_path / "kernel_details.csv", header, rows + [hcom, hcom])
     database = parse_profiles([path], tmp_path / "out")
     assert database.skip_counts == {
-        "communication row (hcom_*): collectives belong to the comm stage, not to compute CSVs": 2}
+        "communication row (hcom_*, NCCL, c10d, record_param_comms): collectives belong to the comm stage, not to "
+        "compute CSVs": 2}
     assert not list((tmp_path / "out").glob("hcom*"))
 
 
@@ -145,8 +146,8 @@ def test_directory_without_profiles(tmp_path):
     (tmp_path / "prof" / "notes.csv").write_text("a,b\n1,2\n")
     out = tmp_path / "out"
     line = _error_line(run_parse("--profiling-path", tmp_path / "prof", "--database-path", out))
-    assert line == (f"error: {tmp_path / 'prof'}: no kernel_details*.csv, op_summary_*.csv or *.pt.trace.json "
-                    "found under this directory")
+    assert line == (f"error: {tmp_path / 'prof'}: no kernel_details*.csv, op_summary_*.csv or torch.profiler trace "
+                    "(*.json[.gz] with traceEvents) found under this directory")
     _assert_no_output(tmp_path, out)
 
 

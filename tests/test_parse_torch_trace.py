@@ -139,7 +139,7 @@ def test_cuda_trace_sums_device_time_per_launching_op(tmp_path):
     assert attribution["device_us"] == 20.0 and attribution["rows_us"] == 16.25      # 7.75 + 1 + 4 + 1.5 + 2
     assert attribution["unattributed"] == {
         "kernels replayed from a CUDA graph (cudaGraphLaunch; no op records their shapes) (kernel name not usable "
-        "as a Type)": {"us": 3.0, "activities": 1},
+        "as a Type: not replayable)": {"us": 3.0, "activities": 1},
         "memcpy/memset activities outside any op": {"us": 0.5, "activities": 1},
         "device activities with no launch record in the trace": {"us": 0.25, "activities": 1}}
     assert conversion.attribution.lines()[0].startswith("81.25 % of the trace's device time")

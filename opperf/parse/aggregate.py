@@ -29,17 +29,17 @@ from opperf.contract import (BASE_COLUMNS, CALL_KEY_COLUMNS, INPUT_DTYPES, INPUT
                              parse_shapes, profiling_counter_column, strip_profiler_quotes)
 from opperf.errors import OpperfError
 from opperf.input_values import merge_calls
+from opperf.parse.attribution import is_collective_type
 from opperf.stats import format_number
 from opperf.parse.kernel_details import BOOKKEEPING_COLUMNS, DURATION, TYPE, ProfileTable
 
 __all__ = ["BOOKKEEPING_COLUMNS", "ParsedDatabase", "SkippedRow", "aggregate"]
 
-HCOM_PREFIX = "hcom_"
-
 # Skip reasons (the keys of the per-reason counts in the log).
 SKIP_EMPTY_TYPE = "empty kernel type"
 SKIP_UNSAFE_TYPE = "kernel type is not a safe file name"
-SKIP_COMMUNICATION = "communication row (hcom_*): collectives belong to the comm stage, not to compute CSVs"
+SKIP_COMMUNICATION = ("communication row (hcom_*, NCCL, c10d, record_param_comms): collectives belong to the comm "
+                      "stage, not to compute CSVs")
 SKIP_NA_SHAPE = "shape is N/A (unknown)"
 SKIP_BAD_SHAPE = "malformed shape"
 SKIP_BAD_DURATION = "duration is not a number"
@@ -78,7 +78,9 @@ class ParsedDatabase:
     skipped_examples: list[SkippedRow] = field(default_factory=list)       # first EXAMPLES_PER_REASON per reason
     skipped_by_type: dict[str, list[SkippedRow]] = field(default_factory=dict)
     rows_read: int = 0
-    attribution: dict[str, dict] = field(default_factory=dict)   # trace path → its device-time accounting
+    attribution: dict[str, dict] = field(default_factory=dict)   # profile path → its time accounting (Attribution)
+    profile_us: dict[str, float] = field(default_factory=dict)   # profile path → its rows' valid durations, summed
+    skipped_us: dict[str, dict[str, list]] = field(default_factory=dict)   # path → skip reason → [µs, rows]
 
     @property
     def kernel_types(self) -> list[str]:
@@ -98,7 +100,7 @@ def _kernel_type_skip(kernel_type: str) -> str | None:
         return SKIP_EMPTY_TYPE
     if kernel_type_problem(kernel_type):
         return SKIP_UNSAFE_TYPE
-    if kernel_type.startswith(HCOM_PREFIX):
+    if is_collective_type(kernel_type):
         return SKIP_COMMUNICATION
     return None
 
@@ -273,6 +275,14 @@ def aggregate(tables: list[ProfileTable]) -> ParsedDatabase:
         reasons[unset] = reason[unset]
         fields[unset] = field_names.index(column)
     skipped = np.flatnonzero(reasons)
+    valid = np.where(np.isfinite(durations) & (durations >= 0), durations, 0.0)
+    for index, total in enumerate(np.bincount(file_of_row, weights=valid, minlength=len(tables))):
+        result.profile_us[str(tables[index].path)] = float(total)
+    for row in skipped:
+        entry = result.skipped_us.setdefault(str(tables[file_of_row[row]].path), {}).setdefault(
+            reason_names[reasons[row]], [0.0, 0])
+        entry[0] += float(valid[row])
+        entry[1] += 1
     _collect_skips(skipped, tables, file_of_row, row_in_file, [reason_names[r] for r in reasons[skipped]],
                    [field_names[f] for f in fields[skipped]], kernel, frame, duration_text, result)
 

@@ -1,15 +1,17 @@
 """Which raw profiler files a set of `--profiling-path` arguments stands for.
 
 A file is taken as given (a CSV is a profiler table, a `.json` a torch.profiler trace). A directory is
-scanned recursively for `kernel_details*.csv` (torch_npu), `op_summary_*.csv` (msprof) and
-`*.pt.trace.json` / `trace.json`, optionally `.gz` (torch.profiler; the workload stage writes `trace.json`); `operator_details.csv` and `trace_view.json` beside a kernel_details
-file are kept as that bundle's FusedInferAttentionScore metadata. A torch_npu bundle holds both its
-`ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was made from:
-the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
+scanned recursively for `kernel_details*.csv` (torch_npu), `op_summary_*.csv` (msprof) and torch.profiler
+traces: `*.pt.trace.json` / `trace.json` (the workload stage writes `trace.json`) and any other `*.json` that
+starts like one, each optionally `.gz` (`_is_torch_trace`); `operator_details.csv` and `trace_view.json`
+beside a kernel_details file are kept as that bundle's FusedInferAttentionScore metadata. A torch_npu bundle
+holds both its `ASCEND_PROFILER_OUTPUT/kernel_details.csv` and the msprof `PROF_*/…/op_summary_*.csv` it was
+made from: the same launches twice, so an op_summary is used only where its bundle has no kernel_details.
 """
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from opperf.log import get_logger
 
 log = get_logger("parse.discover")
 
+SNIFF_BYTES = 1 << 18
 OPERATOR_DETAILS = "operator_details.csv"
 TRACE_VIEW = "trace_view.json"
 
@@ -48,8 +51,29 @@ def _is_op_summary(path: Path) -> bool:
 
 
 def _is_torch_trace(path: Path) -> bool:
+    """A torch.profiler Chrome trace: by its usual names, or any other `*.json[.gz]` (HTA's `rank-0.json.gz`, a
+    `*_kineto.json.gz`) whose start holds a `traceEvents` key. JSON files of an Ascend bundle (its timeline, msprof's
+    exports) are never traces of ours; the files beside a trace (execution_trace.json, workload.json, ...) hold no
+    `traceEvents`."""
     name = path.name.lower().removesuffix(".gz")
-    return name.endswith(".pt.trace.json") or name == "trace.json"
+    if name.endswith(".pt.trace.json") or name == "trace.json":
+        return True
+    if not name.endswith(".json") or name == TRACE_VIEW or any(
+            p.name == "ASCEND_PROFILER_OUTPUT" or p.name.startswith("PROF_") for p in path.parents):
+        return False
+    return _starts_like_a_trace(path)
+
+
+def _starts_like_a_trace(path: Path) -> bool:
+    """The first SNIFF_BYTES of the (decompressed) file are a JSON object with a `traceEvents` key: torch.profiler
+    writes its few top-level fields (schemaVersion, deviceProperties, distributedInfo) before the events."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            start = handle.read(SNIFF_BYTES)
+    except (OSError, EOFError):
+        return False          # not readable as such: not taken (a trace given as a file is read, and refused, loudly)
+    return start.lstrip().startswith(b"{") and b'"traceEvents"' in start
 
 
 def _bundle_root(path: Path) -> Path:
@@ -125,8 +149,8 @@ def discover_inputs(paths: list[str | Path]) -> ProfileInputs:
         op_summaries = _op_summaries_to_use([p for p in files if _is_op_summary(p)], roots, inputs)
         traces = [p for p in files if _is_torch_trace(p)]
         if not (kernel_details or op_summaries or traces):
-            raise OpperfError("no kernel_details*.csv, op_summary_*.csv or *.pt.trace.json found under this "
-                              "directory", path=given)
+            raise OpperfError("no kernel_details*.csv, op_summary_*.csv or torch.profiler trace (*.json[.gz] with "
+                              "traceEvents) found under this directory", path=given)
         metadata = [(p, _bundle_root(p)) for p in files if p.name in (OPERATOR_DETAILS, TRACE_VIEW)]
         for path in kernel_details:
             root = _bundle_root(path)

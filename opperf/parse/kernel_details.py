@@ -23,9 +23,11 @@ from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, INPUT_DTYPES, INPUT
                              PROFILER_BOOKKEEPING_COLUMNS)
 from opperf.errors import OpperfError
 from opperf.io import not_utf8_error
+from opperf.parse.attribution import Attribution
 
 TYPE = "Type"
 DURATION = "Duration(us)"
+TRACE_EVENT = "trace event"        # ProfileTable.row_unit of a torch.profiler trace's rows
 
 # Header drift across CANN / torch_npu versions and the msprof op_summary spelling → our canonical names.
 COLUMN_ALIASES = {
@@ -52,7 +54,7 @@ class ProfileTable:
     ignored_columns: list[str]    # non-bookkeeping columns that held text, so are no counters
     row_numbers: list[int] | None = None   # where each row came from, when not "row i is line i + 2"
     row_unit: str = "line"
-    attribution: dict | None = None        # torch traces with device activity: torch_trace.Attribution.to_json()
+    attribution: Attribution | None = None   # torch traces with device activity: their device-time account
 
     def locate(self, row: int) -> int:
         """Where row `row` of the frame came from (a line number, or a trace event index)."""

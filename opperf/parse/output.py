@@ -40,6 +40,8 @@ def write_parsed_directory(directory: str | Path, database: ParsedDatabase,
         if attribution:
             (staging / TRACE_ATTRIBUTION).write_text(json.dumps(attribution, indent=1) + "\n", encoding="utf-8")
         (staging / MANIFEST).write_text("".join(f"{t}\n" for t in database.kernel_types), encoding="utf-8")
+    if not attribution:
+        (directory / TRACE_ATTRIBUTION).unlink(missing_ok=True)     # an earlier parse's account is not this one's
     return [directory / f"{t}.csv" for t in database.kernel_types] + [directory / MANIFEST]
 
 

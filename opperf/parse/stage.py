@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from opperf.errors import OpperfError
 from opperf.log import get_logger, span
 from opperf.parse.aggregate import EXAMPLES_PER_REASON, ParsedDatabase, aggregate
+from opperf.parse.attribution import DEVICE_TIME, KERNEL_TIME, Attribution
 from opperf.parse.discover import discover_inputs
 from opperf.parse.fia_metadata import add_fia_profile_metadata
-from opperf.parse.kernel_details import ProfileTable, read_profile_table
+from opperf.parse.kernel_details import TRACE_EVENT, ProfileTable, read_profile_table
 from opperf.parse.output import write_parse_traces, write_parsed_directory
 
 log = get_logger("parse")
@@ -50,8 +52,11 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
         _log_skips(database)
         if not database.rows:
             log.warning("no row could be used: writing an empty manifest")
-        attribution = {str(t.path): t.attribution for t in tables if t.attribution is not None}
-        database.attribution = attribution
+        database.attribution = _attribution(tables, database)
+        # trace_attribution.json keeps the traces' accounts; a kernel table's is printed and logged only, so an
+        # Ascend database directory stays the CSVs and the manifest the runtime reads.
+        attribution = {path: account for path, account in database.attribution.items()
+                       if account["measure"] == DEVICE_TIME}
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
         write_parsed_directory(database_path, database, attribution)      # last: the output, once all else is written
@@ -59,6 +64,30 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
                       groups=sum(len(r) for r in database.rows.values()),
                       skipped=sum(database.skip_counts.values()))
     return database
+
+
+def _attribution(tables: list[ProfileTable], database: ParsedDatabase) -> dict[str, dict]:
+    """Per profile, the share of its time that is in the written rows and what the rest was (opperf.parse.attribution):
+    a trace's account from its conversion, a kernel table's from its durations, each less the rows the aggregator
+    then skipped; logged at WARNING where much is in no row. CPU traces (wall times, no device time) have none."""
+    accounts = {}
+    for table in tables:
+        path = str(table.path)
+        account = table.attribution
+        if account is None:
+            if table.row_unit == TRACE_EVENT:
+                continue
+            total_us = database.profile_us.get(path, 0.0)
+            account = Attribution(device_us=total_us, rows_us=total_us, measure=KERNEL_TIME)
+        for reason, (duration_us, rows) in sorted(database.skipped_us.get(path, {}).items()):
+            account.skipped(reason, duration_us, rows)
+        if not account.device_us:
+            continue
+        level = logging.WARNING if account.large else logging.INFO
+        for line in account.lines():
+            log.log(level, "%s: attribution: %s", path, line)
+        accounts[path] = account.to_json()
+    return accounts
 
 
 def _log_skips(database: ParsedDatabase) -> None:

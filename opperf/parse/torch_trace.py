@@ -1,9 +1,14 @@
-"""torch.profiler Chrome traces (CPU or CUDA, `record_shapes=True`) → the same per-kernel row form as kernel_details.
+"""torch.profiler Chrome traces (CPU, CUDA or ROCm, `record_shapes=True`) → the per-kernel row form of kernel_details.
 
 Which op a row stands for:
-- CUDA trace (it has device `kernel`/`gpu_memcpy`/`gpu_memset` events): the innermost `cpu_op` around the
-  runtime call (`cudaLaunchKernel`, …) whose correlation id the device activity carries; its Duration(us)
-  is the sum of its device activities' durations. Ops that launched nothing have no device time: skipped.
+- GPU trace (it has device `kernel`/`gpu_memcpy`/`gpu_memset` events): the innermost `cpu_op` around the
+  runtime call (`cudaLaunchKernel`, `hipLaunchKernel`, …) whose correlation id the device activity carries; its
+  Duration(us) is the sum of its device activities' durations. Ops that launched nothing have no device time:
+  skipped.
+- Never a row (`op_exclusion`): collectives (`record_param_comms`, `c10d::*`, and every NCCL/RCCL kernel: the comm
+  stage measures them), torch.compile regions (`CompiledFunction`: their kernels become rows by kernel name where
+  that can be a Type), events that are no dispatcher op (`torch::autograd::CppNode<…>`: likewise), ops recorded
+  without shapes. A trace in which no op has shapes is refused.
 - CPU trace: there is no launch to follow, so a row is an innermost *compute* op: a `cpu_op` that is not a
   pure view/allocation/metadata op (VIEW_AND_ALLOCATION_OPS), has at least one tensor operand of rank ≥ 1,
   and has no such op inside it. Its Duration(us) is its wall time. Composite ops (aten::linear → addmm)
@@ -19,12 +24,14 @@ torch.profiler records no dtype for the tensors of a TensorList (cat's inputs): 
 `workload.json` dtype, else one the trace does record (the op's child ops, the launched kernel's name, the
 trace's dominant floating dtype: `_list_member_dtype`). An index op's `Tensor?[] indices`, recorded as one empty
 slot, is rebuilt from the index tensors the op reshapes inside itself (`_with_index_lists`).
-CUDA traces also get an attribution account: the share of the trace's device time that became rows and what the
-rest was (graph replays, Triton kernels, memcpy/memset outside any op; `Attribution`); a kernel no op launched
-gets a row of its own, by its name, where the name can be a Type.
+GPU traces also get an attribution account: the share of the trace's device time that became rows and what the
+rest was (collectives, compiled regions, graph replays, Triton kernels, memcpy/memset outside any op;
+opperf.parse.attribution.Attribution, which the parse stage completes with the rows it then skips); a kernel no op
+launched gets a row of its own, by its name, where the name can be a Type.
 Output shapes and dtypes are not in the trace: they are inferred by calling the same aten op on `meta`
 tensors (shape inference, no compute) with the recorded scalars; when that fails they stay empty and the
-failure is counted. Formats are `ND` per tensor slot, OP State `eager`, Accelerator Core `CPU` or `CUDA`.
+failure is counted (torch <= 2.0 records no scalars, `Concrete Inputs`: warned). Formats are `ND` per tensor slot,
+OP State `eager`, Accelerator Core `CPU`, `CUDA` or `ROCM` (`_device_core`).
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ from opperf.contract import (ACCELERATOR_CORE, BASE_COLUMNS, EXECUTION_TRACE, IN
 from opperf.errors import OpperfError
 from opperf.io import atomic_output
 from opperf.log import get_logger
-from opperf.parse.kernel_details import DURATION, TYPE, ProfileTable
+from opperf.parse.attribution import COLLECTIVES, Attribution, is_collective_kernel, is_collective_op
+from opperf.parse.kernel_details import DURATION, TRACE_EVENT, TYPE, ProfileTable
 from opperf.input_values import INPUT_VALUES, PROFILER_LIST_LIMIT, RecordedValues, recorded_arguments
 from opperf.parse.reuse import load_nodes, reuse_distances, same_call, tensor_shapes
 from opperf.power_samples import FIELDS as POWER_FIELDS
@@ -106,7 +114,29 @@ UNATTRIBUTED_TRITON = "Triton kernels launched outside any op"
 UNATTRIBUTED_COPY = "memcpy/memset activities outside any op"
 UNATTRIBUTED_KERNEL = "kernels launched outside any op"
 UNATTRIBUTED_NO_LAUNCH = "device activities with no launch record in the trace"
-KERNEL_ROW_KINDS = (UNATTRIBUTED_GRAPH, UNATTRIBUTED_TRITON, UNATTRIBUTED_KERNEL)
+UNATTRIBUTED_COMPILED = ("device activities of torch.compile regions (CompiledFunction, Torch-Compiled Region: no op "
+                         "records their shapes)")
+UNATTRIBUTED_NOT_AN_OP = ("device activities launched directly by events that are not ops (C++/Python autograd "
+                          "functions such as torch::autograd::CppNode<...>: no op records their shapes)")
+UNATTRIBUTED_NO_SHAPES = "launches of ops recorded without shapes (profile with record_shapes=True)"
+KERNEL_ROW_KINDS = (UNATTRIBUTED_GRAPH, UNATTRIBUTED_TRITON, UNATTRIBUTED_KERNEL, UNATTRIBUTED_COMPILED,
+                    UNATTRIBUTED_NOT_AN_OP)
+NOT_A_KERNEL_TYPE = " (kernel name not usable as a Type: not replayable)"
+# Outcomes of op events that are not rows, and what a row lacks, that a user must act on: logged at WARNING.
+NOT_A_ROW_COLLECTIVE = "collective op (measured by the comm stage, not a compute row)"
+NOT_A_ROW_COMPILED = "torch.compile region (its generated kernels record no op: not replayable)"
+NOT_A_ROW_NOT_AN_OP = "not an op (an autograd function or other event torch.profiler records as cpu_op)"
+NOT_A_ROW_NO_SHAPES = ("op recorded without shapes (no `Input Dims`: profile with "
+                       "torch.profiler.profile(record_shapes=True))")
+SCALARS_NOT_RECORDED = ("op calls with non-tensor arguments whose values torch.profiler did not record (no `Concrete "
+                        "Inputs`: torch <= 2.0): their rows have empty Input Scalars (a `dim`, `eps`, `alpha` "
+                        "missing), outputs inferred with defaults or not at all, and may fail replay; profile with "
+                        "torch >= 2.1")
+WARNING_OUTCOMES = frozenset({LIST_SHAPES_NOT_RECORDED, NOT_A_ROW_NO_SHAPES, SCALARS_NOT_RECORDED})
+# torch.compile's regions as torch.profiler names them (AOTAutograd's autograd.Function, Dynamo's frame).
+_COMPILED_REGION = re.compile(r"CompiledFunction|Torch-Compiled Region|TorchDynamo|CompiledFxGraph")
+# A dispatcher op: `namespace::name` (aten::mm, fbgemm::permute_2D_sparse_data, vllm::unified_attention).
+_DISPATCHER_OP = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*(\.\w+)?$")
 # Ops whose `Tensor?[] indices` torch.profiler records as one empty slot.
 INDEX_LIST_OPS = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_put",
                             "aten::_unsafe_index", "aten::_unsafe_index_put"})
@@ -132,40 +162,6 @@ class _Op:
 
 
 @dataclass
-class Attribution:
-    """How much of a trace's device time became rows, and what the rest was (µs and activities per kind)."""
-
-    device_us: float = 0.0                 # every kernel / memcpy / memset of the trace
-    rows_us: float = 0.0                   # ... of which inside the rows written (an op's, or a kernel's own row)
-    unattributed: dict[str, list[float]] = field(default_factory=dict)   # kind -> [µs, activities]
-
-    @property
-    def share(self) -> float | None:
-        return self.rows_us / self.device_us if self.device_us else None
-
-    def add(self, kind: str, duration_us: float) -> None:
-        entry = self.unattributed.setdefault(kind, [0.0, 0])
-        entry[0] += duration_us
-        entry[1] += 1
-
-    def lines(self) -> list[str]:
-        if not self.device_us:
-            return []
-        lines = [f"{100 * self.share:.2f} % of the trace's device time ({self.rows_us:.1f} of {self.device_us:.1f} us) "
-                 "became rows"]
-        for kind, (duration, count) in sorted(self.unattributed.items(), key=lambda kv: -kv[1][0]):
-            lines.append(f"not in any row: {duration:.1f} us ({100 * duration / self.device_us:.2f} %) in "
-                         f"{int(count)} {kind}")
-        return lines
-
-    def to_json(self) -> dict:
-        return {"device_us": round(self.device_us, 3), "rows_us": round(self.rows_us, 3),
-                "share": None if self.share is None else round(self.share, 6),
-                "unattributed": {k: {"us": round(v[0], 3), "activities": int(v[1])}
-                                 for k, v in sorted(self.unattributed.items())}}
-
-
-@dataclass
 class TraceConversion:
     rows: list[dict[str, str]] = field(default_factory=list)
     events: list[int] = field(default_factory=list)        # traceEvents index of each row
@@ -186,7 +182,8 @@ def kernel_type_of(op_name: str) -> str:
     return name if namespace == "aten" else f"{namespace}.{name}"
 
 
-def _load_events(path: Path) -> list[dict]:
+def _load_events(path: Path) -> tuple[list[dict], dict]:
+    """The trace's events and its other top-level fields (deviceProperties, distributedInfo, ...)."""
     opener = gzip.open if path.name.endswith(".gz") else open     # tensorboard_trace_handler(use_gzip=True)
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
@@ -200,7 +197,24 @@ def _load_events(path: Path) -> list[dict]:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise OpperfError("no traceEvents list: not a torch.profiler Chrome trace", path=path, field="traceEvents")
-    return events
+    return events, (document if isinstance(document, dict) else {})
+
+
+def _device_core(events: list, document: dict) -> str:
+    """The Accelerator Core of a trace with device activity: `ROCM` for an AMD GPU (HIP runtime calls, roctracer,
+    an AMD device or a gcnArchName in deviceProperties), else `CUDA`. torch.profiler files a HIP launch under the
+    `cuda_runtime` category and a ROCm build answers to torch.cuda, so only these say which it was."""
+    for device in document.get("deviceProperties") or []:
+        if isinstance(device, dict) and ("gcnArchName" in device or str(device.get("name", "")).startswith("AMD")):
+            return "ROCM"
+    for event in events:
+        if isinstance(event, dict) and event.get("cat") in RUNTIME_CATEGORIES:
+            name = str(event.get("name", ""))
+            if name.startswith("hip") or "roctracer" in name:
+                return "ROCM"
+            if name.startswith("cu"):
+                return "CUDA"
+    return "CUDA"
 
 
 def _is_tensor_arg(dims, type_name: str) -> bool:
@@ -489,7 +503,7 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
     the execution trace beside it is not read and no row gets reuse distances (stage 4b, which only orders the
     calls: 49-53 s with it, 23-25 s without, for a 117 MB CPU trace)."""
     path = Path(path)
-    events = _load_events(path)
+    events, document = _load_events(path)
     ops: list[_Op] = []
     runtime_calls: list[tuple[int, float, tuple]] = []
     runtime_names: dict[object, str] = {}
@@ -524,15 +538,27 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
     for position, op in enumerate(ops):
         if op.parent is not None:
             ops[op.parent].children.append(position)
-    conversion = TraceConversion(accelerator_core="CUDA" if device_activities or unlaunched else "CPU")
+    if ops and not any("Input Dims" in op.args for op in ops):
+        raise OpperfError(f"recorded without shapes: none of its {len(ops)} op events has `Input Dims`, so no row "
+                          "could say what its op computed (every call of an op would be one row with a mixed mean); "
+                          "profile with torch.profiler.profile(record_shapes=True)", path=path, field="Input Dims")
+    conversion = TraceConversion(accelerator_core=(_device_core(events, document) if device_activities or unlaunched
+                                                   else "CPU"))
     kernel_rows: list[tuple[str, str, float, int, float]] = []       # (Type, OP State, µs, event, ts)
-    if conversion.accelerator_core == "CUDA":
+    if conversion.accelerator_core != "CPU":
         attribution = conversion.attribution
+        excluded: dict[int, str] = {}          # op position -> why its own launches are no row
         for correlation, activities in device_activities.items():
             op_position = launcher.get(correlation)
+            exclusion = None
+            if op_position is not None:
+                exclusion = excluded.get(op_position)
+                if exclusion is None and op_position not in excluded:
+                    exclusion = excluded[op_position] = op_exclusion(ops[op_position].name, ops[op_position].args)
+            runtime_name = runtime_names.get(correlation)
             for duration, name, category, event_index in activities:
                 attribution.device_us += duration
-                if op_position is not None:
+                if op_position is not None and exclusion is None and not is_collective_kernel(name):
                     op = ops[op_position]
                     op.device_us += duration
                     op.device_activities += 1
@@ -542,17 +568,24 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
                                       (min(op.device_span[0], start), max(op.device_span[1], start + duration)))
                     continue
                 conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += 1
-                kind = _unattributed_kind(runtime_names.get(correlation), name, category)
-                if kind in KERNEL_ROW_KINDS and not kernel_type_problem(name):
-                    state = "graph" if kind == UNATTRIBUTED_GRAPH else "eager"
+                kind = _unattributed_kind(runtime_name, name, category)
+                if exclusion is not None and kind != COLLECTIVES:
+                    kind = _EXCLUDED_LAUNCHES[exclusion]
+                own_row = kind in KERNEL_ROW_KINDS and category == "kernel"
+                if own_row and not kernel_type_problem(name):
+                    # A kernel no op records (graph replay, Triton, a compiled region's): a row by its name.
+                    graph = runtime_name is not None and "GraphLaunch" in runtime_name
+                    state = "graph" if graph else "compiled" if kind == UNATTRIBUTED_COMPILED else "eager"
                     kernel_rows.append((name, state, duration, event_index, float(events[event_index]["ts"])))
                 else:
-                    attribution.add(kind + ("" if kind not in KERNEL_ROW_KINDS else
-                                            " (kernel name not usable as a Type)"), duration)
+                    attribution.add(kind + (NOT_A_KERNEL_TYPE if own_row else ""), duration)
         for duration, name, category, _ in unlaunched:
             attribution.device_us += duration
-            attribution.add(UNATTRIBUTED_NO_LAUNCH, duration)
+            attribution.add(COLLECTIVES if is_collective_kernel(name) else UNATTRIBUTED_NO_LAUNCH, duration)
             conversion.outcomes[DEVICE_TIME_WITHOUT_OP] += 1
+        for exclusion in excluded.values():
+            if exclusion is not None:
+                conversion.outcomes[exclusion] += 1
         chosen = []
         for op in ops:
             if op.device_activities:
@@ -562,16 +595,20 @@ def convert_trace(path: str | Path, *, input_reuse: bool = True) -> TraceConvers
         attribution.rows_us = sum(d for _, d in chosen) + sum(row[2] for row in kernel_rows)
     else:
         chosen = _innermost_compute_ops(ops, conversion.outcomes)
-    power = samples_at(path, sync_ts) if conversion.accelerator_core == "CUDA" else None
+    device = conversion.accelerator_core != "CPU"
+    unrecorded = sum(1 for op, _ in chosen if "Concrete Inputs" not in op.args
+                     and any(dims is None for dims in _input_slots(op.args).dims))
+    if unrecorded:
+        conversion.outcomes[SCALARS_NOT_RECORDED] = unrecorded
+    power = samples_at(path, sync_ts) if device else None
     workload_dtype = workload_list_dtype(path)
     dominant = _trace_dtypes(ops) if chosen else Counter()
     meta = _MetaShapes() if chosen else None
     strings = _string_arguments(meta, chosen) if chosen else {}
     nodes = _execution_trace(path, chosen, conversion) if chosen and (input_reuse or strings) else None
     reuse = _input_reuse(nodes, chosen, conversion) if nodes is not None and input_reuse else {}
-    gemm_before = _gemm_time_before(chosen) if conversion.accelerator_core == "CUDA" else {}
-    idle_before = (_idle_before(chosen, events, device_activities, unlaunched)
-                   if conversion.accelerator_core == "CUDA" else {})
+    gemm_before = _gemm_time_before(chosen) if device else {}
+    idle_before = _idle_before(chosen, events, device_activities, unlaunched) if device else {}
     values = RecordedValues.beside(path) if chosen else None
     if chosen:
         conversion.power_fields = (*(power.fields if power is not None else ()),
@@ -724,7 +761,7 @@ def _execution_trace(path: Path, chosen: list[tuple[_Op, float]], conversion: Tr
 def _input_reuse(nodes: dict[int, dict], chosen: list[tuple[_Op, float]],
                  conversion: TraceConversion) -> dict[int, str]:
     """Event index → Input Reuse Distance field of each chosen call, from the execution trace (opperf.parse.reuse)."""
-    device = conversion.accelerator_core == "CUDA"
+    device = conversion.accelerator_core != "CPU"
     ordered = sorted((op for op, _ in chosen),
                      key=lambda op: op.device_span[0] if device and op.device_span else op.ts)
     calls = [op.args.get("Record function id") for op in ordered]
@@ -746,8 +783,30 @@ def op_call_row(op_name: str, args: dict, accelerator_core: str, list_dtype: str
             OUTPUT_FORMATS: inferred[2], INPUT_SCALARS: ";".join(slots.scalars), INPUT_STRIDES: slots.strides_field()}
 
 
+def op_exclusion(name: str, args: dict) -> str | None:
+    """Why an op event is no row of its own (a NOT_A_ROW_* outcome), None for an op that is: a dispatcher op
+    (`aten::mm`, `fbgemm::…`) with recorded shapes, or Inductor's record of one generated kernel's launch (it
+    carries `kernel_backend` and the kernel's arguments)."""
+    if is_collective_op(name):
+        return NOT_A_ROW_COLLECTIVE
+    if _COMPILED_REGION.search(name):
+        return NOT_A_ROW_COMPILED
+    if not (_DISPATCHER_OP.match(name) or "kernel_backend" in args):
+        return NOT_A_ROW_NOT_AN_OP
+    if "Input Dims" not in args:
+        return NOT_A_ROW_NO_SHAPES
+    return None
+
+
+# What the device activities an excluded op launched itself are, in the attribution.
+_EXCLUDED_LAUNCHES = {NOT_A_ROW_COLLECTIVE: COLLECTIVES, NOT_A_ROW_COMPILED: UNATTRIBUTED_COMPILED,
+                      NOT_A_ROW_NOT_AN_OP: UNATTRIBUTED_NOT_AN_OP, NOT_A_ROW_NO_SHAPES: UNATTRIBUTED_NO_SHAPES}
+
+
 def _unattributed_kind(runtime_name: str | None, kernel_name: str, category: str) -> str:
     """What a device activity no op launched was, from its launch call and its own name."""
+    if is_collective_kernel(kernel_name):
+        return COLLECTIVES
     if runtime_name is None:
         return UNATTRIBUTED_NO_LAUNCH
     if "GraphLaunch" in runtime_name:
@@ -875,8 +934,11 @@ def _kernel_name_dtype(name: str, dominant: Counter) -> str:
 def _innermost_compute_ops(ops: list[_Op], outcomes: Counter) -> list[tuple[_Op, float]]:
     compute = []
     for position, op in enumerate(ops):
+        exclusion = op_exclusion(op.name, op.args)
         if kernel_type_of(op.name) in VIEW_AND_ALLOCATION_OPS:
             outcomes[NOT_A_ROW_VIEW] += 1
+        elif exclusion is not None:
+            outcomes[exclusion] += 1
         elif not _input_slots(op.args).has_tensor:
             outcomes[NOT_A_ROW_SCALARS_ONLY] += 1
         else:
@@ -901,10 +963,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
     path = Path(path)
     conversion = convert_trace(path)
     for outcome, count in conversion.outcomes.most_common():
-        log.log(logging.WARNING if outcome == LIST_SHAPES_NOT_RECORDED else logging.INFO, "%s: %d %s: %s", path,
+        log.log(logging.WARNING if outcome in WARNING_OUTCOMES else logging.INFO, "%s: %d %s: %s", path,
                 count, "device activities" if outcome == DEVICE_TIME_WITHOUT_OP else "op events", outcome)
-    for line in conversion.attribution.lines():
-        log.info("%s: attribution: %s", path, line)
     columns = [TYPE, *BASE_COLUMNS, INPUT_SCALARS, INPUT_STRIDES]
     if conversion.reuse_known:
         columns.append(PROFILING_INPUT_REUSE)
@@ -929,8 +989,8 @@ def read_torch_trace(path: str | Path) -> ProfileTable:
                  GEMM_BEFORE, GEMM_WINDOW_US / 1000, sum(1 for r in conversion.rows if r.get(GEMM_BEFORE) is not None),
                  len(conversion.rows))
     return ProfileTable(path=path, frame=frame, counters=counters, ignored_columns=[], row_numbers=conversion.events,
-                        row_unit="trace event",
-                        attribution=conversion.attribution.to_json() if conversion.attribution.device_us else None)
+                        row_unit=TRACE_EVENT,
+                        attribution=conversion.attribution if conversion.attribution.device_us else None)
 
 
 def trace_to_csv(trace_path: str | Path, output_path: str | Path) -> int:
