@@ -119,6 +119,9 @@ def main() -> int:
                         help="torch threads of the workload and of its replay (default: %(default)s)")
     parser.add_argument("--timings", nargs="+", choices=CPU_TIMINGS, default=list(CPU_TIMINGS))
     parser.add_argument("--repeat-count", type=int, default=30)
+    parser.add_argument("--profile-iterations", type=int, default=1,
+                        help="passes of the workload under the profiler: each row's profiled mean over that many "
+                             "times its calls (config workload.profile_iterations; default: %(default)s)")
     args = parser.parse_args()
     work = args.work_dir
     if work.exists():
@@ -131,7 +134,8 @@ def main() -> int:
         env = {"OMP_NUM_THREADS": str(threads)}
         print(f"== {name}", flush=True)
         wall[name] = run([sys.executable, "scripts/profile_workload.py", "--backend", "cpu", *WORKLOAD,
-                          "--output", str(work / name / "profile")], work / f"{name}.log", env)
+                          "--profile-iterations", str(args.profile_iterations), "--output", str(work / name / "profile")],
+                         work / f"{name}.log", env)
         run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
              str(work / name / "profile" / "trace.json"), "--database-path", str(database(work, name))],
             work / f"{name}_parse.log")
@@ -170,7 +174,8 @@ def main() -> int:
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))
     report = {"environment": environment(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-              "repeat_count": args.repeat_count, "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
+              "repeat_count": args.repeat_count, "profile_iterations": args.profile_iterations,
+              "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
               "noise_floor": {"threads": args.threads[0], **floor}, "stage_wall_s": wall}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "cpu_replay.json").write_text(json.dumps(report, indent=1))
@@ -194,7 +199,8 @@ def markdown(report: dict) -> str:
     load_after = ", ".join(f"{v:.2f}" for v in report["load_average_after"])
     lines = [f"# CPU replay accuracy ({env['date'][:10]})", "",
              f"{env['machine']}; torch {env['torch']}, Python {env['python']}; load average {load} before, "
-             f"{load_after} after. Workload `{report['workload']}`; repeat count {report['repeat_count']}. "
+             f"{load_after} after. Workload `{report['workload']}`; {report.get('profile_iterations', 1)} profiled "
+             f"pass(es); repeat count {report['repeat_count']}. "
              "Produced by `python benchmarks/cpu_replay.py` (definitions in its docstring).", "",
              "| run | timing | threads (workload = replay) | rows | outside 0.8–1.2 | median gap | p90 gap | "
              "time-weighted gap | median replay/profiled |", "|---|---|---|---|---|---|---|---|---|"]

@@ -114,6 +114,7 @@ KERNEL_TYPES_MANIFEST = "kernel_types.txt"
 # The parse's attribution accounting beside a database parsed from torch traces with device activity: per trace,
 # the share of its device time that is in the CSVs and what the rest was (opperf.parse.attribution.Attribution).
 TRACE_ATTRIBUTION = "trace_attribution.json"
+PROFILE_OVERHEAD = "profile_overhead.json"   # parse output: each profile's profiler overhead (workload.json)
 # What the reference workload ran (dtype, dims, plan), written beside its trace; the parse reads its dtype.
 WORKLOAD_MANIFEST = "workload.json"
 # torch.profiler's ExecutionTraceObserver output beside a cpu/cuda trace: every op's tensor identities (storage

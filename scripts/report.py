@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from opperf.report.build import read_attribution, write_report
+    from opperf.report.build import read_attribution, read_profile_overhead, write_report
 
     key = args.database.strip("/").split("/")
     if len(key) != 3:
@@ -57,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
     write_report(args.csv, args.output_dir, title=args.database, backend=args.backend, band=tuple(args.band),
                  benchmarks_root=args.benchmarks_root, database_key=key, task_log_dir=args.trace_dir,
                  attribution=read_attribution(args.parsed_dir) if args.parsed_dir else None,
+                 overhead=read_profile_overhead(args.parsed_dir) if args.parsed_dir else None,
                  phase_table=args.phase or None, database_dir=args.database_dir or None)
     return 0
 

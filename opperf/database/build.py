@@ -176,12 +176,18 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     definitions = _load_definitions(definitions_dir, entry.backend)
     not_replayed = load_not_replayed(not_replayed_path).get(entry.backend, {})
     kernel_types = {}
+    queried: dict[str, tuple] = {}    # kernel type -> (the framework ops its consumer-query rows answer, query mode)
     from opperf.replay.definitions import definition_for
 
     for csv_path in kernel_files:
         kernel = csv_path.stem
         definition = definition_for(definitions, kernel, entry.backend)
-        rows = len(read_database_csv(csv_path))
+        frame = read_database_csv(csv_path)
+        rows = len(frame)
+        if contract.CONSUMER_QUERY in frame.columns:
+            extras = {k: v for k, v in (definition.op_mapping if definition else {}).items()
+                      if k in RUNTIME_MAPPING_EXTRAS}
+            queried[kernel] = (sorted({op for op in frame[contract.CONSUMER_QUERY] if op}), extras)
         kernel_types[kernel] = {
             "csv": csv_path.name,
             "rows": rows,
@@ -213,6 +219,14 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
                     mappings[framework_op] = {
                         "kernel_type": kernel, "alternate_kernel_types": [k for k in alternates if k != kernel],
                         **({"category": existing["category"]} if "category" in existing else {})}
+    # A row made from a performance model's query (grid.queries) answers that query's op, also where the type's
+    # definition maps only the op a profile records (`arange`: the profile's start_out, the model's default).
+    for kernel, (framework_ops, extras) in queried.items():
+        for framework_op in framework_ops:
+            if framework_op not in mappings:
+                category = kernel_types[kernel]["category"]
+                mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": [],
+                                          **({"category": category} if category else {}), **extras}
     from opperf.database.runtime import view_framework_ops
 
     for framework_op in view_framework_ops():

@@ -173,20 +173,9 @@ class MetaTransformersModel:
     scenario under a QueryRecorder."""
 
     def __init__(self, config: dict, dtype: torch.dtype, path: str | Path = ""):
-        from opperf.workload.transformers_model import attention_implementation
+        from opperf.workload.transformers_model import attention_implementation, hf_config_of
 
-        try:
-            import transformers
-        except ImportError as exc:
-            raise OpperfError("the queries of a transformers config need the transformers package (pip install -e "
-                              "'.[transformers]')", path=path) from exc
-        fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version",
-                                                               "torch_dtype", "dtype")}
-        try:
-            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
-        except (ValueError, KeyError) as exc:
-            raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
-                              f"{config.get('model_type')!r}: {exc}", path=path, field="model_type") from exc
+        transformers, hf_config = hf_config_of(config, path)
         with torch.device("meta"):
             self.model = transformers.AutoModelForCausalLM.from_config(
                 hf_config, dtype=dtype, attn_implementation=attention_implementation(transformers, hf_config))

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from opperf.contract import KERNEL_TYPES_MANIFEST, TRACE_ATTRIBUTION, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
+from opperf.contract import KERNEL_TYPES_MANIFEST, TRACE_ATTRIBUTION, PROFILE_OVERHEAD, INPUT_SHAPES, OUTPUT_SHAPES, PROFILING_AVERAGE, PROFILING_SAMPLE_COUNT, kernel_type_problem
 from opperf.io import staged_directory
 from opperf.parse.aggregate import ParsedDatabase
 from opperf.trace import Trace
@@ -23,7 +23,8 @@ def _write_table(path: Path, columns: list[str], rows: list[dict[str, str]]) -> 
 
 
 def write_parsed_directory(directory: str | Path, database: ParsedDatabase,
-                           attribution: dict[str, dict] | None = None) -> list[Path]:
+                           attribution: dict[str, dict] | None = None,
+                           overhead: dict[str, dict] | None = None) -> list[Path]:
     """`{Type}.csv` per kernel type + `kernel_types.txt`, built in a temporary sibling and moved into place.
 
     A new directory appears by one rename. An existing one has each file replaced atomically (the manifest
@@ -39,9 +40,13 @@ def write_parsed_directory(directory: str | Path, database: ParsedDatabase,
             _write_table(staging / f"{kernel_type}.csv", database.columns[kernel_type], database.rows[kernel_type])
         if attribution:
             (staging / TRACE_ATTRIBUTION).write_text(json.dumps(attribution, indent=1) + "\n", encoding="utf-8")
+        if overhead:
+            (staging / PROFILE_OVERHEAD).write_text(json.dumps(overhead, indent=1) + "\n", encoding="utf-8")
         (staging / MANIFEST).write_text("".join(f"{t}\n" for t in database.kernel_types), encoding="utf-8")
     if not attribution:
         (directory / TRACE_ATTRIBUTION).unlink(missing_ok=True)     # an earlier parse's account is not this one's
+    if not overhead:
+        (directory / PROFILE_OVERHEAD).unlink(missing_ok=True)
     return [directory / f"{t}.csv" for t in database.kernel_types] + [directory / MANIFEST]
 
 

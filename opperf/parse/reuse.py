@@ -35,6 +35,7 @@ import math
 from pathlib import Path
 
 from opperf.errors import OpperfError
+from opperf.workload.execution_trace import same_call, tensor_shapes  # noqa: F401  (the parse's join)
 
 MIB = 2**20
 BLOCK_BYTES = MIB         # the unit of the LRU stack: views of one storage that do not share a block are other data
@@ -81,20 +82,6 @@ def slot_storages(values: list, types: list, device_prefix: str = "") -> list[tu
         else:
             slots.append(None)
     return slots
-
-
-def tensor_shapes(node: dict) -> list:
-    """The shapes of a node's tensor arguments (not lists, not scalars), in argument order."""
-    inputs = node.get("inputs", {})
-    return [shape for shape, type_name in zip(inputs.get("shapes", []), inputs.get("types", []))
-            if str(type_name).startswith("Tensor(")]
-
-
-def same_call(node: dict, name: str, input_dims: list) -> bool:
-    """Whether an execution-trace node describes the Chrome trace's op event: same op, same tensor shapes."""
-    types = node.get("inputs", {}).get("types", [])
-    recorded = [dims for dims, type_name in zip(input_dims, types) if str(type_name).startswith("Tensor(")]
-    return node.get("name") == name and tensor_shapes(node) == recorded
 
 
 class _Fenwick:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+from opperf.contract import WORKLOAD_MANIFEST
 from opperf.errors import OpperfError
 from opperf.log import get_logger, span
 from opperf.parse.aggregate import EXAMPLES_PER_REASON, ParsedDatabase, aggregate
@@ -59,11 +61,29 @@ def parse_profiles(profiling_paths: list[str | Path], database_path: str | Path,
                        if account["measure"] == DEVICE_TIME}
         if trace_dir:
             write_parse_traces(trace_dir, database, task_id)
-        write_parsed_directory(database_path, database, attribution)      # last: the output, once all else is written
+        write_parsed_directory(database_path, database, attribution,       # last: the output, once all else is written
+                               profile_overheads(tables))
         fields.update(rows=database.rows_read, kernel_types=len(database.rows),
                       groups=sum(len(r) for r in database.rows.values()),
                       skipped=sum(database.skip_counts.values()))
     return database
+
+
+def profile_overheads(tables: list[ProfileTable]) -> dict[str, dict]:
+    """Per profile with a workload.json beside it that measured one (opperf.workload.profile.profile_overhead): how
+    much longer a pass ran under the profiler than without it, and whether that is beyond the noise; the report says
+    so when the profiled times are inflated."""
+    found = {}
+    for table in tables:
+        manifest = Path(table.path).parent / WORKLOAD_MANIFEST
+        try:
+            record = json.loads(manifest.read_text(encoding="utf-8")).get("profile_overhead") if manifest.is_file() \
+                else None
+        except (OSError, ValueError, AttributeError):
+            record = None
+        if isinstance(record, dict):
+            found[str(table.path)] = {**record, "backend": json.loads(manifest.read_text()).get("backend", "")}
+    return found
 
 
 def _attribution(tables: list[ProfileTable], database: ParsedDatabase) -> dict[str, dict]:

@@ -584,15 +584,37 @@ def _inline_markup(text: str) -> str:
     return re.sub(r"\*([^*]+)\*", r"<em>\1</em>", marked)
 
 
-def read_attribution(parsed_dir: str | Path) -> dict | None:
-    """The parse's trace_attribution.json of a database directory (None when its profiles were no torch traces)."""
-    path = Path(parsed_dir) / contract.TRACE_ATTRIBUTION
+def _parsed_json(parsed_dir: str | Path, name: str, what: str) -> dict | None:
+    path = Path(parsed_dir) / name
     if not path.exists():
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise OpperfError(f"cannot read the parse's attribution accounting: {exc}", path=path) from exc
+        raise OpperfError(f"cannot read the parse's {what}: {exc}", path=path) from exc
+
+
+def read_attribution(parsed_dir: str | Path) -> dict | None:
+    """The parse's trace_attribution.json of a database directory (None when its profiles were no torch traces)."""
+    return _parsed_json(parsed_dir, contract.TRACE_ATTRIBUTION, "attribution accounting")
+
+
+def read_profile_overhead(parsed_dir: str | Path) -> dict | None:
+    """The parse's profile_overhead.json of a database directory: per profile, its profiler overhead."""
+    return _parsed_json(parsed_dir, contract.PROFILE_OVERHEAD, "profiler overhead")
+
+
+def _overhead_lines(overhead: dict) -> list[str]:
+    lines = ["", "## The profile's own overhead (workload stage)", "",
+             "A pass of the workload timed without the profiler (two passes: their spread is the noise floor) and "
+             "under it. Beyond the floor, on the cpu back end the profiled op times carry the profiler's cost and "
+             "replay/profile reads low; on a device the kernels do not, but the host side is stretched.", "",
+             "| profile | plain pass (s) | profiled pass (s) | ratio | noise | beyond the floor |", "|---|---:|---:|---:|---:|---|"]
+    for trace, entry in overhead.items():
+        plain = ", ".join(f"{v:.4f}" for v in entry.get("plain_pass_s", []))
+        lines.append(f"| {trace} | {plain} | {entry.get('profiled_pass_s', 0):.4f} | x{entry.get('ratio', 0):.3f} | "
+                     f"{100 * entry.get('noise', 0):.1f} % | {'**yes**' if entry.get('inflated') else 'no'} |")
+    return lines
 
 
 def _attribution_lines(attribution: dict) -> list[str]:
@@ -610,6 +632,7 @@ def _attribution_lines(attribution: dict) -> list[str]:
 def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, title: str, backend: str = "cpu",
                  band: tuple[float, float] = DEFAULT_BAND, benchmarks_root: str | Path | None = None,
                  database_key: Sequence[str] = (), task_log_dir: str = "", attribution: dict | None = None,
+                 overhead: dict | None = None,
                  phase_table: str | Path | None = None, database_dir: str | Path | None = None,
                  script: str = "scripts/report.py") -> list[Path]:
     """Write the report files (REPORT_FILES) for the given per-kernel CSVs (replayed or final database), with a
@@ -653,6 +676,8 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
     }
     if attribution:
         summary["trace_attribution"] = attribution
+    if overhead:
+        summary["profile_overhead"] = overhead
     written = []
     with atomic_output(output_dir / "duration_gap.csv") as handle:
         writer = csv.DictWriter(handle, GAP_COLUMNS, lineterminator="\n")
@@ -667,6 +692,8 @@ def write_report(csv_files: Iterable[str | Path], output_dir: str | Path, *, tit
         text = _render(f"{name}.j2", context)
         if attribution and name.endswith(".md"):
             text += "\n".join(_attribution_lines(attribution)) + "\n"
+        if overhead and name.endswith(".md"):
+            text += "\n".join(_overhead_lines(overhead)) + "\n"
         write_text_atomic(output_dir / name, text)
         written.append(output_dir / name)
     log.info("report of %s: %d kernel types, %d gap rows -> %s", title, len(summaries), len(gaps), output_dir)
@@ -678,7 +705,8 @@ def write_database_report(database_dir: Path, reports_dir: Path, *, kernels: Seq
     """The report of a database directory (the replay CLI's database form: one kernel type after another)."""
     files = [database_dir / f"{k}.csv" for k in kernels] if kernels else sorted(database_dir.glob("*.csv"))
     return write_report(files, reports_dir, title=str(database_dir), backend=backend, band=band,
-                        attribution=read_attribution(database_dir), script="scripts/replay.py")
+                        attribution=read_attribution(database_dir), overhead=read_profile_overhead(database_dir),
+                        script="scripts/replay.py")
 
 
 # The JSON of a reproduce script (reproduce/README.md) must carry these top-level fields of the

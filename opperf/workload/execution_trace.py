@@ -20,7 +20,9 @@ the key the parse joins on when a user records both in one profiler session.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,20 @@ def record_execution_trace(run: Callable[[], object], path: Path) -> object:
     finally:
         observer.stop()
         observer.unregister_callback()
+
+
+def tensor_shapes(node: dict) -> list:
+    """The shapes of a node's tensor arguments (not lists, not scalars), in argument order."""
+    inputs = node.get("inputs", {})
+    return [shape for shape, type_name in zip(inputs.get("shapes", []), inputs.get("types", []))
+            if str(type_name).startswith("Tensor(")]
+
+
+def same_call(node: dict, name: str, input_dims: list) -> bool:
+    """Whether an execution-trace node describes the Chrome trace's op event: same op, same tensor shapes."""
+    types = node.get("inputs", {}).get("types", [])
+    recorded = [dims for dims, type_name in zip(input_dims, types) if str(type_name).startswith("Tensor(")]
+    return node.get("name") == name and tensor_shapes(node) == recorded
 
 
 def _node_attr(node: dict, name: str):
@@ -75,6 +91,7 @@ class Join:
         return self.events == self.calls == self.joined
 
 
+FULL_BELOW_BYTES = 2**20   # a file system with less free is full for a Chrome trace
 RESYNC_WINDOW = 4          # names that must agree for the join to pick up again after calls only one pass ran
 RESYNC_LOOKAHEAD = 4096
 
@@ -111,8 +128,6 @@ def join_by_order(trace_events: list[dict], nodes: list[dict]) -> Join:
     have other tensor shapes, and a few calls may be in one pass only: on a GPU a MoE router's split can move
     between two passes of the same inputs (atomic float sums reorder, a near-tie in top-k goes the other way), while
     the storages the ops read, which the reuse distances are made of, stay the same."""
-    from opperf.parse.reuse import same_call
-
     events = sorted((e for e in trace_events if e.get("cat") == "cpu_op"),
                     key=lambda e: (e.get("args", {}).get("External id", 0), e.get("ts", 0)))
     calls = _op_nodes(nodes)
@@ -127,6 +142,17 @@ def join_by_order(trace_events: list[dict], nodes: list[dict]) -> Join:
     return Join(len(events), len(calls), len(pairs), reshaped)
 
 
+def _raise_if_full(directory: Path) -> None:
+    """torch writes a Chrome trace on a full file system truncated, without an error: say what happened, as every
+    other write does (ENOSPC), rather than that the trace is unreadable."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return
+    if stats.f_bavail * stats.f_frsize < FULL_BELOW_BYTES:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+
+
 def join_to_trace(trace_path: Path, execution_trace_path: Path) -> Join:
     """Stamp the timed Chrome trace at `trace_path` with the record function ids of the execution trace recorded in
     a pass of its own (join_by_order), rewriting the trace atomically. A join that leaves more than a few calls out
@@ -135,6 +161,7 @@ def join_to_trace(trace_path: Path, execution_trace_path: Path) -> Join:
         trace = json.loads(trace_path.read_text(encoding="utf-8"))
         nodes = json.loads(execution_trace_path.read_text(encoding="utf-8"))["nodes"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
+        _raise_if_full(trace_path.parent)
         raise OpperfError(f"cannot read the profile to join its execution trace: {exc}", path=trace_path) from exc
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):

@@ -168,7 +168,7 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
                 labels, profiled_s = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
             result["iterations"] = plan.profile_iterations
-        overhead = profile_overhead(plain_s, profiled_s / plan.profile_iterations)
+        overhead = profile_overhead(plain_s, profiled_s / plan.profile_iterations, backend)
         if recorder is not None:
             if not plan.warmup_iterations:       # no warm-up to record in: one un-profiled pass after the profile
                 with span("workload.record_values", log), recorder:
@@ -190,11 +190,14 @@ def _timed_pass(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], d
     return time.perf_counter() - start
 
 
-def profile_overhead(plain_s: list[float], profiled_s: float) -> dict:
+def profile_overhead(plain_s: list[float], profiled_s: float, backend: str = "cpu") -> dict:
     """How much longer a pass of the workload took under the profiler than without it, against how much two plain
-    passes disagree (the noise floor). Every op's profiled time carries its share of the profiler's own cost
-    (record_shapes, and anything else registered on the ops' scopes), so a ratio beyond the noise says the profiled
-    durations, the database's ground truth, are inflated; the workload log warns and workload.json records it."""
+    passes disagree (the noise floor); the workload log warns beyond it and workload.json records it. On the cpu
+    back end every op's profiled time carries its share of the profiler's own cost (record_shapes, and anything else
+    registered on the ops' scopes), so the ratio says the profiled durations, the database's ground truth, are
+    inflated. On a device the kernels' durations do not carry it (the issue 43 measurement: median 0.994 with and
+    without the execution-trace observer), but a stretched host side leaves the device idle between kernels, a
+    neighbourhood the serving run does not have."""
     plain = statistics.median(plain_s)
     noise = (max(plain_s) - min(plain_s)) / min(plain_s) if min(plain_s) > 0 else 0.0
     ratio = profiled_s / plain if plain > 0 else float("nan")
@@ -205,10 +208,13 @@ def profile_overhead(plain_s: list[float], profiled_s: float) -> dict:
     message = ("profiler overhead: a workload pass took %.3f s under the profiler, %.3f s without (x%.3f; two plain "
                "passes differ by %.1f %%)")
     args = (profiled_s, plain, ratio, 100 * noise)
-    if inflated:
+    if not inflated:
+        log.info(message, *args)
+    elif backend == "cpu":
         log.warning(message + ": the profiled op times are inflated beyond the noise floor (x%.2f)", *args, 1 + floor)
     else:
-        log.info(message, *args)
+        log.warning(message + ": beyond the noise floor (x%.2f) the host side is stretched; kernel durations are not, "
+                    "but the device idles between them more than in serving", *args, 1 + floor)
     return record
 
 

@@ -70,23 +70,29 @@ def attention_implementation(transformers, hf_config) -> str:
     return "eager"
 
 
+def hf_config_of(config: dict, path: str | Path = ""):
+    """(the transformers module, its config object for `config`), or a clear error without transformers or for a
+    model_type it cannot build."""
+    try:
+        import transformers
+    except ImportError as exc:
+        raise OpperfError("a transformers config needs the transformers package (pip install -e "
+                          "'.[transformers]')", path=path) from exc
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version",
+                                                           "torch_dtype", "dtype")}
+    try:
+        return transformers, transformers.AutoConfig.for_model(config["model_type"], **fields)
+    except (ValueError, KeyError) as exc:
+        raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
+                          f"{config.get('model_type')!r}: {exc}", path=path, field="model_type") from exc
+
+
 class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
     transformers model."""
 
     def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = ""):
-        try:
-            import transformers
-        except ImportError as exc:
-            raise OpperfError("a transformers config needs the transformers package (pip install -e "
-                              "'.[transformers]')", path=path) from exc
-        fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version",
-                                                               "torch_dtype", "dtype")}
-        try:
-            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
-        except (ValueError, KeyError) as exc:
-            raise OpperfError(f"transformers {transformers.__version__} cannot build model_type "
-                              f"{config['model_type']!r}: {exc}", path=path, field="model_type") from exc
+        transformers, hf_config = hf_config_of(config, path)
         attention = attention_implementation(transformers, hf_config)
         torch.manual_seed(seed)
         with torch.device(device):
