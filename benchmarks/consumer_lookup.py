@@ -28,22 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-ORACLE = ROOT / "opperf" / "database" / "msmodeling_oracle.py"
-
-
-def _spec(tensor) -> list:
-    return [list(tensor.shape), str(tensor.dtype).removeprefix("torch.")]
-
-
-def ask_runtime(database: Path, queries, msmodeling: Path, python: str) -> list[dict]:
-    request = {"database": str(database), "queries": [
-        {"op_name": q.op_name, "inputs": [_spec(t) for t in q.inputs], "outputs": [_spec(t) for t in q.outputs],
-         "attention": None} for q in queries]}
-    done = subprocess.run([python, str(ORACLE), str(msmodeling)], input=json.dumps(request), capture_output=True,
-                          text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"msmodeling's lookup failed to run:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
 
 
 def status_of(answer: dict) -> str:
@@ -73,6 +57,8 @@ def main() -> int:
         parser.error("--msmodeling (or $OPPERF_MSMODELING_DIR) must name a msmodeling checkout")
 
     from opperf.database.check import load_op_mapping
+    from opperf.database.msmodeling import ask_runtime, query_spec
+    from opperf.errors import OpperfError
     from opperf.database.consumer_queries import answer, modelled_exact_lookup
     from opperf.grid.queries import record_consumer_queries
 
@@ -82,7 +68,10 @@ def main() -> int:
     recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype)
     recorded_s = time.monotonic() - started
     started = time.monotonic()
-    theirs = ask_runtime(args.database, [r.query for r in recorded], args.msmodeling, args.python)
+    try:
+        theirs = ask_runtime(args.database, [r.query for r in recorded], args.msmodeling, args.python)
+    except OpperfError as exc:
+        raise SystemExit(str(exc)) from exc
     asked_s = time.monotonic() - started
     ours = answer(recorded, args.database, modelled_exact_lookup)
     statuses, calls, disagree = Counter(), Counter(), []
@@ -94,7 +83,7 @@ def main() -> int:
         by_op.setdefault(item.query.op_name, Counter())[status] += 1
         modelled = {"ZERO_COST": "EXACT", "ILLEGAL": "INTERPOLATED"}.get(mine.status, mine.status)
         if modelled != status:
-            disagree.append({"op": item.query.op_name, "inputs": [_spec(t) for t in item.query.inputs],
+            disagree.append({"op": item.query.op_name, "inputs": [query_spec(t) for t in item.query.inputs],
                              "msmodeling": status, "opperf": mine.status, "miss_reason": full.get("miss_reason")})
     print(f"{'status':14} {'queries':>8} {'calls':>12}")
     for status in ("EXACT", "INTERPOLATED", "MISS", "RAISED"):

@@ -246,64 +246,60 @@ def _scenario_of(label: str):
 def stage_predict(config: Path, work: Path, args) -> list[dict]:
     import torch
 
-    from opperf.database.consumer_queries import Scenario, answer, modelled_exact_lookup
-    from opperf.database.interpolation import Database
-    from opperf.database.model_queries import model_source, scenario_name, step_queries
-    from opperf.database.predict import database_roofline, predict_step
+    from opperf.database.consumer_queries import Scenario
+    from opperf.database.model_queries import model_source, scenario_name
+    from opperf.database.predict import predict
 
     database_dir = work / "database" / args.device / "torch" / args.version_dir
-    database = Database.load(database_dir)
-    roofline = database_roofline(database_dir)
     source = model_source(str(config), str(ROOT / "config" / "models.yaml"), num_layers=args.num_layers)
-    scenarios = []
+    by_scenario: dict = defaultdict(list)           # held-out scenario -> its steps' measurements, every profile's
     for profile in sorted((work / "held_out").iterdir()):
         manifest = json.loads((profile / "workload.json").read_text())
         context = manifest["plan"]["decode_context"]
-        steps = measured_steps(profile / "trace.json")
-        by_scenario: dict = defaultdict(list)
-        for label, value in steps.items():
+        for label, value in measured_steps(profile / "trace.json").items():
             phase, size = _scenario_of(label)
             if phase == "prefill" and manifest["plan"]["decode_steps"] == 0:
                 by_scenario[Scenario(source.name, 1, "prefill", 1, size)].append(value)
             elif phase == "decode":
                 by_scenario[Scenario(source.name, 1, "decode", size, 1, context)].append(value)
-        for scenario, values in sorted(by_scenario.items(), key=lambda item: scenario_name(item[0])):
-            measured_us = statistics.mean(v["device_us"] for v in values)
-            calls: dict = defaultdict(list)
-            for value in values:
-                for key, times in value["calls"].items():
-                    calls[key] += times
-            recorded = step_queries(source, scenario, dtype=getattr(torch, args.dtype), attention=args.attention)
-            answers = answer(recorded, database_dir, modelled_exact_lookup)
-            prediction = predict_step(scenario_name(scenario), scenario, recorded, answers, database, roofline)
-            predicted = {query_key(r): latency for r, _, latency, _ in prediction.answers}
-            passes = sum(v["passes"] for v in values)
-            errors, paired_us, worst = [], 0.0, []
-            for key, times in calls.items():
-                if key not in predicted:
-                    continue
-                mean = sum(times) / len(times)
-                paired_us += sum(times) / passes
-                if mean > 0:
-                    errors.append(abs(predicted[key] / mean - 1))
-                    worst.append((abs(predicted[key] / mean - 1), key, predicted[key], mean, len(times) // passes))
-            unpaired = sorted(((sum(t) / passes, k) for k, t in calls.items() if k not in predicted), reverse=True)
-            errors.sort()
-            scenarios.append({
-                "name": scenario_name(scenario), "predicted_us": round(prediction.predicted_us, 3),
-                "measured_us": round(measured_us, 3),
-                "ratio": round(prediction.predicted_us / measured_us, 4) if measured_us else None,
-                "status_time_share": {k: round(v, 6) for k, v in prediction.status_time_share.items()},
-                "rows": len(errors),
-                "row_median_error": round(statistics.median(errors), 4) if errors else None,
-                "row_p90_error": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 4) if errors else None,
-                "paired_time_share": round(paired_us / measured_us, 4) if measured_us else None,
-                "worst_rows": [{"op": k[0], "inputs": [list(s) for s in k[1]], "dtypes": list(k[2]),
-                                "predicted_us": round(p, 3), "measured_us": round(m, 3), "calls": c}
-                               for _, k, p, m, c in sorted(worst, reverse=True)[:5]],
-                "unpaired": [{"op": k[0], "inputs": [list(s) for s in k[1]], "measured_us": round(us, 3)}
-                             for us, k in unpaired[:5]],
-                "by_kernel_type": prediction.as_json()["by_kernel_type"]})
+    held_out = sorted(by_scenario, key=scenario_name)
+    predictions = predict(database_dir, source, held_out, dtype=getattr(torch, args.dtype), attention=args.attention)
+    scenarios = []
+    for scenario, prediction in zip(held_out, predictions):
+        values = by_scenario[scenario]
+        measured_us = statistics.mean(v["device_us"] for v in values)
+        calls: dict = defaultdict(list)
+        for value in values:
+            for key, times in value["calls"].items():
+                calls[key] += times
+        predicted = {query_key(r): latency for r, _, latency, _ in prediction.answers}
+        passes = sum(v["passes"] for v in values)
+        errors, paired_us, worst = [], 0.0, []
+        for key, times in calls.items():
+            if key not in predicted:
+                continue
+            mean = sum(times) / len(times)
+            paired_us += sum(times) / passes
+            if mean > 0:
+                errors.append(abs(predicted[key] / mean - 1))
+                worst.append((abs(predicted[key] / mean - 1), key, predicted[key], mean, len(times) // passes))
+        unpaired = sorted(((sum(t) / passes, k) for k, t in calls.items() if k not in predicted), reverse=True)
+        errors.sort()
+        scenarios.append({
+            "name": scenario_name(scenario), "predicted_us": round(prediction.predicted_us, 3),
+            "measured_us": round(measured_us, 3),
+            "ratio": round(prediction.predicted_us / measured_us, 4) if measured_us else None,
+            "status_time_share": {k: round(v, 6) for k, v in prediction.status_time_share.items()},
+            "rows": len(errors),
+            "row_median_error": round(statistics.median(errors), 4) if errors else None,
+            "row_p90_error": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 4) if errors else None,
+            "paired_time_share": round(paired_us / measured_us, 4) if measured_us else None,
+            "worst_rows": [{"op": k[0], "inputs": [list(s) for s in k[1]], "dtypes": list(k[2]),
+                            "predicted_us": round(p, 3), "measured_us": round(m, 3), "calls": c}
+                           for _, k, p, m, c in sorted(worst, reverse=True)[:5]],
+            "unpaired": [{"op": k[0], "inputs": [list(s) for s in k[1]], "measured_us": round(us, 3)}
+                         for us, k in unpaired[:5]],
+            "by_kernel_type": prediction.as_json()["by_kernel_type"]})
     return scenarios
 
 

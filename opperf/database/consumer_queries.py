@@ -241,31 +241,42 @@ def scenarios(models: Sequence[str] = REFERENCE_MODELS, tp_sizes: Sequence[int] 
                for b in decode_batches])
 
 
+def merge_scenario_queries(steps: Iterable[tuple[str, tuple[Counter[Query], set[str], dict[Query, dict]]]]
+                           ) -> list[RecordedQuery]:
+    """One RecordedQuery per distinct query of (scenario label, scenario_queries result) pairs: its calls summed
+    over the scenarios, the labels of those that issue it, whether its op is a view and its first recorded
+    arguments; most-called first."""
+    totals: Counter[Query] = Counter()
+    where: dict[Query, list[str]] = {}
+    views: set[str] = set()
+    arguments: dict[Query, dict] = {}
+    for label, (counts, scenario_views, scenario_arguments) in steps:
+        views |= scenario_views
+        for query, recorded in scenario_arguments.items():
+            arguments.setdefault(query, recorded)
+        for query, calls in counts.items():
+            totals[query] += calls
+            where.setdefault(query, []).append(label)
+    return [RecordedQuery(q, calls, where[q], q.op_name in views, arguments.get(q))
+            for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
+
+
 def reference_queries(models_path: str | Path, scenario_list: Iterable[Scenario] | None = None, *,
                       dtype: torch.dtype = torch.bfloat16, attention: str = "cpu",
                       num_layers: int | None = None) -> list[RecordedQuery]:
     """The distinct queries of every scenario (default: the two reference models at TP 1/4/8, prefill
     1..8k tokens, decode batch 1..64 at two context lengths), with their call counts over full-depth steps
     (or `num_layers` deep), most-called first."""
-    totals: Counter[Query] = Counter()
-    where: dict[Query, list[str]] = {}
-    views: set[str] = set()
-    arguments: dict[Query, dict] = {}
     dims_cache: dict[str, DecoderDims] = {}
-    for scenario in scenario_list if scenario_list is not None else scenarios():
-        if scenario.model not in dims_cache:
-            dims_cache[scenario.model] = load_model_dims(models_path, scenario.model)
-        dims = rank_dims(dims_cache[scenario.model], scenario.tp)
-        counts, scenario_views, scenario_arguments = scenario_queries(dims, scenario, dtype, attention,
-                                                                      num_layers or dims.num_hidden_layers)
-        views |= scenario_views
-        for query, recorded in scenario_arguments.items():
-            arguments.setdefault(query, recorded)
-        for query, calls in counts.items():
-            totals[query] += calls
-            where.setdefault(query, []).append(scenario.label)
-    return [RecordedQuery(q, calls, where[q], q.op_name in views, arguments.get(q))
-            for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
+
+    def steps():
+        for scenario in scenario_list if scenario_list is not None else scenarios():
+            if scenario.model not in dims_cache:
+                dims_cache[scenario.model] = load_model_dims(models_path, scenario.model)
+            dims = rank_dims(dims_cache[scenario.model], scenario.tp)
+            yield scenario.label, scenario_queries(dims, scenario, dtype, attention,
+                                                   num_layers or dims.num_hidden_layers)
+    return merge_scenario_queries(steps())
 
 
 # --- answering ----------------------------------------------------------------------------------------------
@@ -322,12 +333,13 @@ def _skips_zero_cost(mapping: dict) -> bool:
 
 
 def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_lookup: ExactLookup,
-           interpolate: InterpolateLookup | None = None) -> list[Answer]:
+           interpolate: InterpolateLookup | None = None, database: Database | None = None) -> list[Answer]:
     """Each query as the runtime answers it from `database_dir`: `exact_lookup(database_dir, op_name,
     tensor_inputs, output) -> (latency_us or None, reason)` first (tensor_inputs: (shape, torch dtype) pairs),
-    then, on a miss, `interpolate(database_dir, query)` (default: `opperf.database.interpolation`)."""
+    then, on a miss, `interpolate(database_dir, query)` (default: `opperf.database.interpolation` on `database`,
+    the directory's, loaded here unless the caller has it already)."""
     database_dir = Path(database_dir)
-    database = Database.load(database_dir)
+    database = database or Database.load(database_dir)
     if interpolate is None:
         def interpolate(_directory, query):
             return database.interpolate(query)

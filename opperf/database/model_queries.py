@@ -27,7 +27,6 @@ import contextlib
 import inspect
 import math
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,7 +35,7 @@ import torch
 import yaml
 
 from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, Scenario,
-                                              rank_dims, scenario_queries)
+                                              merge_scenario_queries, rank_dims, scenario_queries)
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 
@@ -280,31 +279,26 @@ def _recorder_for(source: ModelSource, dtype: torch.dtype, attention: str) -> Ca
     return record_transformers
 
 
-def model_queries(source: ModelSource, scenarios: Iterable[Scenario], *, dtype: torch.dtype = torch.bfloat16,
-                  attention: str = "cuda") -> list[RecordedQuery]:
-    """The distinct queries of every scenario of `source`'s model, with their call counts over steps of the model's
-    depth (from a 1-layer and a 2-layer step: the layers repeat), most-called first; each query names the
-    scenarios (scenario_name) that issue it."""
+def model_steps(source: ModelSource, scenarios: Iterable[Scenario], *, dtype: torch.dtype = torch.bfloat16,
+                attention: str = "cuda"):
+    """(scenario label, scenario_queries result) of each scenario of `source`'s model: call counts over steps of the
+    model's depth, from a 1-layer and a 2-layer step (the layers repeat)."""
     record = _recorder_for(source, dtype, attention)
     depth = source.depth
-    totals: Counter = Counter()
-    where: dict = {}
-    views: set[str] = set()
-    arguments: dict = {}
     for scenario in scenarios:
-        counts, scenario_views, scenario_arguments = scenario_queries(
-            None, scenario, dtype, attention, depth, record=lambda layers: record(scenario, layers))
-        views |= scenario_views
-        for query, recorded in scenario_arguments.items():
-            arguments.setdefault(query, recorded)
-        for query, calls in counts.items():
-            totals[query] += calls
-            where.setdefault(query, []).append(scenario_name(scenario))
-    return [RecordedQuery(q, calls, where[q], q.op_name in views, arguments.get(q))
-            for q, calls in sorted(totals.items(), key=lambda item: (-item[1], item[0].op_name, str(item[0])))]
+        yield scenario.label, scenario_queries(None, scenario, dtype, attention, depth,
+                                               record=lambda layers, scenario=scenario: record(scenario, layers))
 
 
-def step_queries(source: ModelSource, scenario: Scenario, *, dtype: torch.dtype = torch.bfloat16,
-                 attention: str = "cuda") -> list[RecordedQuery]:
-    """The queries of one step of one scenario, with their calls per step."""
-    return model_queries(source, [scenario], dtype=dtype, attention=attention)
+def model_queries(source: ModelSource, scenarios: Iterable[Scenario], *, dtype: torch.dtype = torch.bfloat16,
+                  attention: str = "cuda") -> list[RecordedQuery]:
+    """The distinct queries of every scenario of `source`'s model with their call counts (model_steps),
+    most-called first; each query names the scenarios that issue it."""
+    return merge_scenario_queries(model_steps(source, scenarios, dtype=dtype, attention=attention))
+
+
+def step_queries(source: ModelSource, scenarios: Sequence[Scenario], *, dtype: torch.dtype = torch.bfloat16,
+                 attention: str = "cuda"):
+    """Each scenario with the queries of its one step and their calls per step (the model built once for all)."""
+    for scenario, step in zip(scenarios, model_steps(source, scenarios, dtype=dtype, attention=attention)):
+        yield scenario, merge_scenario_queries([step])

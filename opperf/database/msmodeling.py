@@ -17,14 +17,15 @@ from opperf.errors import OpperfError
 ORACLE = Path(__file__).with_name("msmodeling_oracle.py")
 
 
-def _spec(tensor) -> list:
+def query_spec(tensor) -> list:
+    """A query tensor as the oracle's request spells it: [shape, torch dtype name]."""
     return [list(tensor.shape), str(tensor.dtype).removeprefix("torch.")]
 
 
 def ask_runtime(database: str | Path, queries, msmodeling: str | Path, python: str | None = None) -> list[dict]:
     """msmodeling's answer to each query (the oracle's JSON: exact, source, latency_us, miss_reason, raised)."""
     request = {"database": str(database), "queries": [
-        {"op_name": q.op_name, "inputs": [_spec(t) for t in q.inputs], "outputs": [_spec(t) for t in q.outputs],
+        {"op_name": q.op_name, "inputs": [query_spec(t) for t in q.inputs], "outputs": [query_spec(t) for t in q.outputs],
          "attention": None} for q in queries]}
     python = python or os.environ.get("OPPERF_MSMODELING_PYTHON") or sys.executable
     done = subprocess.run([python, str(ORACLE), str(msmodeling)], input=json.dumps(request), capture_output=True,

@@ -139,14 +139,13 @@ def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, 
     database = Database.load(database_dir)
     roofline = database_roofline(database_dir)
     predictions = []
-    for scenario in scenarios:
-        recorded = step_queries(source, scenario, dtype=dtype or torch.bfloat16, attention=attention)
+    for scenario, recorded in step_queries(source, scenarios, dtype=dtype or torch.bfloat16, attention=attention):
         if msmodeling_dir:
             from opperf.database.msmodeling import runtime_answers
 
             answers = runtime_answers(database_dir, recorded, msmodeling_dir, msmodeling_python)
         else:
-            answers = answer(recorded, database_dir, modelled_exact_lookup)
+            answers = answer(recorded, database_dir, modelled_exact_lookup, database=database)
         predictions.append(predict_step(scenario_name(scenario), scenario, recorded, answers, database, roofline))
     return predictions
 

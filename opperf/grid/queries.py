@@ -52,8 +52,8 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
     model_queries: run on meta as the model's own code runs)."""
     import torch
 
-    from opperf.database.model_queries import (DEFAULT_SCENARIO_SPACE, load_scenario_space, model_queries,
-                                               model_source)
+    from opperf.database.consumer_queries import merge_scenario_queries
+    from opperf.database.model_queries import DEFAULT_SCENARIO_SPACE, load_scenario_space, model_source, model_steps
 
     if backend not in ATTENTION_BY_BACKEND:
         raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"
@@ -61,14 +61,14 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
     if dtype not in DTYPES:
         raise OpperfError(f"unknown consumer dtype {dtype!r}; one of {', '.join(DTYPES)}", field="--consumer-dtype")
     scenario_space = load_scenario_space(scenario_space or DEFAULT_SCENARIO_SPACE, space)
-    recorded = []
-    for model in models:
-        source = model_source(model, models_path, num_layers=num_layers)
-        chosen = scenario_space.scenarios(source.name, source.tp_sizes)
-        log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
-                 source.name, dtype, ATTENTION_BY_BACKEND[backend])
-        recorded += model_queries(source, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])
-    return recorded
+    def steps():                 # every model's scenarios: a query two models issue is one query
+        for model in models:
+            source = model_source(model, models_path, num_layers=num_layers)
+            chosen = scenario_space.scenarios(source.name, source.tp_sizes)
+            log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
+                     source.name, dtype, ATTENTION_BY_BACKEND[backend])
+            yield from model_steps(source, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])
+    return merge_scenario_queries(steps())
 
 
 def _list_dtype(arguments: dict) -> str:

@@ -76,13 +76,15 @@ def profile_overheads(tables: list[ProfileTable]) -> dict[str, dict]:
     found = {}
     for table in tables:
         manifest = Path(table.path).parent / WORKLOAD_MANIFEST
+        if not manifest.is_file():
+            continue
         try:
-            record = json.loads(manifest.read_text(encoding="utf-8")).get("profile_overhead") if manifest.is_file() \
-                else None
-        except (OSError, ValueError, AttributeError):
-            record = None
+            workload = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        record = workload.get("profile_overhead") if isinstance(workload, dict) else None
         if isinstance(record, dict):
-            found[str(table.path)] = {**record, "backend": json.loads(manifest.read_text()).get("backend", "")}
+            found[str(table.path)] = {**record, "backend": workload.get("backend", "")}
     return found
 
 

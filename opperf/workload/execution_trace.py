@@ -13,9 +13,9 @@ So the timed pass runs under torch.profiler alone, and the observer records a se
 workload (same inputs, same op sequence). The Chrome trace has no record function ids without an observer (they
 are all 0), so the join is by order: the timed trace's `cpu_op` events in the order they started (their
 `External id`, a per-op counter the profiler assigns at entry) against the execution trace's op nodes (scope 0,
-aten ops and other RecordFunction-scoped functions) in the order of their record function ids. Each event whose
-node is the same op (a MoE layer's shapes may move between two GPU passes: see join_by_order) gets the node's id as its `Record function id`, exactly
-the key the parse joins on when a user records both in one profiler session.
+aten ops and other RecordFunction-scoped functions) in the order of their record function ids, aligned by op name
+(align_by_name: a MoE layer's calls may differ between two GPU passes). Each aligned event gets its node's id as
+its `Record function id`, exactly the key the parse joins on when a user records both in one profiler session.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Join:
 
     events: int          # cpu_op events of the timed trace
     calls: int           # op calls of the execution trace
-    joined: int          # events that got the id of the call at their position (the same op)
+    joined: int          # events aligned with a call of the same op (align_by_name)
     reshaped: int = 0    # of those, calls whose tensor shapes differ (a MoE router's split moved between passes)
 
     @property

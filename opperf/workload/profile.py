@@ -227,7 +227,7 @@ def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: st
 
 
 
-def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str]:
+def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> tuple[list[str], float]:
     """torch.profiler over the workload (op times, kernels; on cuda the GPU's power state sampled beside it,
     opperf.workload.power), then the execution trace of every op's tensors (the parse's input reuse distances and
     string arguments) from a second, untimed pass, joined to the first by order (opperf.workload.execution_trace):
@@ -266,7 +266,7 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> list[str
     return labels, profiled_s
 
 
-def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> list[str]:
+def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> tuple[list[str], float]:
     import torch_npu
 
     experimental = torch_npu.profiler._ExperimentalConfig(
