@@ -251,9 +251,12 @@ def database_rows_input(wildcards):
 
 
 def phase_replay_enabled(device):
-    """Phase replay follows a torch.profiler trace's call order: cpu and cuda databases that are replayed here."""
+    """Phase replay follows a torch.profiler trace's call order: the cpu and cuda databases replayed here whose back
+    end replay.phase.backends names."""
     return (
-        replay_enabled(device) and config["replay"]["phase"]["enabled"] and database_backend(device) in ("cpu", "cuda")
+        replay_enabled(device)
+        and config["replay"]["phase"]["enabled"]
+        and database_backend(device) in config["replay"]["phase"]["backends"]
     )
 
 

@@ -66,7 +66,8 @@ def tiny_cpu_replay_workflow(destination: Path) -> tuple[Path, dict, str]:
     (workdir / "config" / "replay_sources.tsv").write_text(
         f"device\tstack\tversion_dir\tpath\nCPU\ttorch\t{version_dir}\tresources/tiny_cpu/trace.json\n")
     config = {"sources": "config/replay_sources.tsv", "workload": {"enabled": False}, "comm": {"enabled": False},
-              "grid": {"enabled": False}, "replay": {"backends": ["cpu"], "repeat_count": 2, "warmup_count": 1}}
+              "grid": {"enabled": False}, "replay": {"backends": ["cpu"], "repeat_count": 2, "warmup_count": 1,
+                                                       "phase": {"backends": ["cpu"]}}}
     return workdir, config, f"CPU/torch/{version_dir}"
 
 

@@ -193,6 +193,26 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
         "axis_transform": "sqrt_seq"}
 
 
+def test_a_schema_replayed_type_of_a_pointwise_op_is_queried_elementwise(tmp_path):
+    """A kernel type with no definition maps its op's overloads; an op torch tags pointwise (an in-place one by
+    its functional twin) gets the runtime's elementwise mode, whose neighbours follow elements: the generic path
+    groups `masked_fill(x[N, D], mask[N, 1])` by the mask's N and never interpolated a MoE router's fills (H200,
+    benchmarks/results/e2e_prediction/)."""
+    database = tmp_path / "data" / "H200" / "torch" / "torch2.11.0_cuda13.0"
+    database.mkdir(parents=True)
+    header = ",".join(contract.BASE_COLUMNS) + "\n"
+    for kernel in ("masked_fill", "masked_fill_", "index"):
+        (database / f"{kernel}.csv").write_text(header)
+    ops = build_op_mapping(sorted(database.glob("*.csv")), "H200", REPO / "config" / "devices.yaml",
+                           REPO / "config" / "kernels" / "torch", database / "op_mapping.yaml")["operator_mappings"]
+    assert ops["aten.masked_fill.Scalar"] == {"kernel_type": "masked_fill", "alternate_kernel_types": [],
+                                              "query_mode": "elementwise"}
+    assert ops["aten.masked_fill_.Scalar"]["query_mode"] == "elementwise"
+    # Not tagged pointwise: the tensor-valued fill, and a gather by indices.
+    assert "query_mode" not in ops["aten.masked_fill.Tensor"]
+    assert "query_mode" not in ops["aten.index.Tensor"]
+
+
 def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
     result = check_database(cpu_database)
     assert result["passed"]

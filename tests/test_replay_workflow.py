@@ -71,7 +71,7 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     settings re-running it and the database, not the replays."""
     workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
     # The trace's six calls (mm, add, silu twice) selected by shape: each row's two calls ran in the phase.
-    config["replay"]["phase"] = {"enabled": True, "shapes": ["8,"], "min_calls": 3, "max_gap": 0, "min_row_us": 0,
+    config["replay"]["phase"] = {"enabled": True, "backends": ["cpu"], "shapes": ["8,"], "min_calls": 3, "max_gap": 0, "min_row_us": 0,
                                  "rest_s": 0}
     kernels = [f"data/{root}/{kernel}.csv" for kernel in ("mm", "add", "silu")]
     run_workflow(workdir, kernels, config=config)

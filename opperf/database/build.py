@@ -148,6 +148,13 @@ def _policies_for(definitions: dict, present: set[str]) -> dict[str, dict]:
     return policies
 
 
+def _schema_query_mode(framework_op: str) -> dict:
+    """A mapping's query mode where no definition gives one: `elementwise` for an op torch tags pointwise."""
+    from opperf.database.runtime import is_pointwise
+
+    return {"query_mode": "elementwise"} if is_pointwise(framework_op) else {}
+
+
 # Per-mapping keys the runtime reads beyond kernel_type / alternate_kernel_types / category.
 RUNTIME_MAPPING_EXTRAS = ("query_mode", "tc_input_count")
 COMM_DIRECTORY = {"npu": "hccl"}
@@ -212,7 +219,8 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
                 existing = mappings.get(framework_op)
                 if existing is None:
                     if fields["definition"] is None:
-                        mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": []}
+                        mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": [],
+                                                  **_schema_query_mode(framework_op)}
                 elif existing["kernel_type"] != kernel:
                     alternates = [existing["kernel_type"], *existing.get("alternate_kernel_types", [])]
                     # tc_input_count / query_mode described the other type's layout, not this one's.
@@ -226,7 +234,8 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             if framework_op not in mappings:
                 category = kernel_types[kernel]["category"]
                 mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": [],
-                                          **({"category": category} if category else {}), **extras}
+                                          **({"category": category} if category else {}),
+                                          **(extras or _schema_query_mode(framework_op))}
     from opperf.database.runtime import view_framework_ops
 
     for framework_op in view_framework_ops():

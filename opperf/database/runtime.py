@@ -539,3 +539,25 @@ def schema_framework_ops(kernel_type: str) -> list[str]:
         if runtime_receives(framework_op)[0]:
             found.append(framework_op)
     return found
+
+
+def is_pointwise(framework_op: str) -> bool:
+    """Whether torch tags `framework_op` pointwise (an in-place overload by its functional twin's tag:
+    `masked_fill_.Scalar` by `masked_fill.Scalar`).
+
+    The runtime's generic compute path interpolates along a query's first dim and groups rows by every other
+    input dim, so an op whose second operand follows the first's rows (a `[tokens, 1]` mask) never finds a
+    neighbour; its `elementwise` mode interpolates along the inputs' and output's elements, which is what a
+    pointwise kernel's time follows.
+    """
+    import torch
+
+    namespace, _, rest = framework_op.partition(".")
+    name, _, overload = rest.partition(".")
+    candidates = [name] + ([name[:-1]] if name.endswith("_") and not name.endswith("__") else [])
+    for candidate in candidates:
+        packet = getattr(getattr(torch.ops, namespace, None), candidate, None)
+        if packet is not None and (overload or "default") in packet.overloads():
+            if torch.Tag.pointwise in getattr(packet, overload or "default").tags:
+                return True
+    return False
