@@ -340,7 +340,7 @@ def read_rows(database: Path) -> list[dict]:
 
 def replayed_rows(workload_dir: Path, policy: str) -> list[dict]:
     """The rows of one workload's database replayed under `policy` (`<workload_dir>/<policy>/data/<device>/torch/
-    <version>/*.csv`, as the replay stage and the *_run.sh scripts leave them); [] when there is none."""
+    <version>/*.csv`, as the replay stage and benchmarks/lib/chain_run.sh leave them); [] when there is none."""
     return [row for directory in sorted(workload_dir.glob(f"{policy}/data/*/*/*")) for row in read_rows(directory)]
 
 
@@ -506,7 +506,7 @@ def profile_iterations(profile: Path) -> int | None:
     return None
 
 
-# Input-shape prefixes of the dense decoder's 64 x 1,024-token prefill (benchmarks/phase_replay.py selects it by them).
+# Input-shape prefixes of the dense decoder's 64 x 1,024-token prefill, its power-limited phase.
 POWER_LIMITED_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
 
 
