@@ -379,7 +379,8 @@ TARGETS = {"median_gap": 0.03, "p90_gap": 0.12, "time_weighted_gap": 0.03, "repe
 TYPE_SHARE, TYPE_MEDIAN_GAP = 0.01, 0.05
 LARGE_ROW_US, LARGE_RATIO = 20.0, (0.97, 1.03)
 # Memory-bound TensorIterator kernels (and the copies and concatenations that behave like them): the rows whose
-# in-workload time the GPU's power and clock state moves most (docs/replay.md, "The remaining error, by cause").
+# in-workload time the GPU's power and clock state moves most (benchmarks/results/cuda_replay/README.md,
+# "The remaining error, by cause").
 ELEMENTWISE_TYPES = frozenset(
     "abs add add_ bitwise_and bitwise_not bitwise_or cat clamp clamp_ clone copy_ cos div div_ eq exp fill_ ge gelu "
     "gt le lt masked_fill masked_fill_ maximum minimum mul mul_ ne neg pow reciprocal relu rsqrt sigmoid silu sin "
