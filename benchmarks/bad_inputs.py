@@ -19,7 +19,7 @@ line and one `  File ".../rules/common.smk", line N, in <module>` after it. Thos
 own (it prints the frame of the Snakefile line that raised); they are counted and reported, not held
 against the case. A case whose output has any other frame is a traceback.
 
-    python benchmarks/bad_inputs.py                  # all cases; writes benchmarks/results/bad_inputs.{json,md}
+    python benchmarks/bad_inputs.py                  # all cases; writes benchmarks/results/bad_inputs/
     python benchmarks/bad_inputs.py -k sources       # the cases whose name contains "sources" (not written)
 """
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import bad_input_corpus as corpus  # noqa: E402
 import faults  # noqa: E402
 
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "bad_inputs"
 
 
 def machine() -> str:
@@ -105,8 +105,8 @@ def main() -> int:
     if not args.k or args.write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "bad_inputs.json").write_text(json.dumps(report, indent=1) + "\n")
-        (RESULTS / "bad_inputs.md").write_text(markdown(report))
-        print(f"wrote {RESULTS / 'bad_inputs.json'} and {RESULTS / 'bad_inputs.md'}")
+        (RESULTS / "README.md").write_text(markdown(report))
+        print(f"wrote {RESULTS / 'bad_inputs.json'} and {RESULTS / 'README.md'}")
     return 0 if counts.get("ok", 0) == len(results) else 1
 
 

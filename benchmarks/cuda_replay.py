@@ -340,7 +340,7 @@ def read_rows(database: Path) -> list[dict]:
 
 def replayed_rows(workload_dir: Path, policy: str) -> list[dict]:
     """The rows of one workload's database replayed under `policy` (`<workload_dir>/<policy>/data/<device>/torch/
-    <version>/*.csv`, as the replay stage and the *_run.sh scripts leave them); [] when there is none."""
+    <version>/*.csv`, as the replay stage and benchmarks/lib/chain_run.sh leave them); [] when there is none."""
     return [row for directory in sorted(workload_dir.glob(f"{policy}/data/*/*/*")) for row in read_rows(directory)]
 
 
@@ -379,7 +379,8 @@ TARGETS = {"median_gap": 0.03, "p90_gap": 0.12, "time_weighted_gap": 0.03, "repe
 TYPE_SHARE, TYPE_MEDIAN_GAP = 0.01, 0.05
 LARGE_ROW_US, LARGE_RATIO = 20.0, (0.97, 1.03)
 # Memory-bound TensorIterator kernels (and the copies and concatenations that behave like them): the rows whose
-# in-workload time the GPU's power and clock state moves most (docs/replay.md, "The remaining error, by cause").
+# in-workload time the GPU's power and clock state moves most (benchmarks/results/cuda_replay/README.md,
+# "The remaining error, by cause").
 ELEMENTWISE_TYPES = frozenset(
     "abs add add_ bitwise_and bitwise_not bitwise_or cat clamp clamp_ clone copy_ cos div div_ eq exp fill_ ge gelu "
     "gt le lt masked_fill masked_fill_ maximum minimum mul mul_ ne neg pow reciprocal relu rsqrt sigmoid silu sin "
@@ -506,7 +507,7 @@ def profile_iterations(profile: Path) -> int | None:
     return None
 
 
-# Input-shape prefixes of the dense decoder's 64 x 1,024-token prefill (benchmarks/phase_replay.py selects it by them).
+# Input-shape prefixes of the dense decoder's 64 x 1,024-token prefill, its power-limited phase.
 POWER_LIMITED_PREFILL_SHAPES = ("65536,", "64,1024,", "64,64,1024,", "64,8,8,1024,")
 
 

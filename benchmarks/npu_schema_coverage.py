@@ -3,7 +3,8 @@
 
 Reads the torch_npu and vLLM-Ascend wheels offline (no NPU, no CANN: opperf.replay.npu.torch_npu_wheel), then per
 Type of resources/ascend/observed_kernel_types.tsv finds the op by name, binds its rows and runs them on meta
-tensors (opperf.replay.npu.schema_coverage). Prints the table and writes npu_schema_coverage.{json,md} to --output.
+tensors (opperf.replay.npu.schema_coverage). Prints the table and writes npu_schema_coverage.json and README.md
+to --output.
 
     python benchmarks/npu_schema_coverage.py            # torch_npu 2.9.0, vllm-ascend 0.18.0, CANN 8.5
 """
@@ -75,7 +76,7 @@ def main() -> int:
                      f"{'yes' if c.has_definition else 'no'} | {detail} |")
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "npu_schema_coverage.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.output / "npu_schema_coverage.md").write_text("\n".join(lines) + "\n")
+    (args.output / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

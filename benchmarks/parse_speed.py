@@ -5,7 +5,7 @@ varied so the groups look like a serving run's), written once and reused. Each p
 subprocess so its wall time and peak RSS (ru_maxrss of the child) are measured alone. Both outputs are
 compared file by file; the table is printed and written as JSON (+ Markdown) with the machine it ran on.
 
-    python benchmarks/parse_speed.py                 # 500,000 rows, writes benchmarks/results/parse_speed.{json,md}
+    python benchmarks/parse_speed.py                 # 500,000 rows, writes benchmarks/results/parse_speed/{parse_speed.json,README.md}
     python benchmarks/parse_speed.py --rows 50000    # quicker look (results not written unless --write)
 """
 
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 FIXTURE = REPO / "resources" / "profiles" / "A3_vllm0.18.0_torch2.9.0_cann8.5" / "kernel_details.csv"
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "parse_speed"
 TOKEN_COUNTS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                 6144, 8192, 12288, 16384, 32768, 65536, 81920]
 
@@ -219,7 +219,7 @@ def render_markdown(result: dict) -> str:
              f"Measured {result['date']} on {m['nproc']} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM, "
              f"Python {m['python']}, polars {m['polars']}; load average before: {m['load_average_before']}.",
              "Each parser runs as its own process (interpreter start and imports included); peak RSS is that "
-             "process's ru_maxrss.", "",
+             "process's ru_maxrss. Command: `python benchmarks/parse_speed.py`.", "",
              "| parser | run | wall (s) | peak RSS (MB) | user CPU (s) |", "|---|---|---|---|---|"]
     for name, runs in result["runs"].items():
         for i, run in enumerate(runs, start=1):
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of our parser (default 3)")
     parser.add_argument("--skip-baseline", action="store_true", help="do not run the csv-module baseline")
     parser.add_argument("--write", action="store_true",
-                        help="write benchmarks/results/parse_speed.{json,md} (default: only for 500000 rows)")
+                        help="write benchmarks/results/parse_speed/ (default: only for 500000 rows)")
     parser.add_argument("--baseline-child", nargs=2, metavar=("INPUT", "OUTPUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.baseline_child:
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write or args.rows == 500_000:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "parse_speed.json").write_text(json.dumps(result, indent=2) + "\n")
-        (RESULTS / "parse_speed.md").write_text(table)
-        print(f"wrote {RESULTS / 'parse_speed.json'} and {RESULTS / 'parse_speed.md'}")
+        (RESULTS / "README.md").write_text(table)
+        print(f"wrote {RESULTS / 'parse_speed.json'} and {RESULTS / 'README.md'}")
     return 0 if result["same_output"].get("same") is not False else 1
 
 

@@ -5,7 +5,7 @@ or not.
 Each RESULT is a `cuda_replay.json` written by `benchmarks/cuda_replay.py`. Its entries carry their gates since
 the report computes them (`workloads[].gates`); for an older report, this script computes them from the report
 (headline gaps, per-type summary of the default policy) and, given as `REPORT=DATABASES`, from the replayed rows of
-that run (the large elementwise rows: a directory, or a `.tar.gz` packed by `benchmarks/input_values_ab_run.sh`,
+that run (the large elementwise rows: a directory, or a `.tar.gz` packed by `benchmarks/lib/chain_run.sh`,
 holding `<workload>/insitu/data/<device>/torch/<version>/*.csv` at any depth). A report without a per-workload
 repeatability uses its run's (all workloads of that report together), and says so.
 

@@ -8,7 +8,7 @@ rows' own samples say the calls took: (warm-up + repeat) x Average Duration(us);
 engine's per-row time is overhead (building inputs, verifying outputs, the timing loop, statistics).
 A 1-row job gives the per-job fixed cost (the child's start, torch import included).
 
-    python benchmarks/replay_throughput.py               # writes benchmarks/results/replay_throughput.{json,md}
+    python benchmarks/replay_throughput.py               # writes benchmarks/results/replay_throughput/
     python benchmarks/replay_throughput.py --quick       # fewer rows, prints only
 """
 
@@ -122,13 +122,13 @@ def main() -> int:
     text = "\n".join(table)
     print(text)
     if not args.quick:
-        out = REPO / "benchmarks" / "results"
+        out = REPO / "benchmarks" / "results" / "replay_throughput"
         out.mkdir(parents=True, exist_ok=True)
         (out / "replay_throughput.json").write_text(json.dumps(
             {"machine": machine, "repeat_count": args.repeat_count, "warmup_count": 3, "cpu_threads": 1,
              "jobs": jobs, "engine": engine, "summary": summary}, indent=2) + "\n")
-        (out / "replay_throughput.md").write_text(
-            "# CPU replay throughput (benchmarks/replay_throughput.py)\n\n"
+        (out / "README.md").write_text(
+            "# CPU replay throughput\n\nCommand: `python benchmarks/replay_throughput.py`. "
             f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, Python {machine['python']}; "
             f"{machine['note']} (1-minute load average at the end: {machine['load_average'][0]:.2f}). "
             f"repeat_count {args.repeat_count}, warm-up 3, 1 torch thread, distinct rows (no shared calls).\n\n"

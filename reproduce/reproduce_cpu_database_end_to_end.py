@@ -22,7 +22,7 @@ How to run
 
 What to expect
     83 s on a quiet 2-core CI machine (2026-11-23); 588 s on the same machine type at load average 9-11
-    (2026-11-24: benchmarks/results/cpu_end_to_end.json). The script prints one line per kernel type (rows,
+    (2026-11-24; the latest: benchmarks/results/cpu_end_to_end/). The script prints one line per kernel type (rows,
     paired profiled rows, median replay/profile, rows inside the 0.8-1.2 band) and writes a JSON report in
     the schema of reports/.../summary.json with the reproduce-scripts conventions' fields (benchmark, script,
     workflow, pass_n, ops_count, elapsed_s: this script's wall time, device_ids, max_concurrency,

@@ -20,13 +20,15 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 
 @contextlib.contextmanager
 def benchmark_scripts(*names: str):
-    """The named benchmarks/ scripts imported as modules, with benchmarks/ on sys.path only meanwhile (they import
-    each other by name)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    """The named scripts of benchmarks/ and benchmarks/probes/ imported as modules, with both folders on sys.path
+    only meanwhile (they import each other by name)."""
+    folders = [str(REPO / "benchmarks"), str(REPO / "benchmarks" / "probes")]
+    sys.path[:0] = folders
     try:
         yield tuple(importlib.import_module(name) for name in names)
     finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+        for folder in folders:
+            sys.path.remove(folder)
 
 
 ASCEND_FIXTURE = REPO / "resources" / "profiles" / "A3_vllm0.18.0_torch2.9.0_cann8.5" / "kernel_details.csv"

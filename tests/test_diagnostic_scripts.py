@@ -1,6 +1,6 @@
-"""Diagnostic scripts of issue 18 on committed data: benchmarks/trace_neighbours.py on a real CUDA trace,
-benchmarks/gemm_state_probe.py's table against the JSON it wrote on the GPU host (exact values), and
-benchmarks/row_history.py on two committed chains."""
+"""Diagnostic scripts of issue 18 on committed data: benchmarks/probes/trace_neighbours.py on a real CUDA trace,
+benchmarks/probes/gemm_state_probe.py's table against the JSON it wrote on the GPU host (exact values), and
+benchmarks/probes/row_history.py on two committed chains."""
 
 from __future__ import annotations
 

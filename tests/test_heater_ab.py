@@ -1,4 +1,4 @@
-"""benchmarks/heater_ab.py on the committed H100 A/B (benchmarks/results/heater_ab/): exact values, and only the
+"""benchmarks/probes/heater_ab.py on the committed H100 A/B (benchmarks/results/heater_ab/): exact values, and only the
 kernel types both replays finished are compared."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A profiled phase's calls, keyed the way the parse groups calls into rows (opperf.replay.phase): the base of
-benchmarks/phase_replay.py, checked on the real CUDA decoder trace."""
+stage 4b (scripts/phase_replay.py), checked on the real CUDA decoder trace."""
 
 from __future__ import annotations
 
