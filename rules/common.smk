@@ -3,6 +3,7 @@
 import difflib
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
@@ -488,7 +489,42 @@ def report_targets():
         if replay_enabled(device):
             root = f"reports/{device}/{stack}/{version_dir}"
             targets += [f"{root}/replay_report.md", f"{root}/summary.json", f"{root}/duration_gap.csv"]
+        if predict_enabled(device):
+            targets.append(f"reports/{device}/{stack}/{version_dir}/predictions.json")
     return targets
+
+
+def predict_scenarios(device):
+    """config predict.scenarios for a database of {device}: a list, or a mapping from a device key or back end."""
+    scenarios = config["predict"]["scenarios"]
+    if isinstance(scenarios, dict):
+        keys = (device, DEVICES[device].backend, "default")
+        scenarios = next((scenarios[key] for key in keys if key in scenarios), [])
+    return scenarios
+
+
+def predict_enabled(device):
+    """Stage 7b runs for a replayed cpu/cuda database whose grid names target models and scenarios to predict."""
+    wildcards = SimpleNamespace(device=device)
+    return (
+        config["predict"]["enabled"]
+        and replay_enabled(device)
+        and database_backend(device) in ("cpu", "cuda")
+        and bool(grid_target_models(wildcards))
+        and bool(predict_scenarios(device))
+    )
+
+
+def predict_options(wildcards):
+    """scripts/predict.py's models, scenarios, TP and dtype for one database (config predict, grid.target_models)."""
+    dtype = config["predict"]["dtype"]
+    if dtype is None:
+        workload = config["workload"]
+        on_workload = workload["enabled"] and DEVICES[wildcards.device].backend == workload["backend"]
+        dtype = workload["dtype"] if on_workload else config["grid"]["consumer_dtype"]
+    models = " ".join(f"--model {shlex.quote(m)}" for m in grid_target_models(wildcards).split(","))
+    scenarios = " ".join(f"--scenario {s}" for s in predict_scenarios(wildcards.device))
+    return f"{models} {scenarios} --tp {config['predict']['tp']} --dtype {dtype}"
 
 
 def replayed_csvs(wildcards):

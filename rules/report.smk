@@ -67,3 +67,33 @@ rule replay_report:
         "--band {params.band} --benchmarks-root benchmarks/runs --trace-dir {params.trace_dir} "
         "--parsed-dir {params.parsed_dir} {params.phase} "
         "--log-level {params.log_level} > {log} 2>&1"
+
+
+rule predict_steps:
+    """Predicted steps of the grid's target models at config predict.scenarios, from the finished database (7b)."""
+    input:
+        database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
+        models=config["models"],
+        code=stage_code("database"),
+    output:
+        json="reports/{device}/{stack}/{version_dir}/predictions.json",
+        page=report(
+            "reports/{device}/{stack}/{version_dir}/predictions.md",
+            caption="../report/predictions.rst",
+            category="Prediction",
+            subcategory="{device}/{stack}/{version_dir}",
+            labels={"file": "predicted steps"},
+        ),
+    log:
+        "logs/predict/{device}/{stack}/{version_dir}.log",
+    benchmark:
+        "benchmarks/runs/predict/{device}/{stack}/{version_dir}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        database_dir="data/{device}/{stack}/{version_dir}",
+        options=predict_options,
+        log_level=config["log_level"],
+    shell:
+        "python scripts/predict.py --database {params.database_dir} --models {input.models} {params.options} "
+        "--json {output.json} --markdown {output.page} --log-level {params.log_level} > {log} 2>&1"

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--transformers-config", metavar="CONFIG_JSON", help="a transformers config.json (or its "
                        "directory); random weights on meta, nothing downloaded")
-    model.add_argument("--model", help="a model name or alias of --models (the reference decoder)")
+    model.add_argument("--model", action="append", help="a model name or alias of --models (the reference "
+                       "decoder); repeat for several")
     parser.add_argument("--models", default=str(ROOT / "config" / "models.yaml"),
                         help="model configs (default: config/models.yaml)")
     parser.add_argument("--scenario", action="append", required=True, metavar="SCENARIO",
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: $OPPERF_MSMODELING_DIR; its Python: $OPPERF_MSMODELING_PYTHON)")
     parser.add_argument("--json", help="write the predictions here: {scenarios: [{name, predicted_us, "
                                        "status_time_share, by_kernel_type, queries}]}")
+    parser.add_argument("--markdown", help="write the predictions here as a page (the workflow's report shows it)")
     parser.add_argument("--top", type=int, default=6, help="kernel types listed per scenario (default: %(default)s)")
     add_logging_args(parser)
     return parser
@@ -68,17 +70,29 @@ def main(args: argparse.Namespace) -> int:
         raise OpperfError("not a database directory (no op_mapping.yaml)", path=database)
     backend = (load_op_mapping(database).get("opperf") or {}).get("backend", "cuda")
     attention = args.attention or ("cpu" if backend == "cpu" else "cuda")
-    source = model_source(args.transformers_config or args.model, args.models, num_layers=args.num_layers)
-    scenarios = [parse_scenario(text, source.name, args.tp) for text in args.scenario]
-    predictions = predict(database, source, scenarios, dtype=getattr(torch, args.dtype), attention=attention,
-                          msmodeling_dir=args.msmodeling)
     answerer = "msmodeling's runtime" if args.msmodeling else "opperf's model of msmodeling's runtime"
-    print(f"{source.name} from {database} (answered by {answerer}; MISS = the device's roofline)")
-    print(prediction_table(predictions, args.top))
+    documents, pages = [], []
+    for name in ([args.transformers_config] if args.transformers_config else args.model):
+        source = model_source(name, args.models, num_layers=args.num_layers)
+        scenarios = [parse_scenario(text, source.name, args.tp) for text in args.scenario]
+        predictions = predict(database, source, scenarios, dtype=getattr(torch, args.dtype), attention=attention,
+                              msmodeling_dir=args.msmodeling)
+        print(f"{source.name} from {database} (answered by {answerer}; MISS = the device's roofline)")
+        table = prediction_table(predictions, args.top)
+        print(table)
+        pages.append(f"## {source.name}\n\n```\n{table}\n```\n")
+        documents += [{"model": source.name, **p.as_json(rows=True)} for p in predictions]
     if args.json:
-        document = {"database": str(database), "model": source.name, "answered_by": answerer, "tp": args.tp,
-                    "dtype": args.dtype, "scenarios": [p.as_json(rows=True) for p in predictions]}
+        models = [d["model"] for d in documents]
+        document = {"database": str(database), "model": models[0] if len(set(models)) == 1 else sorted(set(models)),
+                    "answered_by": answerer, "tp": args.tp, "dtype": args.dtype, "scenarios": documents}
         write_text_atomic(args.json, json.dumps(document, indent=1) + "\n")
+    if args.markdown:
+        write_text_atomic(args.markdown, f"# Predicted steps from {database}\n\nAnswered by {answerer}, {args.dtype}, "
+                          f"TP {args.tp}; MISS is priced at the device's roofline. Per scenario: the step's predicted "
+                          "device time (Σ answer × calls), the share of it answered EXACT / INTERPOLATED / ILLEGAL / "
+                          "MISS, then its largest kernel types (docs/grid.md, \"A prediction\").\n\n"
+                          + "\n".join(pages))
     return 0
 
 

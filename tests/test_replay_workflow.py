@@ -99,3 +99,26 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     config["replay"]["phase"].update(shapes=[], scope="throttled")
     plan = run_workflow(workdir, kernels, dry_run=True, config=config)
     assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]
+
+
+def test_the_predicted_steps_of_the_target_models_are_a_target_that_follows_its_scenarios(tmp_path):
+    """Stage 7b through the workflow: each grid target model's step at each configured scenario, from the finished
+    database, in JSON and as the report's page; another scenario re-runs this job only."""
+    workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
+    config["predict"] = {"scenarios": {"cpu": ["prefill:8", "decode:2x16"]}, "dtype": "float32"}
+    config["grid"] = {"enabled": False, "target_models": {"cpu": ["opperf-tiny"]}}
+    target = f"reports/{root}/predictions.json"
+    run_workflow(workdir, [target], config=config)
+    document = json.loads((workdir / target).read_text())
+    assert document["model"] == "opperf-tiny" and document["dtype"] == "float32"
+    assert [(s["model"], s["name"]) for s in document["scenarios"]] == [("opperf-tiny", "prefill:8"),
+                                                                        ("opperf-tiny", "decode:2x16")]
+    for scenario in document["scenarios"]:
+        assert scenario["predicted_us"] > 0
+        assert sum(scenario["status_time_share"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert scenario["predicted_us"] == pytest.approx(sum(q["latency_us"] * q["calls"]
+                                                             for q in scenario["queries"]), rel=1e-4)
+    page = (workdir / f"reports/{root}/predictions.md").read_text()
+    assert "## opperf-tiny" in page and "prefill:8" in page and "decode:2x16" in page
+    config["predict"]["scenarios"]["cpu"].append("prefill:16")
+    assert [rule for rule, _ in run_workflow(workdir, [target], dry_run=True, config=config)] == ["predict_steps"]
