@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Replay accuracy of the CPU back end on the demo workload, per CPU timing method, through the workflow's stages.
+"""Replay accuracy of the CPU back end on the demo workload, through the workflow's stages.
 
 On this host's CPU:
 
@@ -8,7 +8,7 @@ On this host's CPU:
               second time at the first thread count (how far two runs of the workload itself disagree)
   2. parse    scripts/parse_kernel_details.py → data/CPU/torch/{version_dir}/{Type}.csv
   3. replay   scripts/replay.py --database-path --backend cpu (a copy of the parsed database per run):
-              each --cpu-timing at each thread count, replaying the profile taken at that thread count
+              at each thread count (the profiler timer, replay's one), replaying the profile taken at that count
               (the workflow runs both with 1 thread: Snakemake sets OMP_NUM_THREADS to a job's threads);
               and once more with the profiler timing and glibc's MALLOC_MMAP_THRESHOLD_=65536 in the replay's
               environment (every tensor of 64 KiB or more a fresh mmap, its pages faulted in by the op that
@@ -43,7 +43,6 @@ from cuda_replay import analyse_run, read_rows  # noqa: E402
 
 from opperf import contract  # noqa: E402
 from opperf.replay.engine import replay_key  # noqa: E402
-from opperf.replay.methods import CPU_TIMINGS  # noqa: E402
 from opperf.report.build import cpu_model  # noqa: E402
 
 WORKLOAD = ["--model", "opperf-tiny", "--dtype", "float32", "--batch-size", "1", "--prefill-lengths", "16", "64",
@@ -117,7 +116,6 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_cpu_replay"))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                         help="torch threads of the workload and of its replay (default: %(default)s)")
-    parser.add_argument("--timings", nargs="+", choices=CPU_TIMINGS, default=list(CPU_TIMINGS))
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--profile-iterations", type=int, default=1,
                         help="passes of the workload under the profiler: each row's profiled mean over that many "
@@ -141,14 +139,14 @@ def main() -> int:
             work / f"{name}_parse.log")
     runs = {}
     for threads in args.threads:
-        for timing in args.timings:
+        for timing in ("profiler",):          # replay's one CPU timer since issue 42
             name = f"{timing}_t{threads}"
             target = database(work, name)
             target.parent.mkdir(parents=True)
             shutil.copytree(database(work, f"profile_t{threads}"), target)
             print(f"== replay {name}", flush=True)
             wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
-                              "--device", "CPU", "--repeat-count", str(args.repeat_count), "--cpu-timing", timing,
+                              "--device", "CPU", "--repeat-count", str(args.repeat_count),
                               "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
                              work / f"replay_{name}.log")
             rows = read_rows(target)
@@ -156,20 +154,20 @@ def main() -> int:
                           "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
                                           if r.get(contract.REPLAY_TIMING_METHOD)), ""),
                           "replay_wall_s": wall[name], **summarise(rows)}
-    if "profiler" in args.timings:
-        threads, name = args.threads[0], f"profiler_t{args.threads[0]}_fresh_pages"
-        target = database(work, name)
-        target.parent.mkdir(parents=True)
-        shutil.copytree(database(work, f"profile_t{threads}"), target)
-        print(f"== replay {name}", flush=True)
-        wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
-                          "--device", "CPU", "--repeat-count", str(args.repeat_count), "--cpu-timing", "profiler",
-                          "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
-                         work / f"replay_{name}.log", {"MALLOC_MMAP_THRESHOLD_": "65536"})
-        rows = read_rows(target)
-        runs[name] = {"timing": "profiler, MALLOC_MMAP_THRESHOLD_=65536", "threads": threads,
-                      "profile": f"profile_t{threads}", "method": rows[0].get(contract.REPLAY_TIMING_METHOD, ""),
-                      "replay_wall_s": wall[name], **summarise(rows)}
+    # the same replay with every tensor of 64 KiB or more a fresh mmap
+    threads, name = args.threads[0], f"profiler_t{args.threads[0]}_fresh_pages"
+    target = database(work, name)
+    target.parent.mkdir(parents=True)
+    shutil.copytree(database(work, f"profile_t{threads}"), target)
+    print(f"== replay {name}", flush=True)
+    wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
+                      "--device", "CPU", "--repeat-count", str(args.repeat_count),
+                      "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
+                     work / f"replay_{name}.log", {"MALLOC_MMAP_THRESHOLD_": "65536"})
+    rows = read_rows(target)
+    runs[name] = {"timing": "profiler, MALLOC_MMAP_THRESHOLD_=65536", "threads": threads,
+                  "profile": f"profile_t{threads}", "method": rows[0].get(contract.REPLAY_TIMING_METHOD, ""),
+                  "replay_wall_s": wall[name], **summarise(rows)}
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))

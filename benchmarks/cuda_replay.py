@@ -73,8 +73,9 @@ sys.path.insert(0, str(ROOT))
 from opperf import contract  # noqa: E402
 from opperf.power_samples import OLD_SAMPLE_FIELDS, POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
 from opperf.replay.phase_table import PHASE_CALLS, PHASE_METHOD, applied_time_ratio, read_phase_table  # noqa: E402
-from opperf.replay.methods import (CACHE_POLICIES, DEFAULT_CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W,  # noqa: E402
-                                   DEFAULT_POWER_POLICY, POWER_POLICIES)
+from opperf.replay.methods import CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W, POWER_POLICY  # noqa: E402
+
+DEFAULT_CACHE_POLICY = CACHE_POLICY      # replay's one cache state since issue 42 (flush and none were removed)
 
 @dataclass(frozen=True)
 class Workload:
@@ -236,14 +237,13 @@ def stage_replay(work: Path, args) -> dict:
     for name in args.workloads:
         parsed = database_dir(work, name, "parsed", args)
         for run_name in runs_to_replay(args):
-            policy = run_name.removesuffix("-repeat")
             target = database_dir(work, name, run_name, args)
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(parsed, target)
             command = [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", args.backend,
-                       "--device", args.device, "--repeat-count", str(args.repeat_count), "--l2-policy", policy,
-                       "--seed", str(1 if run_name == REPEAT_RUN else 0), "--power-policy", args.power_policy,
+                       "--device", args.device, "--repeat-count", str(args.repeat_count),
+                       "--seed", str(1 if run_name == REPEAT_RUN else 0),
                        "--heater-min-power", str(args.heater_min_power),
                        "--reports-dir", str(work / name / run_name / "reports")]
             timings[f"{name}/{run_name}"] = run(command, work / name / f"replay_{run_name}.log")
@@ -565,7 +565,7 @@ def repeatability(first: list[dict], second: list[dict]) -> dict:
 def stage_report(work: Path, args, env: dict, wall: dict, fixed: dict | None) -> dict:
     report = {"device": env.get("device"), "environment": env, "repeat_count": args.repeat_count,
               "default_policy": DEFAULT_CACHE_POLICY,
-              "power_policy": args.power_policy, "heater_min_power_w": args.heater_min_power,
+              "power_policy": POWER_POLICY, "heater_min_power_w": args.heater_min_power,
               "phase_cold_copies": args.phase_cold_copies,
               "workloads": [workload_entry(work, name, args) for name in args.workloads],
               "workload_plans": {n: asdict(args.catalog[n]) for n in args.workloads},
@@ -769,10 +769,10 @@ def main() -> int:
     parser.add_argument("--transformers-configs", nargs="+", type=Path, default=[], metavar="PATH",
                         help="transformers config.json files or directories of them, each a workload hf_<stem> "
                              "(e.g. benchmarks/workloads/tiny with --backend cpu); alone, only these run")
-    parser.add_argument("--policies", nargs="+", choices=CACHE_POLICIES, default=["insitu", "flush", "none"])
+    parser.add_argument("--policies", nargs="+", choices=[CACHE_POLICY], default=[CACHE_POLICY],
+                        help="replay's cache state (one since issue 42: the flush/none comparison is in "
+                             "benchmarks/results/cuda_replay/, made at 5780ade)")
     parser.add_argument("--repeat-count", type=int, default=30)
-    parser.add_argument("--power-policy", choices=POWER_POLICIES, default=DEFAULT_POWER_POLICY,
-                        help="scripts/replay.py --power-policy of every replay run (recorded in the JSON)")
     parser.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W, metavar="W",
                         help="scripts/replay.py --heater-min-power of every replay run (recorded in the JSON)")
     parser.add_argument("--profile-iterations", type=int, default=1,

@@ -273,6 +273,8 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
             for key, times in value["calls"].items():
                 calls[key] += times
         predicted = {query_key(r): latency for r, _, latency, _ in prediction.answers}
+        status_of = {query_key(r): status for r, status, _, _ in prediction.answers}
+        measured_by_status: dict = defaultdict(float)      # the step's measured time, by how its query was answered
         passes = sum(v["passes"] for v in values)
         errors, paired_us, worst = [], 0.0, []
         for key, times in calls.items():
@@ -280,6 +282,7 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
                 continue
             mean = sum(times) / len(times)
             paired_us += sum(times) / passes
+            measured_by_status[status_of[key]] += sum(times) / passes
             if mean > 0:
                 errors.append(abs(predicted[key] / mean - 1))
                 worst.append((abs(predicted[key] / mean - 1), key, predicted[key], mean, len(times) // passes))
@@ -290,6 +293,8 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
             "measured_us": round(measured_us, 3),
             "ratio": round(prediction.predicted_us / measured_us, 4) if measured_us else None,
             "status_time_share": {k: round(v, 6) for k, v in prediction.status_time_share.items()},
+            "status_measured_share": {k: round(measured_by_status[k] / measured_us, 6) if measured_us else None
+                                      for k in ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS")},
             "rows": len(errors),
             "row_median_error": round(statistics.median(errors), 4) if errors else None,
             "row_p90_error": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 4) if errors else None,
@@ -328,15 +333,18 @@ def write_report(output: Path, document: dict) -> None:
              f"{document.get('device', {}).get('device', '?')}; torch {document.get('device', {}).get('torch')}; "
              f"scenario space `{document['scenario_space']}`, {document['num_layers']} layers, {document['dtype']}. "
              f"Produced by `python benchmarks/e2e_prediction.py` (method in its docstring).", "",
-             "| workload | scenario | predicted µs | measured µs | pred/meas | EXACT | INTERP | ILLEGAL | MISS | rows "
-             "| row median err | row p90 err | paired time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-             "---:|---:|"]
+             "Status shares are of the predicted time; `MISS meas` is the share of the measured step time whose query "
+             "fell to roofline.", "",
+             "| workload | scenario | predicted µs | measured µs | pred/meas | EXACT | INTERP | ILLEGAL | MISS | MISS meas "
+             "| rows | row median err | row p90 err | paired time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             "---:|---:|---:|"]
     for workload in document["workloads"]:
         for s in workload.get("scenarios", []):
             share = s["status_time_share"]
             lines.append(f"| {workload['name']} | {s['name']} | {s['predicted_us']:.1f} | {s['measured_us']:.1f} | "
                          f"{s['ratio']} | " + " | ".join(f"{100 * share[k]:.1f} %" for k in
                                                          ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS"))
+                         + f" | {100 * s.get('status_measured_share', {}).get('MISS', 0):.1f} %"
                          + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
                          f"{s['paired_time_share']} |")
     lines += ["", "| workload | grid rows | kernel types | replay s | profile s |", "|---|---:|---:|---:|---:|"]

@@ -70,10 +70,10 @@ def in_process(kernel_type: str, count: int, settings: ReplaySettings) -> dict:
     """The engine alone (no child process): per-row wall time vs the row's kernel time."""
     from opperf.replay.definitions import load_definition
     from opperf.replay.engine import replay_row
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
     definition = load_definition(REPO / "config" / "kernels" / "torch" / f"{kernel_type}.yaml")
-    timer = CpuWallClockTimer(settings.cpu_threads)
+    timer = CpuProfilerTimer(settings.cpu_threads)
     calls = settings.warmup_count + settings.repeat_count
     kernel_s = 0.0
     start = time.perf_counter()

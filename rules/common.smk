@@ -284,17 +284,9 @@ def phase_replay_device(wildcards):
 
 
 def phase_replay_options(wildcards):
-    """scripts/phase_replay.py's selection options from config replay.phase."""
+    """scripts/phase_replay.py's options from config replay.phase."""
     phase = config["replay"]["phase"]
-    shapes = " ".join(shlex.quote(shape) for shape in phase["shapes"])
-    return (
-        (f"--shapes {shapes} " if shapes else "")
-        + f"--scope {phase['scope']} --{'' if phase['warm_inputs'] else 'no-'}warm-inputs "
-        + f"--{'' if phase['cold_copies'] else 'no-'}cold-copies "
-        + f"--min-calls {phase['min_calls']} --max-gap {phase['max_gap']} "
-        + f"--min-phase-ms {phase['min_phase_ms']} --min-row-us {phase['min_row_us']} "
-        + f"--iterations {phase['iterations']} --rest-s {phase['rest_s']}"
-    )
+    return f"--{'' if phase['cold_copies'] else 'no-'}cold-copies --iterations {phase['iterations']}"
 
 
 def database_rows_file(wildcards):
@@ -535,14 +527,11 @@ def replayed_csvs(wildcards):
 
 
 def replay_budget_options(wildcards):
-    """--time-budget-s and its bounds as config replay.time_budget_s asks (off by default: no option)."""
+    """--time-budget-s and its bound as config replay.time_budget_s asks (off by default: no option)."""
     replay = config["replay"]
     if replay.get("time_budget_s") is None:
         return ""
-    return (
-        f"--time-budget-s {replay['time_budget_s']} --min-repeat-count {replay['min_repeat_count']} "
-        f"--target-rel-error {replay['target_rel_error']}"
-    )
+    return f"--time-budget-s {replay['time_budget_s']} --min-repeat-count {replay['min_repeat_count']}"
 
 
 def replay_prune_options(wildcards):

@@ -27,8 +27,6 @@ rule replay_kernel:
         update_mode=config["replay"]["update_mode"],
         timeout_s=config["replay"]["timeout_s"],
         max_restarts=config["replay"]["max_restarts"],
-        l2_policy=config["replay"]["l2_policy"],
-        cpu_timing=config["replay"]["cpu_timing"],
         memory_fraction=config["replay"]["memory_fraction"],
         prune_options=replay_prune_options,
         budget_options=replay_budget_options,
@@ -40,7 +38,7 @@ rule replay_kernel:
         "--version-dir {wildcards.version_dir} --output {output.replayed} --trace-dir {params.trace_dir} "
         "--repeat-count {params.repeat_count} {params.budget_options} --warmup-count {params.warmup_count} "
         "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
-        "--l2-policy {params.l2_policy} --cpu-threads {threads} --cpu-timing {params.cpu_timing} --memory-fraction {params.memory_fraction} {params.prune_options} "
+        "--cpu-threads {threads} --memory-fraction {params.memory_fraction} {params.prune_options} "
         "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"
 
 

@@ -438,7 +438,7 @@ def _script_cases() -> list[Case]:
               "--output", "out/MatMulV2.csv")
     replay_mm = ("scripts/replay.py", "--rows", "in/mm.csv", "--kernel", "mm", "--backend", "cpu",
                  "--definition", "defs/mm.yaml", "--output", "out/mm.csv", "--trace-dir", "out/traces",
-                 "--repeat-count", "1", "--warmup-count", "1", "--timeout-s", "120", "--cpu-timing", "wall")
+                 "--repeat-count", "1", "--warmup-count", "1", "--timeout-s", "120")
     grid = ("scripts/generate_shape_grid.py", "--input-dir", "parsed", "--output-dir", "out/grid", "--device", "A3",
             "--rows", "4")
     workload = ("scripts/profile_workload.py", "--model", "opperf-tiny", "--num-layers", "1", "--prefill-lengths", "4",

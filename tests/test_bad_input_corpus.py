@@ -50,7 +50,7 @@ def test_snakemake_prints_our_line_between_its_own_header_and_one_frame(tmp_path
     assert done.returncode == 1 and len(lines) == 3, lines
     assert SNAKEMAKE_HEADER.match(lines[0]) and SNAKEMAKE_FRAME.match(lines[2]), lines
     assert lines[1] == (f"config/config.yaml, line {line}, field 'replays': unknown key 'replays'; allowed: comm, "
-                        "devices, grid, log_level, models, replay, report, sources, workload")
+                        "devices, grid, log_level, models, predict, replay, report, sources, workload")
 
 
 def test_a_yaml_error_in_the_config_is_named_by_the_snakefile_before_snakemake_reads_it(tmp_path):

@@ -172,7 +172,8 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
     assert {"aten.view.default", "aten.t.default", "aten.transpose.int", "aten.expand.default",
             "aten.slice.Tensor", "aten.split.Tensor", "aten.unsqueeze.default", "aten._unsafe_view.default"} <= views
     assert not views & {"aten.clone.default", "aten.contiguous.default", "aten.reshape.default", "aten.cat.default"}
-    assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1}}}
+    assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1},
+                                                                      "cat": {"generic_compute": {"axis": "output_numel"}}}}
     # A3: attention is what TensorCast issues (tensor_cast.attention.default), never npu_fusion_attention;
     # collectives sit in the runtime's hccl/v{cann}/ directory.
     npu_db = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"

@@ -139,7 +139,7 @@ def test_insitu_rewrites_what_the_reuse_distances_leave_resident():
     case = ReplayCase(fn=torch.addmm, args=(a, b, w), warm=(a, b, w))
     case.reuse = slot_reuse(case.tensors(), parse_row_slots(row), parse_reuse(row[contract.PROFILING_INPUT_REUSE]))
     assert sorted(case.reuse.values()) == [0.0, 1.5, math.inf]
-    _, views, description = CacheState(torch.device("cpu"), "insitu", 2 * MIB).plan(case)
+    _, views, description = CacheState(torch.device("cpu"), 2 * MIB).plan(case)
     # 1 MiB each: a all of it (nothing since), b the last 0.5 MiB (1.5 of 2 MiB taken since), w nothing (first use).
     assert sorted(v.numel() for v in views) == [MIB // 2, MIB]
     assert "1 cold input(s), 3 placed by the workload's reuse distances" in description

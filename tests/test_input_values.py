@@ -136,9 +136,9 @@ def test_a_bad_values_file_is_named(tmp_path):
 def _prepared(row, kernel_type):
     from opperf.replay.engine import prepare_row
     from opperf.replay.job import recipe_for
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
-    timer = CpuWallClockTimer()
+    timer = CpuProfilerTimer()
     prepared = prepare_row(recipe_for(kernel_type, "cpu", None), row, backend="cpu", device="cpu", timer=timer)
     assert prepared.case is not None, getattr(prepared, "error", "")
     return prepared, timer
@@ -183,13 +183,13 @@ def test_replay_rebuilds_a_histogram_input_with_its_recorded_counts(parsed, dtyp
 def test_a_defined_op_takes_recorded_ids_too():
     from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
     from opperf.replay.engine import prepare_row
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
     row = {"Input Shapes": "8;;", "Input Data Types": "DT_INT64;;", "Input Formats": "ND;;", "Output Shapes": "4",
            "Output Data Types": "DT_INT64", "Output Formats": "ND", "Input Scalars": ";;4",
            contract.PROFILING_INPUT_VALUES: "2 2 1 3*2;;"}
     definition = load_definition(DEFAULT_DEFINITIONS_DIR / "torch" / "bincount.yaml")
-    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuProfilerTimer())
     assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
     assert torch.bincount(prepared.case.args[0]).tolist() == [2, 2, 1, 3]
 
@@ -205,11 +205,11 @@ def test_values_that_do_not_fit_the_row_fall_back_to_the_balanced_draw(parsed):
         assert prepared.case.args[2].tolist()[-1] == 24
 
 
-def test_rotated_input_copies_cycle_through_the_recorded_splits_too(parsed):
+def test_input_copies_cycle_through_the_recorded_splits_too(parsed):
     from opperf.replay.timing import _clone_case
 
     prepared, _ = _prepared(_rows(parsed, "_grouped_mm")["24,64;6,64,64;6;;"], "_grouped_mm")
-    copy = _clone_case(prepared.case)
+    copy = _clone_case(prepared.case, {id(prepared.case.args[2])})
     offsets = copy.args[2]
     assert offsets is not prepared.case.args[2] and copy.value_variants[0][0] is offsets
     copy.next_values()
@@ -329,13 +329,13 @@ def test_defined_index_ops_take_the_recorded_number_of_distinct_rows():
     ]
     from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
     from opperf.replay.engine import prepare_row
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
     row = {"Input Shapes": "4096,64;;4096", "Input Data Types": "DT_FLOAT;;DT_INT64", "Input Formats": "ND;;ND",
            "Output Shapes": "4096,64", "Output Data Types": "DT_FLOAT", "Output Formats": "ND", "Input Scalars": ";0;",
            contract.PROFILING_INPUT_VALUES: ";;4096*3"}
     definition = load_definition(DEFAULT_DEFINITIONS_DIR / "torch" / "index_select.yaml")
-    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    prepared = prepare_row(definition, row, backend="cpu", device="cpu", timer=CpuProfilerTimer())
     assert prepared.recipe.endswith("1 input(s) with the workload's recorded values, 1 call(s) cycled")
     assert sorted(prepared.case.args[2].tolist()) == list(range(4096))
 

@@ -15,7 +15,7 @@ import pytest
 from opperf import contract
 from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definitions
 from opperf.replay.engine import STATUS_FAILED_VERIFY, STATUS_OK, STATUS_SKIPPED_MEMORY, replay_row
-from opperf.replay.timing import METHOD_CPU_WALL, CpuWallClockTimer
+from opperf.replay.timing import METHOD_CPU_PROFILER, CpuProfilerTimer
 
 ROWS_FILE = Path(__file__).parent / "data" / "replay" / "cpu_rows.csv"
 DEFINITIONS = load_definitions(DEFAULT_DEFINITIONS_DIR / "torch", "cpu")
@@ -30,13 +30,13 @@ def test_every_cpu_definition_has_a_real_row():
 @pytest.mark.parametrize("kernel_type", sorted(DEFINITIONS))
 def test_cpu_replay_of_every_definition(kernel_type):
     outcome = replay_row(DEFINITIONS[kernel_type], ROWS[kernel_type], backend="cpu", device="cpu",
-                         timer=CpuWallClockTimer(), repeat_count=3, warmup_count=1)
+                         timer=CpuProfilerTimer(), repeat_count=3, warmup_count=1)
     assert outcome.status == STATUS_OK, outcome.error
     # a call over 20x the median (a busy CI host's preemption) is left out and said so; never half of them
     left_out = re.search(r"(\d+) of 3 timed calls left out as interrupted", outcome.columns[contract.REPLAY_L2_POLICY])
     assert outcome.columns[contract.REPLAY_SAMPLE_COUNT] == str(3 - int(left_out.group(1)) if left_out else 3)
     assert int(outcome.columns[contract.REPLAY_SAMPLE_COUNT]) >= 2
-    assert outcome.columns[contract.REPLAY_TIMING_METHOD].startswith(METHOD_CPU_WALL + ", ")
+    assert outcome.columns[contract.REPLAY_TIMING_METHOD].startswith(METHOD_CPU_PROFILER + ", ")
     p10, mean, p90 = (float(outcome.columns[c]) for c in (contract.REPLAY_P10, contract.REPLAY_AVERAGE,
                                                          contract.REPLAY_P90))
     assert 0 < p10 <= p90 and mean > 0
@@ -49,7 +49,7 @@ def test_cpu_replay_of_every_definition(kernel_type):
 
 def test_a_row_whose_outputs_differ_fails_verification_and_gets_no_duration():
     row = dict(ROWS["mm"], **{contract.OUTPUT_SHAPES: "16,511"})
-    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
+    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuProfilerTimer(),
                          repeat_count=3)
     assert outcome.status == STATUS_FAILED_VERIFY and outcome.columns == {}
     assert "[16, 512] != expected [16, 511]" in outcome.error
@@ -57,7 +57,7 @@ def test_a_row_whose_outputs_differ_fails_verification_and_gets_no_duration():
 
 def test_a_row_over_the_memory_budget_is_skipped_before_allocation():
     row = dict(ROWS["mm"], **{contract.INPUT_SHAPES: "4000000,100000;100000,512"})
-    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
+    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuProfilerTimer(),
                          memory_budget_bytes=2**30)
     assert outcome.status == STATUS_SKIPPED_MEMORY and "over the device memory budget of 1.00 GiB" in outcome.error
 

@@ -44,16 +44,17 @@ def test_outputs_slots_verifies_the_leading_outputs_only(repo):
     assert not verify_outputs(row, slots, produced, OutputSpec(verify=True, extra="ignore")).ok
 
 
-def test_the_power_policy_reaches_the_worker_and_is_checked(tmp_path):
+def test_the_heater_threshold_reaches_the_worker_and_removed_methods_are_refused(tmp_path):
     import subprocess
     import sys
 
     from opperf.replay.isolation import WorkerSettings
 
     settings = WorkerSettings(rows_path="rows.csv", kernel_type="mm", definition_path="mm.yaml", backend="cuda",
-                              repeat_count=3, warmup_count=1, power_policy="match-clock")
+                              repeat_count=3, warmup_count=1, heater_min_power_w=150.0)
     command = settings.command(tmp_path / "indices", tmp_path / "progress")
-    assert command[command.index("--power-policy") + 1] == "match-clock"
-    done = subprocess.run([sys.executable, "scripts/replay.py", "--power-policy", "hot"], capture_output=True,
-                          text=True)
-    assert done.returncode == 2 and "--power-policy: invalid choice: 'hot'" in done.stderr
+    assert command[command.index("--heater-min-power") + 1] == "150.0"
+    # One method each (issue 42): the options that chose among measured-and-dropped ones are gone.
+    for option in ("--power-policy", "--l2-policy", "--cuda-timing", "--cpu-timing"):
+        done = subprocess.run([sys.executable, "scripts/replay.py", option, "x"], capture_output=True, text=True)
+        assert done.returncode == 2 and f"unrecognized arguments: {option} x" in done.stderr

@@ -80,11 +80,11 @@ def test_after_max_restarts_the_rest_is_recorded_not_run(tmp_path, hook_path, wo
 def test_an_unimportable_hook_is_a_build_failure_of_the_row(tmp_path):
     from opperf.replay.definitions import load_definition
     from opperf.replay.engine import STATUS_FAILED_BUILD, replay_row
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
     definition = load_definition(write_definition(tmp_path, "NoHook"))
     row = {contract.INPUT_SHAPES: "4,8;8,4", contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT"}
-    outcome = replay_row(definition, row, backend="cpu", device="cpu", timer=CpuWallClockTimer())
+    outcome = replay_row(definition, row, backend="cpu", device="cpu", timer=CpuProfilerTimer())
     assert outcome.status == STATUS_FAILED_BUILD
     assert "cannot import hook module 'misbehaving_hooks'" in outcome.error
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from opperf.errors import OpperfError
-from opperf.replay.phase import call_keys, database_rows, phase_calls, phase_table, trace_calls
+from opperf.replay.phase import call_keys, database_rows, phase_table, trace_calls
 
 TRACE = "tests/data/parse/cuda_decoder_trace.json"
 
@@ -57,19 +57,6 @@ def test_the_order_does_not_read_the_execution_trace(tmp_path):
     assert [c["Type"] for c in calls] == [c["Type"] for c in trace_calls(TRACE)]
 
 
-def test_a_phase_is_the_first_long_enough_run_of_its_shapes_with_the_calls_between():
-    calls = trace_calls(TRACE)
-    prefill = phase_calls(calls, ["1,4,"], min_calls=5, max_gap=3)       # the 4-token prefill
-    assert len(prefill) == 12 and prefill[0] is calls[1] and prefill[-1]["Type"] == "add"
-    strict = phase_calls(calls, ["1,4,"], min_calls=5, max_gap=0)        # no other call in between
-    assert len(strict) == 6 and strict[0] is calls[1] and strict[-1]["Type"] == "mul"
-    decode = phase_calls(calls, ["1,1,"], min_calls=5, max_gap=3)
-    assert len(decode) == 8 and decode[0] is calls[81]
-    assert phase_calls(calls, [], min_calls=5) == calls                  # no shapes: the whole trace
-    with pytest.raises(OpperfError, match=r"no run of 500 calls .*the longest has \d+"):
-        phase_calls(calls, ["1,4,"], min_calls=500)
-
-
 def test_calls_without_rows_are_named(parsed, tmp_path):
     calls = trace_calls(TRACE)
     rows = database_rows(parsed)
@@ -79,54 +66,13 @@ def test_calls_without_rows_are_named(parsed, tmp_path):
     assert database_rows(tmp_path) == {}
 
 
-def _call(clock, idle, duration, name="mm"):
-    return {"Type": name, "SM Clock(MHz)": clock, "Idle Before(us)": idle, "Duration(us)": duration}
-
-
-def test_power_capped_phases_are_runs_of_throttled_calls_that_kept_the_gpu_busy():
-    from opperf.replay.phase import throttled_phases
-
-    calls = [_call(1980, 5, 9000),                                   # full clock: no phase
-             _call(1700, 500, 12000), _call(1720, 2, 5000), _call(1750, 0, 4000),    # a 21 ms phase
-             _call(1740, 800, 30000),                                # launched after 800 µs of idle: a new run
-             _call(1745, 1, 1000), _call(1960, 1, 500),              # 1,960 MHz is within 50 MHz: the run ends
-             _call(None, 1, 25000), _call(1600, 3, 19000)]           # no clock; then 19 ms alone: too short
-    phases = throttled_phases(calls, max_clock=1980.0)
-    assert [len(p) for p in phases] == [3, 2]
-    assert phases[0][0] is calls[1] and phases[1][0] is calls[4]
-    assert throttled_phases(calls, max_clock=1980.0, min_device_ms=19.0)[-1] == [calls[8]]
-    assert [len(p) for p in throttled_phases(calls, max_clock=1980.0, max_idle_us=1000.0)] == [5]
-    # Without the device's maximum, the highest sampled clock is the full one; without samples there is none.
-    assert [len(p) for p in throttled_phases(calls)] == [3, 2]
-    assert throttled_phases([_call(None, 0, 50000)]) == []
-
-
-def test_the_real_trace_with_its_second_half_throttled_has_one_phase(tmp_path):
-    from test_power_state import _trace_with_samples
-
-    from opperf.replay.phase import throttled_phases
-
-    trace, middle = _trace_with_samples(tmp_path, layout="new")          # 1,980 MHz, then 1,755 MHz
-    calls = trace_calls(trace)
-    assert all("SM Clock(MHz)" in c for c in calls)
-    phases = throttled_phases(calls, max_clock=1980.0, min_device_ms=0.0, max_idle_us=1e9)
-    assert len(phases) == 1 and phases[0][-1] is calls[-1]
-    assert all(float(c["SM Clock(MHz)"]) == 1755.0 for c in phases[0])
-    assert float(phases[0][0]["Start Time(us)"]) >= float(calls[0]["Start Time(us)"])
-
-
-def test_the_stage_takes_the_whole_trace_by_default_and_its_throttled_phases_on_request(tmp_path):
+def test_the_stage_takes_the_whole_trace(tmp_path):
     from test_power_state import _trace_with_samples
 
     from opperf.replay.phase import select_phases
 
     trace, _ = _trace_with_samples(tmp_path, layout="new")          # 1,980 MHz, then 1,755 MHz
-    calls = trace_calls(trace)
-    assert select_phases(trace) == [calls]                          # scope trace: every call, in launch order
-    throttled = [call for phase in select_phases(trace, scope="throttled", min_phase_ms=0.0) for call in phase]
-    assert 0 < len(throttled) < len(calls) and all(float(c["SM Clock(MHz)"]) == 1755.0 for c in throttled)
-    with pytest.raises(OpperfError, match=r"field '--scope': phase scope 'all' is not one of \('trace', 'throttled'\)"):
-        select_phases(trace, scope="all")
+    assert select_phases(trace) == [trace_calls(trace)]              # every call, in launch order
 
 
 CPU_TRACE = "tests/data/parse/cpu_decoder_trace.json"
@@ -144,7 +90,7 @@ def test_a_phase_replays_every_call_in_order_on_the_cpu(cpu_parsed, monkeypatch,
 
     calls = trace_calls(CPU_TRACE)
     rows = database_rows(cpu_parsed)
-    prefill = phase_calls(calls, ["1,4,", "4,"], min_calls=5)
+    prefill = [call for call in calls if str(call["Input Shapes"]).startswith(("1,4,", "4,"))][:40]
     keys = call_keys(prefill, rows, cpu_parsed)
     monkeypatch.setenv("OPPERF_PROGRESS_INTERVAL_S", "0")
     import opperf.replay.job as job
@@ -222,7 +168,7 @@ def test_a_call_out_of_memory_in_order_fails_the_phase_naming_its_row_and_what_t
         replay_phases([keys], rows, device="cpu", rest_s=0.0)
     row = rows[keys[0]]
     assert str(caught.value).startswith(f"{row['_path']}, line {row['_line']}: {keys[0][0]} ran out")
-    assert "replay.phase.scope: throttled" in str(caught.value) and "Tried to allocate 2.00 GiB" in str(caught.value)
+    assert "replay.phase.enabled: false" in str(caught.value) and "Tried to allocate 2.00 GiB" in str(caught.value)
 
 
 def _table(kernel, shapes, calls, profiled, replayed, applied="yes", **signature):
@@ -303,8 +249,7 @@ def test_the_stage_refuses_a_kernel_table_and_names_calls_without_rows_leaving_n
     assert done.stderr.startswith(f"error: {kernel_table}, field '--profiling-path': phase replay follows a "
                                   "torch.profiler trace's call order")
     # The CUDA trace's calls against the CPU trace's rows: none of them is here.
-    done = phase_script("--profiling-path", TRACE, "--rows", cpu_parsed, "--output", table, "--shapes", "1,4,",
-                         "--min-calls", "5", "--device", "cpu")
+    done = phase_script("--profiling-path", TRACE, "--rows", cpu_parsed, "--output", table, "--device", "cpu")
     assert done.returncode == 2 and not table.exists()
     assert "calls have no row here" in done.stderr and "parse the same trace into it" in done.stderr
 
@@ -353,22 +298,6 @@ def test_a_phase_cycles_each_rows_recorded_input_values_from_call_to_call(tmp_pa
     # The 24-token rows' 2nd to 4th calls ran the 2nd to 4th recorded splits (the row's Profiling Input Values).
     assert [5, 7, 11, 15, 23, 24] in next(v for v in seen.values() if len(v) == 3)
     assert all(len({tuple(offsets) for offsets in v}) == len(v) for v in seen.values())
-
-
-def test_the_stage_says_why_it_found_no_phase_and_writes_an_empty_table(parsed, tmp_path, phase_script):
-    from test_power_state import _trace_with_samples
-
-    trace, _ = _trace_with_samples(tmp_path, layout="new")       # half of it 225 MHz under the full clock
-    rows = parsed                                                # the same calls: the same rows
-    table = tmp_path / "phase.csv"
-    # Its throttled half holds far less than 20 ms of device time: no power-capped phase.
-    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table, "--scope", "throttled")
-    assert done.returncode == 0, done.stderr
-    assert f"{trace}: no power-capped phase of 20 ms or more in its NVML samples" in done.stdout
-    assert table.read_text().startswith("Type,Input Shapes,") and len(table.read_text().splitlines()) == 1
-    (trace.parent / "power_samples.json").unlink()
-    done = phase_script("--profiling-path", trace, "--rows", rows, "--output", table, "--scope", "throttled")
-    assert f"{trace}: no NVML samples beside it (power_samples.json), so no phase to find" in done.stdout
 
 
 def test_memory_windows_split_the_order_into_runs_of_calls_whose_rows_fit():

@@ -11,7 +11,7 @@ from opperf.replay.definitions import load_definition, schema_definition
 from opperf.replay.engine import STATUS_NO_DEFINITION, STATUS_OK, replay_row
 from opperf.replay.inputs import MetaBuildContext, build_case
 from opperf.replay.schema import _Values, bindings, choose_binding, op_packet, recipe_of, routed_offsets
-from opperf.replay.timing import CpuWallClockTimer
+from opperf.replay.timing import CpuProfilerTimer
 
 from conftest import REPO
 
@@ -135,7 +135,7 @@ def test_a_row_no_overload_reproduces_is_refused_before_anything_runs():
 
 
 def test_replay_records_the_recipe_and_a_definition_that_does_not_fit_falls_back_to_the_schema():
-    timer = CpuWallClockTimer()
+    timer = CpuProfilerTimer()
     fields, _ = ROWS["cos"]
     outcome = replay_row(schema_definition("cos", ("cpu",)), fields, backend="cpu", device="cpu", timer=timer,
                          repeat_count=2, warmup_count=1)

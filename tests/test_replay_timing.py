@@ -15,9 +15,10 @@ import yaml
 from opperf import contract
 from opperf.replay.engine import STATUS_OK
 from opperf.replay.inputs import ReplayCase
-from opperf.replay.job import ReplaySettings, replay_kernel_csv
-from opperf.replay.methods import CACHE_POLICIES, DEFAULT_CACHE_POLICY
-from opperf.replay.timing import CacheState, CpuWallClockTimer, range_device_times, storage_bytes_view
+from opperf.errors import OpperfError
+from opperf.replay.isolation import WorkerSettings
+from opperf.replay.timing import CacheState, CpuProfilerTimer, range_device_times, storage_bytes_view
+from opperf.yaml_files import check_schema
 
 CPU = torch.autograd.DeviceType.CPU
 CUDA = torch.autograd.DeviceType.CUDA
@@ -95,7 +96,7 @@ def test_storage_view_spans_exactly_the_bytes_a_strided_input_reads():
 
 
 def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     storage = torch.randn(10, 8)
     gate, up = storage[:, :4], storage[:, 4:]                  # two views of one buffer: one touch each
     weight = torch.randn(4, 4)
@@ -109,17 +110,11 @@ def test_insitu_plan_touches_warm_inputs_once_and_describes_the_state():
     before = storage.clone()
     state.prepare(views)                     # the flush (a read) and the touches run, values unchanged
     assert torch.equal(storage, before)
-    flush = CacheState(torch.device("cpu"), "flush", 1 << 20)
-    _, views, text = flush.plan(case)
-    flush.prepare(views)
-    assert views == [] and text == "flush (read 2 MiB) before each call (L2 1024 KiB)"
-    _, views, text = CacheState(torch.device("cpu"), "none", 1 << 20).plan(case)
-    assert views == [] and text == "none (warm from the previous call)"
 
 
 def test_insitu_warms_a_sparse_slice_element_wise_and_its_tail_by_reuse():
     """A rotary half of a fused QKV output is rewritten element by element, not through the 36x larger span."""
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     qkv = torch.randn(64, 576, dtype=torch.bfloat16)
     half = qkv[:, 64:80]                                       # 16 of every 576 elements
     weight = torch.randn(16, 16, dtype=torch.bfloat16)
@@ -143,7 +138,7 @@ def test_insitu_warms_a_sparse_slice_element_wise_and_its_tail_by_reuse():
 
 
 def test_cpu_timer_collects_every_measured_key_once():
-    timer = CpuWallClockTimer(threads=1)
+    timer = CpuProfilerTimer(threads=1)
     case = ReplayCase(fn=torch.add, args=(torch.ones(4), torch.ones(4)))
     timer.measure(case, 1, 3, "a")
     timer.measure(case, 1, 2, "b")
@@ -152,24 +147,39 @@ def test_cpu_timer_collects_every_measured_key_once():
     assert timer.collect() == {}
 
 
-def test_rows_measured_in_one_batch_all_get_their_outcome(tmp_path):
+def test_rows_measured_in_one_batch_all_get_their_outcome(tmp_path, monkeypatch):
+    """The worker collects a profiler session every TIMING_BATCH_ROWS measured rows (2 here: three sessions for 5
+    rows), and every measured row gets its outcome."""
+    from opperf.replay import worker
+
     rows = [{contract.OP_STATE: "eager", contract.ACCELERATOR_CORE: "CPU", contract.INPUT_SHAPES: f"{m},8;8,4",
              contract.INPUT_DTYPES: "DT_FLOAT;DT_FLOAT", contract.INPUT_FORMATS: "ND;ND",
              contract.OUTPUT_SHAPES: f"{m},4", contract.OUTPUT_DTYPES: "DT_FLOAT", contract.OUTPUT_FORMATS: "ND",
              contract.PROFILING_AVERAGE: "1"} for m in (1, 2, 3, 4, 5)]
     path = tmp_path / "mm.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    output = tmp_path / "out.csv"
-    job = replay_kernel_csv(path, "mm", "config/kernels", output,
-                            ReplaySettings(repeat_count=2, warmup_count=1, timing_batch_rows=2), version_dir=None)
-    written = pd.read_csv(output, dtype=str, keep_default_na=False)
-    assert written[contract.REPLAY_STATUS].tolist() == [STATUS_OK] * 5
-    assert written[contract.REPLAY_SAMPLE_COUNT].tolist() == ["2"] * 5
-    assert json.dumps(job.status_counts()) == '{"ok": 5}'
+    indices, progress = tmp_path / "indices", tmp_path / "progress"
+    indices.write_text("0\n1\n2\n3\n4\n", encoding="utf-8")
+    command = WorkerSettings(str(path), "mm", str(Path("config/kernels/torch/mm.yaml").resolve()), "cpu", 2, 1,
+                             cpu_threads=1).command(indices, progress)
+    monkeypatch.setattr(worker, "TIMING_BATCH_ROWS", 2)
+    collects = []
+    original = CpuProfilerTimer.collect
+
+    def counted(self):
+        collects.append(1)
+        return original(self)
+    monkeypatch.setattr(CpuProfilerTimer, "collect", counted)
+    assert worker.main(command[3:]) == 0
+    done = [json.loads(line) for line in progress.read_text(encoding="utf-8").splitlines()]
+    outcomes = [record["outcome"] for record in done if record["event"] == "done"]
+    assert len(outcomes) == 5 and len(collects) == 3
+    assert [outcome["status"] for outcome in outcomes] == [STATUS_OK] * 5
+    assert [outcome["columns"][contract.REPLAY_SAMPLE_COUNT] for outcome in outcomes] == ["2"] * 5
 
 
 def test_insitu_rewrites_warm_inputs_from_twins_and_keeps_their_values():
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     storage = torch.randn(10, 8)
     gate, up = storage[:, :4], storage[:, 4:]
     case = ReplayCase(fn=torch.add, args=(gate, up), warm=(gate, up))
@@ -180,18 +190,12 @@ def test_insitu_rewrites_warm_inputs_from_twins_and_keeps_their_values():
     storage.zero_()                          # the twins were taken at plan time: prepare restores those bytes
     state.prepare(views)
     assert torch.equal(storage, before)
-    inplace = CacheState(torch.device("cpu"), "insitu-inplace", 1 << 20)
-    _, views, text = inplace.plan(case)
-    assert len(views) == 2 and "rewritten into L2 in place" in text
-    storage.zero_()
-    inplace.prepare(views)                   # no twins: the bytes stay as they are
-    assert not storage.any()
 
 
 def test_rewrite_makes_the_warm_inputs_resident_without_a_flush(monkeypatch):
     """What the in-order phase replay runs before each call: the warm inputs from their twins, and the rest of the
     cache as the calls before it left it (no flush)."""
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     activation, weight = torch.randn(10, 4), torch.randn(10, 4)
     case = ReplayCase(fn=torch.add, args=(activation, weight), warm=(activation,))
     _, views, text = state.plan(case)
@@ -214,7 +218,7 @@ def test_cold_input_copies_give_a_rows_calls_fresh_cold_inputs_and_share_the_res
     left, right = storage[:, :4], storage[:, 4:]
     case = ReplayCase(fn=torch.addmm, args=(bias, activation, weight, offsets, left, right),
                       warm=(activation,), value_variants=[(offsets, [offsets.clone(), offsets + 1])])
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     state.plan(case)
     assert [id(t) for t in state.cold] == [id(bias), id(weight), id(offsets), id(left), id(right)]
     cases = cold_input_copies(case, state.cold, 1 << 20, calls=3)
@@ -237,7 +241,7 @@ def test_cold_input_copies_give_a_rows_calls_fresh_cold_inputs_and_share_the_res
 def test_input_copies_keep_each_inputs_layout_offset_and_aliasing():
     """A copy of a strided view (rotate_half's `x[..., 64:]`, a KV-cache slice) keeps its strides and offset over a
     storage of the same size: `Tensor.clone` makes it contiguous, and the contiguous kernel ran 0.55-0.68x on the
-    H200. Two inputs over one storage share the copy's storage, as the rotate policy's full copies need."""
+    H200. Two inputs over one storage share the copy's storage."""
     from opperf.replay.timing import _clone_case, cold_input_copies, storage_bytes
 
     base = torch.randn(2, 8, 128)
@@ -245,7 +249,7 @@ def test_input_copies_keep_each_inputs_layout_offset_and_aliasing():
     cache = torch.randn(4, 8, 16)
     slot, other = cache[:, :, 2:10], cache[:, :, 10:]
     case = ReplayCase(fn=torch.neg, args=(half, slot, other))
-    copy = _clone_case(case)
+    copy = _clone_case(case, {id(t) for t in case.args})
     for original, copied in zip(case.args, copy.args):
         assert copied.stride() == original.stride() and copied.storage_offset() == original.storage_offset()
         assert copied.untyped_storage().nbytes() == original.untyped_storage().nbytes()
@@ -264,7 +268,7 @@ def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewri
     case = ReplayCase(fn=torch.add, args=(tokens, offsets), warm=(tokens, offsets),
                       value_variants=[(offsets, [torch.tensor([1, 3, 4], dtype=torch.int32),
                                                  torch.tensor([2, 2, 4], dtype=torch.int32)])])
-    state = CacheState(torch.device("cpu"), "insitu", 1 << 20)
+    state = CacheState(torch.device("cpu"), 1 << 20)
     _, views, text = state.plan(case)
     assert len(views) == 2 and "1 by a copy from a twin (its producer's reads interleaved), 1 in place" in text
     case.next_values()                       # the second recorded call's offsets, then the cache preparation
@@ -272,8 +276,12 @@ def test_insitu_leaves_inputs_with_recorded_value_variants_to_the_in_place_rewri
     assert offsets.tolist() == [2, 2, 4]     # not put back to the first call's values by a twin
 
 
-def test_config_schema_offers_exactly_the_cache_policies_replay_knows():
-    path = Path(__file__).resolve().parents[1] / "config" / "config.schema.yaml"
-    schema = yaml.safe_load(path.read_text(encoding="utf-8"))
-    l2 = schema["properties"]["replay"]["properties"]["l2_policy"]
-    assert l2["enum"] == list(CACHE_POLICIES) and l2["default"] == DEFAULT_CACHE_POLICY == "insitu"
+@pytest.mark.parametrize("key", ["l2_policy", "cpu_timing", "target_rel_error"])
+def test_the_config_schema_refuses_the_removed_replay_methods(key):
+    """One method each (issue 42): a config that still chooses a cache policy, a cpu timer or a spread target is
+    refused by the schema, not silently ignored."""
+    path = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config["replay"][key] = "insitu"
+    with pytest.raises(OpperfError, match=key):
+        check_schema(config, "config.schema.yaml", path, set_defaults=True)

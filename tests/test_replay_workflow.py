@@ -70,9 +70,8 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
     """Stage 4b through the workflow: its table, its rows folded in by the database stage, and a change of its
     settings re-running it and the database, not the replays."""
     workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
-    # The trace's six calls (mm, add, silu twice) selected by shape: each row's two calls ran in the phase.
-    config["replay"]["phase"] = {"enabled": True, "backends": ["cpu"], "shapes": ["8,"], "min_calls": 3, "max_gap": 0, "min_row_us": 0,
-                                 "rest_s": 0}
+    # The trace's six calls (mm, add, silu twice), the whole trace: each row's two calls ran in the phase.
+    config["replay"]["phase"] = {"enabled": True, "backends": ["cpu"]}
     kernels = [f"data/{root}/{kernel}.csv" for kernel in ("mm", "add", "silu")]
     run_workflow(workdir, kernels, config=config)
     table = pd.read_csv(workdir / "results" / root / "phase_replay.csv", dtype=str, keep_default_na=False)
@@ -96,7 +95,7 @@ def test_phase_replay_folds_the_phases_in_order_into_the_database_and_reruns_on_
         method = row["Replay Timing Method"]
         assert method.endswith("; 2 of 2 calls replayed in the workload's phase(s): " + line["Phase Timing Method"])
     # Another phase setting re-runs stage 4b and the database, not the replays.
-    config["replay"]["phase"].update(shapes=[], scope="throttled")
+    config["replay"]["phase"].update(iterations=1)
     plan = run_workflow(workdir, kernels, dry_run=True, config=config)
     assert sorted(rule for rule, _ in plan) == ["database_kernel"] * 3 + ["phase_replay"]
 

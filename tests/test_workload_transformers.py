@@ -48,7 +48,7 @@ def test_moe_ops_without_definitions_replay_from_their_schema(moe_database):
     from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, definition_index
     from opperf.replay.engine import STATUS_OK, replay_row
     from opperf.replay.job import recipe_for
-    from opperf.replay.timing import CpuWallClockTimer
+    from opperf.replay.timing import CpuProfilerTimer
 
     defined = definition_index(DEFAULT_DEFINITIONS_DIR / "torch")
     types = [line for line in (moe_database / "kernel_types.txt").read_text().split() if line]
@@ -57,7 +57,7 @@ def test_moe_ops_without_definitions_replay_from_their_schema(moe_database):
     # Which glue ops a MoE layer launches depends on the transformers release (5.17: masked_fill_, clamp_,
     # ge, gt; 5.23 routes differently); index and index_put_ gather and scatter the tokens in every one.
     assert {"index", "_index_put_impl_"} <= set(undefined) and len(undefined) >= 4, undefined
-    timer = CpuWallClockTimer()
+    timer = CpuProfilerTimer()
     for kernel_type in undefined:
         recipe = recipe_for(kernel_type, "cpu", None)
         for row in _rows(moe_database, kernel_type):

@@ -40,12 +40,10 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
         backend=backend, repeat_count=args.repeat_count, warmup_count=args.warmup_count,
         update_mode=args.update_mode, timeout_s=args.timeout_s, max_restarts=args.max_restarts,
         prune_invalid_rows=args.prune_invalid_rows, prune_empty_duration_rows=args.prune_empty_duration_rows,
-        fail_fast=args.fail_fast, l2_policy=args.l2_policy, cuda_timing=args.cuda_timing,
-        power_policy=args.power_policy, heater_min_power_w=args.heater_min_power,
-        timing_batch_rows=args.timing_batch_rows, seed=args.seed, persistent_worker=args.persistent_worker,
-        memory_budget_bytes=budget, device_ids=device_ids, slots_dir=args.slots_dir, cpu_threads=args.cpu_threads,
-        cpu_timing=args.cpu_timing, time_budget_s=args.time_budget_s, min_repeat_count=args.min_repeat_count,
-        target_rel_error=args.target_rel_error)
+        fail_fast=args.fail_fast, heater_min_power_w=args.heater_min_power, seed=args.seed,
+        persistent_worker=args.persistent_worker, memory_budget_bytes=budget, device_ids=device_ids,
+        slots_dir=args.slots_dir, cpu_threads=args.cpu_threads, time_budget_s=args.time_budget_s,
+        min_repeat_count=args.min_repeat_count)
     settings.validate()
     return settings
 

@@ -17,7 +17,7 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.replay.definitions import SCHEMA_BACKENDS, KernelDefinition, schema_definition
-from opperf.replay.methods import RepeatBudget, Timer, TimingResult, sets_own_clock
+from opperf.replay.methods import RepeatBudget, Timer, TimingResult
 from opperf.stats import INTERRUPTED_FACTOR, duration_stats, format_number, split_interrupted
 
 if TYPE_CHECKING:      # torch-importing modules: the job's parent process plans and writes back without torch
@@ -213,12 +213,10 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     if case.value_variants:
         recipe += (f"; {len(case.value_variants)} input(s) with the workload's recorded values, "
                    f"{max(len(v) for _, v in case.value_variants)} call(s) cycled")
-    # The workload's SM clock (a profile taken with the NVML sampler) and device time of the call: power policy.
-    case.target_clock_mhz = duration_value(row.get(contract.PROFILED_SM_CLOCK))
+    # The GPU's power around the call in the workload (a profile taken with the NVML sampler) and its device time:
+    # the power state (heater or idle) the cuda timer puts the call in.
     case.profiled_power_w = duration_value(row.get(contract.PROFILED_POWER))
-    case.gemm_before_us = duration_value(row.get(contract.PROFILED_GEMM_BEFORE))
     case.profiled_us = duration_value(row.get(contract.PROFILING_AVERAGE))
-    case.sets_own_clock = sets_own_clock(definition.category, definition.schema_op)
     try:
         distances = row_reuse(row, path=path, line=line)
     except OpperfError as exc:

@@ -66,18 +66,11 @@ class ReplayCase:
     description: str = ""                 # what was built, for traces and error messages
     warm: tuple | None = None
     recipe: str = ""                      # `Replay Recipe` when the builder knows better than its definition
-    target_clock_mhz: float | None = None  # the SM clock the row's kernels ran at in the workload (power policy)
     profiled_power_w: float | None = None  # the GPU's power around the row's calls in the workload (NVML)
     profiled_us: float | None = None       # the call's device time in the workload (Profiling Average Duration)
     # id(tensor) → MiB the workload touched since that input's last use (the row's Profiling Input Reuse
     # Distance, opperf.replay.residency): where set, insitu holds in L2 what an LRU cache would, not `warm`.
     reuse: dict[int, float] = field(default_factory=dict)
-    # A GEMM or attention call draws the power that sets its own clock; other long calls run at the clock the
-    # kernels before them left (the match-clock power policy holds only those at the workload's clock).
-    sets_own_clock: bool = False
-    # The workload's GEMM/attention history before the call as one GEMM's length (its trace): the after-long-gemm
-    # power policy runs that much GEMM before each long call.
-    gemm_before_us: float | None = None
 
     # Inputs whose values the workload recorded (BuildContext.recorded_input): before each call the timer copies
     # the next recorded call's values in (next_values), outside the timed range and before the cache preparation.

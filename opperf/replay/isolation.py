@@ -24,9 +24,7 @@ from pathlib import Path
 
 from opperf.errors import OpperfError
 from opperf.log import Progress, get_logger
-from opperf.replay.methods import (DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W,
-                                   DEFAULT_MIN_REPEAT_COUNT, DEFAULT_POWER_POLICY, DEFAULT_TARGET_REL_ERROR,
-                                   DEFAULT_TIMING_BATCH_ROWS)
+from opperf.replay.methods import DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT
 from opperf.replay.engine import (FAILED_STATUSES, STATUS_FAILED_CRASH, STATUS_FAILED_TIMEOUT, STATUS_NOT_RUN, RowOutcome)
 
 log = get_logger("replay.isolation")
@@ -45,34 +43,24 @@ class WorkerSettings:
     repeat_count: int
     warmup_count: int
     memory_budget_bytes: int | None = None
-    l2_policy: str = DEFAULT_CACHE_POLICY
-    cuda_timing: str = "kernel"
-    power_policy: str = DEFAULT_POWER_POLICY
     heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
     seed: int = 0
     cpu_threads: int | None = None
-    cpu_timing: str = DEFAULT_CPU_TIMING
-    timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
     time_budget_s: float | None = None          # None: every row gets repeat_count timed calls
     min_repeat_count: int = DEFAULT_MIN_REPEAT_COUNT
-    target_rel_error: float = DEFAULT_TARGET_REL_ERROR
 
     def command(self, indices_path: Path, progress_path: Path, python: str = sys.executable) -> list[str]:
         command = [python, "-m", "opperf.replay.worker", "--rows", self.rows_path, "--kernel", self.kernel_type,
                    "--definition", self.definition_path, "--backend", self.backend,
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
-                   "--l2-policy", self.l2_policy, "--cuda-timing", self.cuda_timing,
-                   "--power-policy", self.power_policy, "--heater-min-power", repr(self.heater_min_power_w),
-                   "--cpu-timing", self.cpu_timing, "--seed", str(self.seed),
-                   "--timing-batch-rows", str(self.timing_batch_rows)]
+                   "--heater-min-power", repr(self.heater_min_power_w), "--seed", str(self.seed)]
         if self.memory_budget_bytes is not None:
             command += ["--memory-budget-bytes", str(self.memory_budget_bytes)]
         if self.cpu_threads is not None:
             command += ["--cpu-threads", str(self.cpu_threads)]
         if self.time_budget_s is not None:
-            command += ["--time-budget-s", repr(self.time_budget_s), "--min-repeat-count", str(self.min_repeat_count),
-                        "--target-rel-error", repr(self.target_rel_error)]
+            command += ["--time-budget-s", repr(self.time_budget_s), "--min-repeat-count", str(self.min_repeat_count)]
         return command
 
 

@@ -26,9 +26,7 @@ from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, defini
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
-from opperf.replay.methods import (CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W,
-                                   DEFAULT_MIN_REPEAT_COUNT, DEFAULT_POWER_POLICY, DEFAULT_TARGET_REL_ERROR,
-                                   DEFAULT_TIMING_BATCH_ROWS, RepeatBudget)
+from opperf.replay.methods import CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT, RepeatBudget
 from opperf.replay.slots import DEFAULT_SLOTS_DIR, device_slot, visible_devices_env
 from opperf.replay.writeback import INVALID_STATUSES, WritebackReport, outcomes_by_key, write_back
 from opperf.trace import Trace
@@ -53,27 +51,21 @@ class ReplaySettings:
     prune_invalid_rows: bool = False
     prune_empty_duration_rows: bool = False
     fail_fast: bool = False
-    l2_policy: str = DEFAULT_CACHE_POLICY
-    timing_batch_rows: int = DEFAULT_TIMING_BATCH_ROWS
     # Replay in the device slot's persistent process (opperf.replay.server) instead of a child per job:
     # None = on for cuda (where torch import + profiler start-up cost ~10 s per process), off elsewhere.
     persistent_worker: bool | None = None
 
     def uses_server(self) -> bool:
         return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
-    cuda_timing: str = "kernel"
-    power_policy: str = DEFAULT_POWER_POLICY
     heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
     seed: int = 0
     cpu_threads: int | None = None
-    cpu_timing: str = DEFAULT_CPU_TIMING
-    # Timed calls per row chosen by time and spread (methods.RepeatBudget), repeat_count the most; None: off.
+    # Timed calls per row chosen by time (methods.RepeatBudget), repeat_count the most; None: off.
     time_budget_s: float | None = None
     min_repeat_count: int = DEFAULT_MIN_REPEAT_COUNT
-    target_rel_error: float = DEFAULT_TARGET_REL_ERROR
 
     def validate(self) -> None:
         if self.repeat_count < 1:
@@ -82,20 +74,13 @@ class ReplaySettings:
         if self.warmup_count < 1:
             raise OpperfError(f"must be >= 1 (the first call is verified), got {self.warmup_count}",
                               field="--warmup-count")
-        if self.timing_batch_rows < 1:
-            raise OpperfError(f"must be >= 1, got {self.timing_batch_rows}", field="--timing-batch-rows")
         if self.timeout_s <= 0:
             raise OpperfError(f"must be > 0, got {self.timeout_s}", field="--timeout-s")
-        if self.cpu_timing not in CPU_TIMINGS:
-            raise OpperfError(f"{self.cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
         if not 0 <= self.heater_min_power_w < float("inf"):
             raise OpperfError(f"must be a power in watts >= 0, got {self.heater_min_power_w}",
                               field="--heater-min-power")
 
     def validate_budget(self) -> None:
-        if not 0 <= self.target_rel_error < 1:
-            raise OpperfError(f"must be a fraction of the mean in [0, 1) (0.01: 1 %), got {self.target_rel_error}",
-                              field="--target-rel-error")
         if self.min_repeat_count < 1:
             raise OpperfError(f"must be >= 1, got {self.min_repeat_count}", field="--min-repeat-count")
         if self.time_budget_s is None:
@@ -112,7 +97,7 @@ class ReplaySettings:
     def repeat_budget(self) -> RepeatBudget | None:
         """The budget that chooses each row's timed calls, None where every row gets repeat_count."""
         return (None if self.time_budget_s is None else
-                RepeatBudget(self.time_budget_s, self.min_repeat_count, self.target_rel_error))
+                RepeatBudget(self.time_budget_s, self.min_repeat_count))
 
 
 @dataclass
@@ -168,12 +153,9 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             definition_path=reference,
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
-                            l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing, seed=settings.seed,
-                            power_policy=settings.power_policy, heater_min_power_w=settings.heater_min_power_w,
-                            timing_batch_rows=settings.timing_batch_rows,
-                            cpu_threads=settings.cpu_threads, cpu_timing=settings.cpu_timing,
-                            time_budget_s=settings.time_budget_s, min_repeat_count=settings.min_repeat_count,
-                            target_rel_error=settings.target_rel_error)
+                            seed=settings.seed, heater_min_power_w=settings.heater_min_power_w,
+                            cpu_threads=settings.cpu_threads, time_budget_s=settings.time_budget_s,
+                            min_repeat_count=settings.min_repeat_count)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:
         env = dict(os.environ)
         env.update(visible_devices_env(settings.backend, device_id))
@@ -295,8 +277,7 @@ def _budget_text(settings: ReplaySettings) -> str:
     """How the job's rows got their timed calls, where a time budget chose them (the spec trace)."""
     budget = settings.repeat_budget()
     return "" if budget is None else (f" at most, {budget.min_count} at least, chosen per row by a time budget of "
-                                      f"{budget.time_budget_s:g} s and a target standard error of "
-                                      f"{budget.target_rel_error:g} of the mean")
+                                      f"{budget.time_budget_s:g} s")
 
 
 def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDefinition | None,
@@ -311,7 +292,7 @@ def write_traces(trace: Trace, job: KernelJobResult, frame, definition: KernelDe
             f"back end: {settings.backend}; repeat count {settings.repeat_count}{_budget_text(settings)}; "
             f"warm-up {settings.warmup_count}; "
             f"update mode {settings.update_mode}; timeout {settings.timeout_s:g} s per row; L2 policy "
-            f"{settings.l2_policy}",
+            f"{CACHE_POLICY}",
             f"output: {output_path}"]
     files.append(trace.record(TRACE_STEP, "REPLAY", "spec", "\n".join(spec)))
     result_lines = ["line\tstatus\tAverage Duration(us)\tsamples\tcall"]
@@ -360,9 +341,7 @@ def render_reproducer(path: Path, job: KernelJobResult, rows: Sequence[Mapping[s
     text = environment.get_template(REPRODUCER_TEMPLATE).render(
         kernel_type=job.kernel_type, backend=settings.backend, repeat_count=settings.repeat_count,
         warmup_count=settings.warmup_count, time_budget_s=repr(settings.time_budget_s),
-        min_repeat_count=settings.min_repeat_count, target_rel_error=repr(settings.target_rel_error),
-        l2_policy=settings.l2_policy, cuda_timing=settings.cuda_timing,
-        cpu_timing=settings.cpu_timing, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
+        min_repeat_count=settings.min_repeat_count, cpu_threads=repr(settings.cpu_threads), memory_budget_bytes=repr(settings.memory_budget_bytes),
         seed=settings.seed,
         definition_path=(definition.reference if definition.schema_op else str(Path(definition.path).resolve()))
         if definition else "",

@@ -6,9 +6,8 @@ long power-capped prefill (hundreds of milliseconds under NVML's `sw_power_cap`)
 state no policy reproduced for every row. The workload's own sequence, replayed with each call's warm inputs
 rewritten into L2 before it, does: on an H200 the whole trace in order took the dense decoder from 4.3 / 12.8 / 6.0 %
 (median / p90 / time-weighted gap, one at a time) to 2.3 / 7.3 / 1.6 % and Mixtral from 4.5 / 12.6 / 2.7 % to
-1.9 / 9.0 / 0.9 % (benchmarks/results/whole_order/). This module selects what to replay (the whole trace, its
-power-capped phases from the NVML samples, or a run of shapes), keys each call the way the parse groups calls into
-rows, and replays the calls from the rows' own recipes in the trace's order (`replay_phases`, cuda or cpu). As the
+1.9 / 9.0 / 0.9 % (benchmarks/results/whole_order/). This module takes the whole trace, keys each call the way the
+parse groups calls into rows, and replays the calls from the rows' own recipes in the trace's order (`replay_phases`, cuda or cpu). As the
 workflow's stage 4b (scripts/phase_replay.py) it writes a table of the in-order means (`phase_table`), which the
 database stage folds into the rows (opperf.replay.phase_table): a row's `Average Duration(us)` becomes the
 call-weighted blend of its in-order mean and its one-at-a-time replay.
@@ -28,81 +27,27 @@ from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 from opperf.log import Progress, get_logger
 from opperf.parse.kernel_details import DURATION
-from opperf.power_samples import FIELDS, IDLE_BEFORE, THROTTLED_MHZ
-from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, PHASE_METHOD, PHASE_MIN_ROW_US,
-                                       PHASE_PROFILED, PHASE_REPLAYED, PHASE_TABLE_COLUMNS, TYPE, row_key)
-from opperf.stats import format_number, number_or_none, split_interrupted
+from opperf.replay.phase_table import (KEY_COLUMNS, PHASE_APPLIED, PHASE_CALLS, PHASE_METHOD, PHASE_PROFILED,
+                                       PHASE_REPLAYED, PHASE_TABLE_COLUMNS, TYPE, row_key)
+from opperf.stats import format_number, split_interrupted
 
 log = get_logger("replay.phase")
 
 START = "Start Time(us)"
-# What stage 4b replays in order: every call of the trace (default), or only its power-capped phases (NVML).
-PHASE_SCOPES = ("trace", "throttled")
 # Times stage 4b replays them: a row's in-order mean is over a few calls a pass, and one pass left two replays of the
 # dense decoder 1.5 % apart at the median (H200, benchmarks/results/whole_order/).
 PHASE_ITERATIONS = 3
 # Share of the device's free memory the rows of one window may take (opperf.replay.phase.memory_windows): above it
 # the order is replayed in windows. The rows' count includes their outputs, which the order does not hold.
 PHASE_MEMORY_FRACTION = 0.8
-SM_CLOCK = FIELDS[0]
-# A power-capped phase keeps the device busy: a call launched after more idle than this ends it.
-PHASE_MAX_IDLE_US = 100.0
-PHASE_MIN_DEVICE_MS = 20.0
+# Idle before each pass over the order (s).
+PHASE_REST_S = 0.2
 def trace_calls(trace: str | Path) -> list[dict]:
     """Every call of a torch.profiler trace that became part of a row, in the order the host launched them (their
     signatures, durations and power state; not their reuse distances, which the order does not need)."""
     from opperf.parse.torch_trace import convert_trace
 
     return sorted(convert_trace(Path(trace), input_reuse=False).rows, key=lambda call: float(call[START]))
-
-
-def phase_calls(calls: Sequence[dict], shapes: Sequence[str], min_calls: int, max_gap: int = 3) -> list[dict]:
-    """The first run of at least `min_calls` calls whose input shapes start with one of `shapes`, with at most
-    `max_gap` other calls between two of them (those stay in: they ran in the phase too); every call when `shapes`
-    is empty. An OpperfError names the longest run when none is long enough."""
-    if not shapes:
-        return list(calls)
-    prefixes = tuple(shapes)
-    runs: list[list[int]] = []
-    for index, call in enumerate(calls):
-        if str(call.get(contract.INPUT_SHAPES) or "").startswith(prefixes):
-            if runs and index - runs[-1][-1] <= max_gap + 1:
-                runs[-1].append(index)
-            else:
-                runs.append([index])
-    run = next((r for r in runs if len(r) >= min_calls), None)
-    if run is None:
-        raise OpperfError(f"no run of {min_calls} calls whose input shapes start with {list(prefixes)} "
-                          f"(the longest has {max((len(r) for r in runs), default=0)})", field="--shapes")
-    return list(calls[run[0]:run[-1] + 1])
-
-
-def throttled_phases(calls: Sequence[dict], max_clock: float | None = None, *,
-                     min_device_ms: float = PHASE_MIN_DEVICE_MS, max_idle_us: float = PHASE_MAX_IDLE_US,
-                     throttled_mhz: float = THROTTLED_MHZ) -> list[list[dict]]:
-    """The trace's power-capped phases, found from its NVML samples rather than from shapes: maximal runs of
-    calls, in launch order, that ran THROTTLED_MHZ or more under the full clock (`max_clock`, else the highest
-    sampled one) with at most `max_idle_us` of device idle before each (the GPU kept busy), holding at least
-    `min_device_ms` of device time. Calls without a sampled clock end a run. [] for a trace profiled without
-    the sampler."""
-    clocks = [number_or_none(call.get(SM_CLOCK)) for call in calls]
-    full = max_clock or max((c for c in clocks if c is not None), default=None)
-    if full is None:
-        return []
-    phases: list[list[dict]] = []
-    current: list[dict] = []
-    for call, clock in zip(calls, clocks):
-        idle = number_or_none(call.get(IDLE_BEFORE))
-        inside = clock is not None and clock <= full - throttled_mhz
-        if inside and current and (idle is None or idle <= max_idle_us):
-            current.append(call)
-            continue
-        if current:
-            phases.append(current)
-        current = [call] if inside else []
-    if current:
-        phases.append(current)
-    return [p for p in phases if sum(number_or_none(c.get(DURATION)) or 0.0 for c in p) >= min_device_ms * 1000.0]
 
 
 def database_rows(paths: str | Path | Sequence[str | Path]) -> dict[tuple[str, ...], dict]:
@@ -155,8 +100,7 @@ def _not_replayable(row: Mapping[str, str]) -> str:
 def _out_of_memory(key: tuple[str, ...], row: Mapping[str, str], held: int, where: str,
                    exc: BaseException) -> OpperfError:
     return OpperfError(f"{key[0]} ran out of device memory {where}, with the inputs of {held} rows held at once: "
-                       f"replay only the power-capped phases (replay.phase.scope: throttled) or turn "
-                       f"stage 4b off (replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
+                       f"turn stage 4b off (replay.phase.enabled: false) ({str(exc).splitlines()[0]})",
                        path=row.get("_path"), row=row.get("_line"))
 
 
@@ -231,8 +175,8 @@ def close_rows(phase_keys: Sequence[Sequence[tuple[str, ...]]], sizes: Mapping[t
 
 
 def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping[tuple[str, ...], dict], *,
-                  device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = 0.2,
-                  definitions_dir: str | Path | None = None, warm_inputs: bool = True, cold_copies: bool = False,
+                  device: str = "cuda", iterations: int = 1, warmup: int = 0, rest_s: float = PHASE_REST_S,
+                  definitions_dir: str | Path | None = None, cold_copies: bool = False,
                   cold_copy_budget_bytes: int = 8 << 30, memory_budget_bytes: int | None = None) -> PhaseTimes:
     """Run each phase's calls in order, back to back, `iterations` times after `warmup` untimed runs, with
     `rest_s` of idle before each phase; each call is its row's own recipe (as scripts/replay.py builds it, checked
@@ -242,17 +186,17 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     one-at-a-time replay cycles them.
 
     A call's inputs are its row's own tensors, not the previous call's outputs, so an input the workload had just
-    written would be cold here. With `warm_inputs` (cuda), before each call the inputs the insitu cache policy keeps
-    warm (by the workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the
-    call's range: the rest of the cache is what the phase's calls left. Without it the dense decoder's rows under
-    10 us replayed at 1.14-1.25x (H200, benchmarks/results/whole_order/).
+    written would be cold here. So on cuda, before each call the inputs the insitu cache state keeps warm (by the
+    workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the call's range: the
+    rest of the cache is what the phase's calls left. Without that the dense decoder's rows under 10 us replayed at
+    1.14-1.25x (H200, benchmarks/results/whole_order/).
 
-    With `cold_copies` as well, the calls of a row that comes back before the cache has turned over (`close_rows`)
+    With `cold_copies` (cuda), the calls of a row that comes back before the cache has turned over (`close_rows`)
     take turns over copies of its cold inputs (`opperf.replay.timing.cold_input_copies`, within
     `cold_copy_budget_bytes` in all), so that calls the workload ran on different weights of one shape do not find
     one weight in L2. Off by default: copies for every row made the small rows 1-2 % slower and dense's median gap
-    1.8 -> 3.0 % in order on the H200 (benchmarks/results/whole_order/h200_sparse_views/); the rows-that-come-back
-    selection has not run on a GPU yet.
+    1.8 -> 3.0 % in order on the H200 (benchmarks/results/whole_order/h200_sparse_views/); copies for the rows that
+    come back took Qwen2-MoE's addmm from 7.2 to 0.8 % (qwen2_close_copies/) and have not run on dense or Mixtral.
 
     Every row's tensors stay allocated while its calls run. When the rows' tensors together exceed
     `memory_budget_bytes` (on cuda by default PHASE_MEMORY_FRACTION of the device's free memory; the reference MoE
@@ -284,7 +228,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     counts = Counter(key for keys in phase_keys for key in keys)       # each row's calls in one pass
     if memory_budget_bytes is None and backend == "cuda":
         memory_budget_bytes = int(PHASE_MEMORY_FRACTION * torch.cuda.mem_get_info(target)[0])
-    use_caches = warm_inputs and backend == "cuda"
+    use_caches = backend == "cuda"
     copying = use_caches and cold_copies
     # Only a budget needs the rows' sizes (parsing 4,024 rows' slots is not free); the copies' selection reuses them
     # (copies need cuda, where the budget is always set).
@@ -343,7 +287,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 outcome.case.value_turn = value_turns[key] - 1
                 outcome.case.next_values()
             if use_caches:
-                cache = CacheState(target, "insitu", l2_bytes)
+                cache = CacheState(target, l2_bytes)
                 try:
                     caches[key] = (cache, cache.plan(outcome.case)[1])
                     if key in copied and copy_budget > 0:
@@ -436,28 +380,10 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     return PhaseTimes(samples, method, started or ended, ended, left_out)
 
 
-def select_phases(trace: str | Path, *, scope: str = "trace", shapes: Sequence[str] = (), min_calls: int = 20,
-                  max_gap: int = 3, min_phase_ms: float = PHASE_MIN_DEVICE_MS) -> list[list[dict]]:
-    """A trace's phases to replay: with `shapes`, the first run of calls whose input shapes start with one of them
-    (`phase_calls`); else with scope `trace` the whole trace as one phase, with `throttled` every power-capped phase
-    its NVML samples show (`throttled_phases`; [] when the trace was profiled without the sampler or never
-    throttled)."""
-    import json
-
-    from opperf.power_samples import POWER_SAMPLES
-
-    if scope not in PHASE_SCOPES:
-        raise OpperfError(f"phase scope {scope!r} is not one of {PHASE_SCOPES}", field="--scope")
-    if shapes:
-        return [phase_calls(trace_calls(trace), shapes, min_calls, max_gap)]
-    if scope == "trace":
-        calls = trace_calls(trace)
-        return [calls] if calls else []
-    samples = Path(trace).parent / POWER_SAMPLES
-    if not samples.exists():
-        return []               # no clock to find a phase by: the trace is not even read
-    max_clock = json.loads(samples.read_text()).get("max_clock_mhz")
-    return throttled_phases(trace_calls(trace), max_clock, min_device_ms=min_phase_ms)
+def select_phases(trace: str | Path) -> list[list[dict]]:
+    """A trace's phases to replay: the whole trace as one phase ([] for a trace with no call)."""
+    calls = trace_calls(trace)
+    return [calls] if calls else []
 
 
 def profiled_call_times(phases: Sequence[Sequence[dict]],
@@ -479,10 +405,11 @@ PHASE_INTERRUPTED_FACTOR = 10
 
 
 def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[tuple[str, ...]]],
-                times: PhaseTimes | None, min_row_us: float = PHASE_MIN_ROW_US) -> pd.DataFrame:
+                times: PhaseTimes | None) -> pd.DataFrame:
     """One line per row replayed in a phase: its calls there, their profiled mean, the replayed mean, how it was
-    timed, and whether the database stage applies it (`yes`, or why not: a row shorter than `min_row_us`, a row
-    the timer measured nothing for)."""
+    timed, and whether the database stage applies it (`yes`, or why not: a row left out of the order, a row the
+    timer measured nothing for). Every other row applies, whatever its length: with the warm inputs rewritten
+    before each call every row length came closer in order than alone (benchmarks/results/whole_order/)."""
     profiled = profiled_call_times(phases, phase_keys)
     left_out = times.left_out if times else {}
     lines = []
@@ -500,8 +427,6 @@ def phase_table(phases: Sequence[Sequence[dict]], phase_keys: Sequence[Sequence[
             applied = f"no: not replayed in order, {left_out[key]}"
         elif replayed is None:
             applied = "no: nothing measured"
-        elif profiled_mean < min_row_us:
-            applied = f"no: shorter than {min_row_us:g} us"
         else:
             applied = "yes"
         lines.append({TYPE: key[0], **dict(zip(KEY_COLUMNS, key[1:])), PHASE_CALLS: len(durations),

@@ -1,7 +1,7 @@
 """Stage 4b's table and how it is folded into a database's rows, with no trace or profiler behind it.
 
 The phase stage (scripts/phase_replay.py, opperf.replay.phase) writes one line per row it replayed in the
-workload's own call order (the whole trace, or its power-capped phases); the database stage (opperf.database.build) and the replay report
+workload's own call order (the whole trace); the database stage (opperf.database.build) and the replay report
 (opperf.report.build) fold it into the rows they read. Those run where the parse's polars may not be installed
 (the npu env writes replay reports), so this module needs pandas only.
 """
@@ -22,11 +22,6 @@ TYPE = "Type"       # the kernel type, as the parse's call tables (and profiler 
 # What the parse groups a row's calls by, besides the kernel type (opperf.parse.aggregate).
 KEY_COLUMNS = (contract.INPUT_SHAPES, contract.OUTPUT_SHAPES, contract.INPUT_DTYPES, contract.OUTPUT_DTYPES,
                *contract.CALL_KEY_COLUMNS)
-# Rows whose calls averaged less keep their one-at-a-time replay (none by default). Without the warm inputs
-# rewritten before each call a short row ran on cold inputs in order (the dense decoder's rows under 10 us at
-# 1.14-1.25x, H200 2026-11-28); with them every length came closer in order than alone
-# (benchmarks/results/whole_order/), so every row takes its in-order mean.
-PHASE_MIN_ROW_US = 0.0
 
 # The phase stage's table: one line per row replayed in a phase (keyed as the parse keys rows).
 PHASE_CALLS = "Phase Calls"

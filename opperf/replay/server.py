@@ -1,8 +1,8 @@
 """A replay process that outlives one job: torch imported and the profiler initialised once per device.
 
 On a GPU host a fresh replay process spends ~5 s importing torch and ~5 s in the first profiler
-session (CUPTI start-up) before it replays anything (benchmarks/startup_probe.py), so a kernel type
-with a handful of rows cost 10 s. A job therefore hands its rows to a server process bound to its
+session (CUPTI start-up) before it replays anything (benchmarks/results/cuda_replay/; startup_probe.py at
+3a08364), so a kernel type with a handful of rows cost 10 s. A job therefore hands its rows to a server process bound to its
 device slot; the server stays for `idle_timeout_s` after its last request and serves the next job of
 that slot at once. Everything else stays as with a child per job: the server appends the same
 progress records, a row that crashes or hangs the server is recorded (`failed_crash` /

@@ -1,38 +1,34 @@
 """Timers: how one replay case's calls are measured on each back end (names in `opperf.replay.methods`).
 
-- cpu: the op's own wall time as torch.profiler records it (`profiler`: the way the parse stage
-  timed the op inside the workload, in one profiler session over a batch of rows), or the wall clock
-  (`time.perf_counter_ns`) around each call (`wall`: Python binding and dispatch included).
-- cuda: per call, the device-kernel time CUPTI records for the kernels the call launched (default),
-  or CUDA events around it. The kernel timer keeps one torch.profiler session open over a batch of
-  rows and reads the raw Kineto events once at the end: each call runs in a `record_function` range
-  of its own row, each kernel is attributed to the range around the op that launched it.
+- cpu: the op's own wall time as torch.profiler records it: the way the parse stage timed the op inside the
+  workload, in one profiler session over a batch of rows (the wall clock around the Python call, Python binding
+  and dispatch included, replayed the demo at a 40.0 % median gap against 27.5 %: benchmarks/results/cpu_replay/).
+- cuda: per call, the device-kernel time CUPTI records for the kernels the call launched. The timer keeps one
+  torch.profiler session open over a batch of rows and reads the raw Kineto events once at the end: each call
+  runs in a `record_function` range of its own row, each kernel is attributed to the range around the op that
+  launched it.
 - npu: the calls run here, the timing comes from the msprof session around the whole process
   (`opperf.replay.npu`), so this timer only executes them.
 
-The cache state before each timed call (`CacheState`, shared by the cuda and npu timers) follows the
-policy (`methods.CACHE_POLICIES`); its description is recorded per row in `Replay L2 Policy`.
+The cache state before each timed call (`CacheState`, shared by the cuda and npu timers) is insitu
+(`methods.CACHE_POLICY`); its description is recorded per row in `Replay L2 Policy`.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import time
+from pathlib import Path
 from collections.abc import Hashable
 from typing import Any
 
 import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
-from opperf.power_samples import GEMM_STATE_TAU_US
 from opperf.replay.inputs import ReplayCase, storage_extent
 from opperf.replay.residency import resident_bytes
-from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, CUDA_TIMINGS, DEFAULT_CACHE_POLICY,
-                                   DEFAULT_CPU_TIMING, DEFAULT_HEATER_MIN_POWER_W, DEFAULT_POWER_POLICY,
-                                   GEMM_HISTORY_POLICIES, METHOD_CPU_PROFILER, METHOD_CPU_WALL, METHOD_CUDA_EVENT,
-                                   METHOD_CUDA_KERNEL, METHOD_SESSION, PHASE_PREHEAT_S, POWER_POLICIES,
-                                   RepeatBudget, TimingResult)
+from opperf.replay.methods import (CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W, METHOD_CPU_PROFILER, METHOD_CUDA_KERNEL,
+                                   METHOD_SESSION, POWER_POLICY, RepeatBudget, TimingResult)
 
 NPU_DEFAULT_L2_BYTES = 192 * 2**20      # Ascend 910B/910C L2, where torch_npu's properties do not say
 
@@ -102,50 +98,38 @@ class RangeSession:
         return results
 
 
-class CpuWallClockTimer:
-    """Wall clock around each call on the host CPU (the caches are left warm: recorded as `none`).
+CPU_MAX_COLD_COPIES = 64
 
-    `threads`: torch's intra-op thread count for the replay (None: torch's default); recorded in the
-    timing method, since a CPU kernel's time depends on it. The time includes what the profile's op
-    time does not: the Python call, the `torch.ops` overload resolution and the dispatch down to the op.
-    """
 
-    backend = "cpu"
+def cpu_last_level_cache_bytes() -> int:
+    """The largest cache sysfs lists for cpu0 (the last level); 32 MiB where it lists none."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    largest = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+            largest = max(largest, int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+        except (OSError, ValueError):
+            continue
+    return largest or 32 * 2**20
 
-    def __init__(self, threads: int | None = None):
-        self.method = f"{METHOD_CPU_WALL}, {_set_cpu_threads(threads)} threads"
-        self._results: dict[Hashable, TimingResult] = {}
 
-    def synchronize(self) -> None:
-        return None
+def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase], str]:
+    """The cases a CPU row's calls take in turn, and the cache state they stand for.
 
-    def close(self) -> None:
-        return None
-
-    def measure(self, case: ReplayCase, warmup_count: int, repeat_count: int, key: Hashable, *,
-                budget: RepeatBudget | None = None) -> None:
-        """`budget`: after each timed call, stop once its samples have spent it or their spread is small enough."""
-        for _ in range(warmup_count):
-            case.run()
-        samples = []
-        clock = time.perf_counter_ns
-        reason = None
-        for _ in range(repeat_count):
-            case.next_values()
-            start = clock()
-            case.run()
-            samples.append((clock() - start) / 1000.0)
-            if budget is not None:
-                reason = budget.stop_reason(len(samples), repeat_count, sum(samples), samples)
-                if reason is not None:
-                    break
-        repetitions = "" if reason is None else budget.note(len(samples), reason, repeat_count,
-                                                            spent_us=sum(samples), samples_us=samples)
-        self._results[key] = TimingResult(samples, self.method, "none", repetitions=repetitions)
-
-    def collect(self) -> dict[Hashable, TimingResult]:
-        results, self._results = self._results, {}
-        return results
+    An input the definition marks `cache: cold` (F.linear's weight) was read from memory inside the workload: the
+    model's other weights passed through the caches between two calls of one layer. Replayed warm, the CPU demo's
+    GEMMs ran at 0.66 of their profiled time (a decode mm of 1x256 by a transposed 256x4096 weight: 174 against
+    370 us); with the weight in turns over copies spanning twice the last-level cache, each with the workload's
+    strides, at 1.13, and the database's Σ replay / profile went from 0.70 to 0.98 (benchmarks/results/cpu_replay/).
+    Warm inputs stay shared: the previous call left them in cache, as the op that wrote them did in the workload."""
+    warm = {id(t) for t in case.warm_tensors()}
+    cold = [t for t in case.tensors() if id(t) not in warm and t.numel()]
+    turns = cold_input_copies(case, cold, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES) if cold else [case]
+    if len(turns) == 1:
+        return turns, "none"
+    return turns, (f"cold inputs: {len(turns)} copies in turn, {storage_bytes(cold) * len(turns) / 2**20:.1f} MiB "
+                   f"(last-level cache {cache_bytes // 2**20} MiB)")
 
 
 class CpuProfilerTimer:
@@ -156,14 +140,16 @@ class CpuProfilerTimer:
     session (CPU activity, record_shapes) spans every call measured until `collect()`; each timed
     call runs in a `record_function` range of its own row, and its sample is the summed duration of the
     ops at the top of that range (the op the row stands for; ops nested inside it have rows of their
-    own in the parse). Warm-up calls run outside the session. Caches are left warm (`none`).
+    own in the parse). Warm-up calls run outside the session. Inputs the definition marks cold take turns over
+    copies (`cpu_cold_turns`); the rest are left warm.
     """
 
     backend = "cpu"
 
-    def __init__(self, threads: int | None = None, record_shapes: bool = True):
+    def __init__(self, threads: int | None = None, record_shapes: bool = True, cold_inputs: bool = True):
         from torch.profiler import ProfilerActivity
 
+        self.cache_bytes = cpu_last_level_cache_bytes() if cold_inputs else 0
         shapes = "record_shapes" if record_shapes else "no record_shapes"
         self.method = (f"{METHOD_CPU_PROFILER.replace('record_shapes', shapes)}, "
                        f"{_set_cpu_threads(threads)} threads")
@@ -182,17 +168,20 @@ class CpuProfilerTimer:
         spent it; the spread does not stop a row here."""
         from torch.profiler import record_function
 
-        for _ in range(warmup_count):
-            case.run()
-        name = self.session.range_name(key, repeat_count, "none")
+        turns, policy = cpu_cold_turns(case, self.cache_bytes) if self.cache_bytes else ([case], "none")
+        for call in range(warmup_count):
+            turns[call % len(turns)].run()
+        name = self.session.range_name(key, repeat_count, policy)
         if budget is None:
-            for _ in range(repeat_count):
+            for call in range(repeat_count):
+                case = turns[(warmup_count + call) % len(turns)]
                 case.next_values()
                 with record_function(name):
                     case.run()
             return
         clock, spent_ns, calls, reason = time.perf_counter_ns, 0, 0, None
         while reason is None:
+            case = turns[(warmup_count + calls) % len(turns)]
             case.next_values()
             start = clock()
             with record_function(name):
@@ -268,10 +257,9 @@ def _ops_in_ranges(ranges, ops):
             yield op, position
 
 
-def _clone_case(case: ReplayCase, only: set[int] | None = None) -> ReplayCase:
-    """A copy of the case with fresh tensor inputs (for cache input rotation), or fresh copies of only the inputs
-    whose id is in `only` (the others shared); an input with recorded values keeps cycling through them in the
-    copy. Each copy keeps its input's layout (clone_layout): a contiguous copy of a strided view (rotate_half's
+def _clone_case(case: ReplayCase, only: set[int]) -> ReplayCase:
+    """A copy of the case with fresh copies of only the inputs whose id is in `only` (the others shared); an input
+    with recorded values keeps cycling through them in the copy. Each copy keeps its input's layout (clone_layout): a contiguous copy of a strided view (rotate_half's
     `x[..., 64:]`, a KV-cache slice) runs a different, faster kernel, as the first GPU run of cold copies showed
     (benchmarks/results/whole_order/: neg and copy_ rows at 0.55-0.68x)."""
     copies: dict[int, torch.Tensor] = {}
@@ -279,7 +267,7 @@ def _clone_case(case: ReplayCase, only: set[int] | None = None) -> ReplayCase:
 
     def clone(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            if only is not None and id(value) not in only:
+            if id(value) not in only:
                 return value
             copies[id(value)] = clone_layout(value, storages)
             return copies[id(value)]
@@ -288,8 +276,7 @@ def _clone_case(case: ReplayCase, only: set[int] | None = None) -> ReplayCase:
         return value
     copy = ReplayCase(fn=case.fn, args=tuple(clone(a) for a in case.args),
                       kwargs={k: clone(v) for k, v in case.kwargs.items()}, description=case.description)
-    copy.value_variants = [(copies.get(id(target), target), variants) for target, variants in case.value_variants
-                           if id(target) in copies or only is not None]
+    copy.value_variants = [(copies.get(id(target), target), variants) for target, variants in case.value_variants]
     return copy
 
 
@@ -382,13 +369,13 @@ def resident_tail(target: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 class CacheState:
-    """Puts the device cache in the policy's state before each timed call; says what it did.
+    """Puts the device cache in the insitu state before each timed call; says what it did.
 
-    flush (insitu and flush): read a buffer of twice the cache. Everything else leaves, dirty lines are
+    First a flush: read a buffer of twice the cache. Everything else leaves, dirty lines are
     written back here, and what stays is clean: a flush by writing would leave the cache full of dirty
     lines whose write-back the timed kernel pays (an H100 decode GEMM streaming a cold 105 MB weight
     ran 24 % slower after a zeroing flush than inside the workload).
-    insitu then rewrites each warm input's bytes by copying them from a twin (values unchanged, lines resident
+    Then each warm input's bytes are rewritten by copying them from a twin (values unchanged, lines resident
     and dirty, as the previous kernel's output left them): the kernel that wrote the input inside the workload
     read about as much as it wrote, interleaved with its writes (a gather, an elementwise op), and that traffic
     competes for the cache (benchmarks/results/topk_sum/: a MoE layer's 24 MiB top-k reduction took 12.85 µs
@@ -396,15 +383,10 @@ class CacheState:
     Inputs whose recorded values change between calls are rewritten in place. Weights stay cold. What is rewritten
     of an input is the bytes its view spans, or for a view spanning over SPARSE_VIEW_SPAN times its elements (a
     slice of a fused output) the elements themselves (`warm_target`); by the reuse distance, the tail of either.
-    insitu-inplace rewrites every warm input in place (`mul_(1)` on a byte view), the default until 2026-11-25.
     """
 
-    MAX_ROTATION_COPIES = 64
-
-    def __init__(self, device: torch.device, policy: str, l2_bytes: int):
-        if policy not in CACHE_POLICIES:
-            raise OpperfError(f"cache policy {policy!r} is not one of {CACHE_POLICIES}", field="--l2-policy")
-        self.device, self.policy, self.l2_bytes = device, policy, int(l2_bytes)
+    def __init__(self, device: torch.device, l2_bytes: int):
+        self.device, self.l2_bytes = device, int(l2_bytes)
         self._flush_buffer: torch.Tensor | None = None
         self._twins: dict[int, torch.Tensor] = {}     # insitu: id(view) -> a copy of its bytes
         self.cold: list[torch.Tensor] = []            # the last plan's inputs kept cold (none resident)
@@ -420,15 +402,6 @@ class CacheState:
         """The cases to cycle through, the byte views to make resident before each call, and the description."""
         cache = f"L2 {self.l2_bytes // 1024} KiB"
         flush_mib = 2 * self.l2_bytes // 2**20
-        if self.policy == "rotate":
-            per_copy = max(storage_bytes(case.tensors()), 1)
-            copies = min(self.MAX_ROTATION_COPIES, max(1, -(-2 * self.l2_bytes // per_copy)))
-            cases = [case] + [_clone_case(case) for _ in range(copies - 1)]
-            return cases, [], f"rotate x{copies} input copies ({cache})"
-        if self.policy == "flush":
-            return [case], [], f"flush (read {flush_mib} MiB) before each call ({cache})"
-        if self.policy == "none":
-            return [case], [], "none (warm from the previous call)"
         views, seen = [], set()
         self._twins = {}
         self.cold = []
@@ -457,30 +430,26 @@ class CacheState:
                 views.append(view)
         warm_bytes = sum(v.numel() * v.element_size() for v in views)
         source = f", {by_reuse} placed by the workload's reuse distances" if by_reuse else ""
-        how = "rewritten into L2 in place"
-        if self.policy == "insitu":
-            # Not the inputs whose recorded values change between calls (ReplayCase.next_values): a twin would
-            # put the first call's values back; they keep the in-place rewrite.
-            varying = {target.untyped_storage().data_ptr() for target, _ in case.value_variants}
-            self._twins = {id(view): view.clone() for view in views
-                           if view.untyped_storage().data_ptr() not in varying}
-            how = (f"rewritten into L2, {len(self._twins)} by a copy from a twin (its producer's reads interleaved), "
-                   f"{len(views) - len(self._twins)} in place")
-        return [case], views, (f"{self.policy}: flush (read {flush_mib} MiB), then {warm_inputs} warm input(s) "
+        # Not the inputs whose recorded values change between calls (ReplayCase.next_values): a twin would put the
+        # first call's values back; they keep the in-place rewrite.
+        varying = {target.untyped_storage().data_ptr() for target, _ in case.value_variants}
+        self._twins = {id(view): view.clone() for view in views if view.untyped_storage().data_ptr() not in varying}
+        how = (f"rewritten into L2, {len(self._twins)} by a copy from a twin (its producer's reads interleaved), "
+               f"{len(views) - len(self._twins)} in place")
+        return [case], views, (f"{CACHE_POLICY}: flush (read {flush_mib} MiB), then {warm_inputs} warm input(s) "
                                f"({warm_bytes / 2**20:.2f} MiB) {how}, {cold_inputs} cold input(s){source} "
                                f"before each call ({cache})")
 
     def prepare(self, views: list[torch.Tensor], neighbour=None) -> None:
-        """Flush (by policy), run `neighbour` (the kernel the workload ran before the call, if the power policy
-        reproduces one), then make the warm inputs resident: the neighbour cannot evict them."""
-        if self.policy in ("flush", "insitu", "insitu-inplace"):
-            self.flush()
+        """Flush, run `neighbour` (the heater GEMM the power policy puts before a short call), then make the warm
+        inputs resident: the neighbour cannot evict them."""
+        self.flush()
         if neighbour is not None:
             neighbour()
         self.rewrite(views)
 
     def rewrite(self, views: list[torch.Tensor]) -> None:
-        """Make the warm inputs resident as their producer left them: a copy from the twin (insitu), else in place.
+        """Make the warm inputs resident as their producer left them: a copy from the twin, else in place.
         Without the flush it is what an in-order phase replay runs before a call (opperf.replay.phase)."""
         for view in views:
             twin = self._twins.get(id(view))
@@ -506,56 +475,44 @@ def device_l2_bytes(device: torch.device) -> int:
 
 
 class CudaTimer:
-    """Device-kernel time (CUPTI, through torch.profiler) or CUDA-event time per call, under a cache policy.
+    """Device-kernel time per call (CUPTI, through torch.profiler), in the insitu cache state and the after-gemm power
+    state.
 
-    kernel (default): one profiler session spans every call measured until `collect()`. A call runs in a
-    `record_function` range named after its case; a kernel belongs to the range that contains the CPU op
-    whose correlation id the kernel's record links to (the op that launched it). A call's sample is the
-    sum of its kernels' durations. The cache preparation runs outside the ranges.
-    event: CUDA events around each call (host launch gaps included); no profiler.
+    One profiler session spans every call measured until `collect()`. A call runs in a `record_function` range
+    named after its case; a kernel belongs to the range that contains the CPU op whose correlation id the kernel's
+    record links to (the op that launched it). A call's sample is the sum of its kernels' durations. The cache
+    preparation and the heater run outside the ranges. Validated against CUDA events on an H200
+    (benchmarks/results/cuda_replay_check/).
 
-    Power state: a call of `COOLDOWN_MIN_US` or more is followed by as much idle time as it took. Inside a
-    model a long GEMM alternates with lighter kernels; back to back it holds the GPU at its power limit
-    and the clock drops (measured on an H100: 8192x5120x51200 bf16 went from 5.40 to 6.42 ms over 30
+    Power state (after-gemm, methods.POWER_POLICY): a call of `COOLDOWN_MIN_US` or more is followed by as much idle
+    time as it took. Inside a model a long GEMM alternates with lighter kernels; back to back it holds the GPU at its
+    power limit and the clock drops (measured on an H100: 8192x5120x51200 bf16 went from 5.40 to 6.42 ms over 30
     calls back to back, 5.52 ms with equal idle gaps, 5.43 ms inside the workload;
     benchmarks/results/cuda_replay/cuda_power_probe.json). The call's length is the row's profiled time where it
-    has one, else the warm-up calls' event time.
-    Validated against each other on an H200 with benchmarks/cuda_replay_check.py.
+    has one, else the warm-up calls' event time. A shorter call gets one heater GEMM before it, unless the workload
+    ran it on a nearly idle GPU (`rested_in_workload`).
     """
 
     backend = "cuda"
     COOLDOWN_MIN_US = 200.0
 
-    def __init__(self, device: str | torch.device = "cuda", l2_policy: str = DEFAULT_CACHE_POLICY,
-                 primary: str = "kernel", power_policy: str = DEFAULT_POWER_POLICY,
-                 heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
+    def __init__(self, device: str | torch.device = "cuda", heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
-        if primary not in CUDA_TIMINGS:
-            raise OpperfError(f"timing {primary!r} is not one of {CUDA_TIMINGS}", field="--cuda-timing")
         self.device = cuda_device(device)
-        self.cache = CacheState(self.device, l2_policy, device_l2_bytes(self.device))
-        self.primary = primary
+        self.cache = CacheState(self.device, device_l2_bytes(self.device))
         from torch.profiler import ProfilerActivity
 
         self.session = RangeSession([ProfilerActivity.CPU, ProfilerActivity.CUDA], strict=True)
-        self._results: dict[Hashable, TimingResult] = {}
-        if power_policy not in POWER_POLICIES:
-            raise OpperfError(f"power policy {power_policy!r} is not one of {POWER_POLICIES}", field="--power-policy")
         # The SM clock and power the timed calls ran at (NVML, when readable): per row, beside the profiled ones.
         # The sampler's thread runs until close().
         from opperf.workload.power import NvmlSampler
 
         self.power = NvmlSampler.start_if_available(self.device.index)
         self._windows: dict[Hashable, tuple[float, float]] = {}
-        if power_policy == "match-clock" and self.power is None:
-            raise OpperfError("--power-policy match-clock reads the SM clock through NVML, which is not readable "
-                              "here (install nvidia-ml-py)", field="--power-policy")
-        self.power_policy = power_policy
         self.heater_min_power_w = heater_min_power_w
         self._heaters: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}    # by size n (n^3 GEMM)
-        self._long_heater_us = 0.0
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
@@ -582,41 +539,16 @@ class CudaTimer:
             planned, reason = budget.planned_count(min(warmup), repeat_count)
             repetitions = budget.note(planned, reason, repeat_count, call_us=min(warmup))
             repeat_count = planned
-        if self._held_at_clock(case, call_us):
-            self._measure_at_clock(cases, views, policy, repeat_count, key, case.target_clock_mhz, repetitions)
-            return
-        idle_s, neighbour, preheat, rest_s = 0.0, None, 0, 0.0
-        if self._after_long_gemm(case, call_us):
-            calls = self._long_heater_calls(case.gemm_before_us)
-            neighbour = functools.partial(self._heat, calls, self.LONG_HEATER_N)
-            if self.power_policy == "phase-history":
-                preheat = self._long_heater_calls(PHASE_PREHEAT_S * 1e6)
-                rest_s = self.LONG_HEATER_REST_S
-                after = (f"{preheat * self._long_heater_us / 1e6:.2f} s of them before the first call, no idle "
-                         f"between the calls, {rest_s * 1000:.0f} ms idle after the last")
-            else:
-                idle_s = self.LONG_HEATER_REST_S
-                after = f"{idle_s * 1000:.0f} ms idle after it"
-            policy += (f"; power: {self.power_policy}, {calls} bf16 {self.LONG_HEATER_N}^3 GEMMs "
-                       f"({calls * self._long_heater_us / 1000:.1f} ms) before each call, the workload's GEMM history "
-                       f"before it as one {case.gemm_before_us / 1000:.1f} ms GEMM, {after}")
-        elif call_us >= self.COOLDOWN_MIN_US:
+        idle_s, neighbour = 0.0, None
+        if call_us >= self.COOLDOWN_MIN_US:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
-        elif self.power_policy != "cooldown":
-            if self.rested_in_workload(case):
-                policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
-                           f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
-            else:
-                neighbour = self._heat
-                policy += f"; power: after-gemm, a {self.HEATER_N}^3 bf16 GEMM before each call"
-        if preheat:
-            self._heat(preheat, self.LONG_HEATER_N)
-        if self.primary == "event":
-            self._results[key] = TimingResult(self._event_samples(cases, views, repeat_count, idle_s, neighbour),
-                                               METHOD_CUDA_EVENT, policy, repetitions=repetitions)
-            self._rest(rest_s)
-            return
+        elif self.rested_in_workload(case):
+            policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
+                       f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
+        else:
+            neighbour = self._heat
+            policy += f"; power: {POWER_POLICY}, a {self.HEATER_N}^3 bf16 GEMM before each call"
         from torch.profiler import record_function
 
         name = self.session.range_name(key, repeat_count, policy, repetitions)
@@ -632,13 +564,6 @@ class CudaTimer:
         if self.power is not None:
             self.synchronize()
             self._windows[key] = (started, time.monotonic_ns() / 1000.0)
-        self._rest(rest_s)
-
-    def _rest(self, seconds: float) -> None:
-        """Leave the GPU idle for `seconds` once its queue is done (the next row starts rested)."""
-        if seconds:
-            self.synchronize()
-            time.sleep(seconds)
 
     def rested_in_workload(self, case: ReplayCase) -> bool:
         """Whether the workload ran this short call on a nearly idle GPU (its profiled power under
@@ -647,52 +572,11 @@ class CudaTimer:
         189 W and more want it: benchmarks/results/heater_ab/)."""
         return case.profiled_power_w is not None and case.profiled_power_w < self.heater_min_power_w
 
-    def _held_at_clock(self, case: ReplayCase, call_us: float) -> bool:
-        """Whether match-clock holds this call at the clock the workload ran it at (below the replay's): every
-        throttled call but a long GEMM or attention call, which draws the power that throttles it; a long
-        elementwise op over a 64k-token prefill does not, and ran at the clock the GEMMs around it left."""
-        target = case.target_clock_mhz
-        if (self.power_policy != "match-clock" or target is None
-                or target >= self.power.max_clock - self.CLOCK_TOLERANCE_MHZ):
-            return False
-        return call_us < self.COOLDOWN_MIN_US or not case.sets_own_clock
-
-    def _after_long_gemm(self, case: ReplayCase, call_us: float) -> bool:
-        """Whether after-long-gemm, phase-history or gemm-history puts a GEMM block before this call: a long call
-        (under after-long-gemm and phase-history not a GEMM or attention call) that followed GEMM/attention work in
-        the workload (its trace's equivalent GEMM length before the call). A prefill's elementwise row follows its
-        ~50 ms GEMM there and runs 12 % slower than rested, as it does after 35-70 ms of compute-bound GEMMs of other
-        data, not after 30 ms or less (benchmarks/results/memory_state/, history)."""
-        return (self.power_policy in GEMM_HISTORY_POLICIES and (case.gemm_before_us or 0.0) >= self.LONG_HEATER_MIN_US
-                and call_us >= self.COOLDOWN_MIN_US
-                and (self.power_policy == "gemm-history" or not case.sets_own_clock))
-
-    LONG_HEATER_N = 8192            # bf16 8192^3: ~1.6 ms on an H100
-    # Idle after each heated call, so that one call's heater does not add to the next one's (30 calls back to back
-    # would hold the GPU at its power limit for seconds, hotter than the workload's one GEMM block) nor to the rows
-    # replayed after it: 4 time constants of the GEMM state (opperf.power_samples.GEMM_STATE_TAU_US).
-    LONG_HEATER_REST_S = 4 * GEMM_STATE_TAU_US / 1e6
-    LONG_HEATER_MIN_US = 1000.0     # no heater for less GEMM history than this (far below the state's onset)
-
-    def _long_heater_calls(self, gemm_us: float) -> int:
-        """How many long heater GEMMs make `gemm_us` of GEMM time (one timed once with CUDA events)."""
-        if not self._long_heater_us:
-            self._heat(1, self.LONG_HEATER_N)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._heat(3, self.LONG_HEATER_N)
-            end.record()
-            end.synchronize()
-            self._long_heater_us = start.elapsed_time(end) * 1000.0 / 3
-        return max(1, round(gemm_us / self._long_heater_us))
-
-    HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock): fine steps
-    CLOCK_TOLERANCE_MHZ = 15.0
-    PREHEAT_LIMIT_S = 3.0
+    HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock)
 
     def _heat(self, times: int = 1, n: int = HEATER_N) -> None:
-        """Run a bf16 n^3 heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a throttled
-        row); its operands are made once per size."""
+        """Run a bf16 n^3 heater GEMM `times` times (a long, power-limit-bound kernel: what precedes a short call
+        inside a model); its operands are made once per size."""
         if n not in self._heaters:
             a = torch.randn(n, n, device=self.device, dtype=torch.bfloat16)
             self._heaters[n] = (a, a.clone(), torch.empty_like(a))
@@ -700,59 +584,25 @@ class CudaTimer:
         for _ in range(times):
             torch.mm(a, b, out=out)
 
-    def _measure_at_clock(self, cases, views, policy: str, repeat_count: int, key: Hashable, target: float,
-                          repetitions: str = "") -> None:
-        """Time the calls with the SM clock held near `target`: heater GEMMs before each call, their number
-        adjusted from the clock NVML reads after each call; no idle time."""
-        from torch.profiler import record_function
-
-        started = time.monotonic()
-        while self.power.current_clock() > target + self.CLOCK_TOLERANCE_MHZ:
-            if time.monotonic() - started > self.PREHEAT_LIMIT_S:
-                break
-            self._heat(4)
-            self.synchronize()
-        heaters, clocks = 1, []
-        policy += f"; power: match-clock, heater GEMMs before each call to hold the SM clock at {target:.0f} MHz"
-        name = self.session.range_name(key, repeat_count, policy, repetitions)
-        window_start = time.monotonic_ns() / 1000.0
-        for index in range(repeat_count):
-            self._heat(heaters)
-            cases[index % len(cases)].next_values()
-            self.cache.prepare(views)
-            with record_function(name):
-                cases[index % len(cases)].run()
-            self.synchronize()
-            clock = self.power.current_clock()
-            clocks.append(clock)
-            if clock > target + self.CLOCK_TOLERANCE_MHZ:
-                heaters = min(heaters + 1, 64)
-            elif clock < target - 2 * self.CLOCK_TOLERANCE_MHZ and heaters > 0:
-                heaters -= 1
-        self._windows[key] = (window_start, time.monotonic_ns() / 1000.0)
-
-    def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int,
-                       idle_s: float = 0.0, neighbour=None) -> list[float]:
+    def _event_samples(self, cases: list[ReplayCase], views: list[torch.Tensor], repeat_count: int) -> list[float]:
+        """CUDA-event time of `repeat_count` calls (the warm-up: how long a call takes, where the row has no
+        profiled time)."""
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat_count)]
         self.synchronize()
         for index in range(repeat_count):
             cases[index % len(cases)].next_values()
-            self.cache.prepare(views, neighbour)
+            self.cache.prepare(views)
             starts[index].record()
             cases[index % len(cases)].run()
             ends[index].record()
-            if idle_s:
-                self.synchronize()
-                time.sleep(idle_s)
         self.synchronize()
         return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
 
     def collect(self) -> dict[Hashable, TimingResult]:
         """Stop the session, attribute its kernels to the calls, and return every key's samples."""
-        results, self._results = self._results, {}
         self.synchronize()
-        results.update(self.session.collect(range_device_times, METHOD_CUDA_KERNEL))
+        results = self.session.collect(range_device_times, METHOD_CUDA_KERNEL)
         windows, self._windows = self._windows, {}
         if self.power is not None:
             for key, window in windows.items():
@@ -797,17 +647,15 @@ def range_device_times(events, prefix: str) -> dict[int, list[float]]:
 class SessionExecutionTimer:
     """Runs the calls for a profiler session that wraps the whole process (msprof); takes no samples here.
 
-    The cache state before each call follows the same policy as on cuda (`CacheState`); the preparation
-    kernels are other ops with other signatures, which the session's per-signature matching leaves out.
+    The cache state before each call is insitu, as on cuda (`CacheState`); the preparation kernels are other ops
+    with other signatures, which the session's per-signature matching leaves out.
     """
 
     backend = "npu"
 
-    def __init__(self, device: torch.device | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
-                 synchronize=None):
+    def __init__(self, device: torch.device | None = None, synchronize=None):
         self._synchronize = synchronize
-        self.cache = (CacheState(device, l2_policy, device_l2_bytes(device))
-                      if device is not None and l2_policy != "none" else None)
+        self.cache = CacheState(device, device_l2_bytes(device)) if device is not None else None
         self._results: dict[Hashable, TimingResult] = {}
 
     def synchronize(self) -> None:
@@ -835,23 +683,18 @@ class SessionExecutionTimer:
         return results
 
 
-def make_timer(backend: str, *, device: str | None = None, l2_policy: str = DEFAULT_CACHE_POLICY,
-               cuda_primary: str = "kernel", cpu_threads: int | None = None,
-               cpu_timing: str = DEFAULT_CPU_TIMING, power_policy: str = DEFAULT_POWER_POLICY,
+def make_timer(backend: str, *, device: str | None = None, cpu_threads: int | None = None,
                heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
-        if cpu_timing not in CPU_TIMINGS:
-            raise OpperfError(f"timing {cpu_timing!r} is not one of {CPU_TIMINGS}", field="--cpu-timing")
-        return CpuProfilerTimer(cpu_threads) if cpu_timing == "profiler" else CpuWallClockTimer(cpu_threads)
+        return CpuProfilerTimer(cpu_threads)
     if backend == "cuda":
-        return CudaTimer(device or "cuda", l2_policy=l2_policy, primary=cuda_primary, power_policy=power_policy,
-                         heater_min_power_w=heater_min_power_w)
+        return CudaTimer(device or "cuda", heater_min_power_w=heater_min_power_w)
     if backend == "npu":
         def synchronize():
             torch.npu.synchronize()     # torch_npu registers torch.npu on import
         npu_device = torch.device(device) if device else torch.device("npu", torch.npu.current_device())
-        return SessionExecutionTimer(npu_device, l2_policy, synchronize)
+        return SessionExecutionTimer(npu_device, synchronize)
     raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)", field="--backend")
 
 

@@ -17,9 +17,8 @@ import sys
 import time
 
 from opperf.io import read_database_csv
-from opperf.replay.methods import (CACHE_POLICIES, CPU_TIMINGS, DEFAULT_CACHE_POLICY, DEFAULT_CPU_TIMING,
-                                   DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT, DEFAULT_POWER_POLICY,
-                                   DEFAULT_TARGET_REL_ERROR, DEFAULT_TIMING_BATCH_ROWS, POWER_POLICIES, RepeatBudget)
+from opperf.replay.methods import (DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT, TIMING_BATCH_ROWS,
+                                   RepeatBudget)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,16 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-count", type=int, required=True)
     parser.add_argument("--time-budget-s", type=float, default=None)
     parser.add_argument("--min-repeat-count", type=int, default=DEFAULT_MIN_REPEAT_COUNT)
-    parser.add_argument("--target-rel-error", type=float, default=DEFAULT_TARGET_REL_ERROR)
     parser.add_argument("--memory-budget-bytes", type=int, default=None)
-    parser.add_argument("--l2-policy", default=DEFAULT_CACHE_POLICY, choices=CACHE_POLICIES)
-    parser.add_argument("--timing-batch-rows", type=int, default=DEFAULT_TIMING_BATCH_ROWS)
-    parser.add_argument("--cuda-timing", default="kernel", choices=["kernel", "event"])
-    parser.add_argument("--power-policy", default=DEFAULT_POWER_POLICY, choices=POWER_POLICIES)
     parser.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
-    parser.add_argument("--cpu-timing", default=DEFAULT_CPU_TIMING, choices=CPU_TIMINGS)
     return parser
 
 
@@ -69,13 +62,11 @@ def main(argv=None) -> int:
             progress.write(json.dumps({"event": "definition_error", "message": exc.reason, "field": exc.field,
                                        "line": exc.row}) + "\n")
         return 0
-    timer = make_timer(args.backend, l2_policy=args.l2_policy, cuda_primary=args.cuda_timing,
-                       power_policy=args.power_policy, heater_min_power_w=args.heater_min_power,
-                       cpu_threads=args.cpu_threads, cpu_timing=args.cpu_timing)
+    timer = make_timer(args.backend, heater_min_power_w=args.heater_min_power, cpu_threads=args.cpu_threads)
     try:
         format_cast = format_cast_for(args.backend)
         budget = (None if args.time_budget_s is None else
-                  RepeatBudget(args.time_budget_s, args.min_repeat_count, args.target_rel_error))
+                  RepeatBudget(args.time_budget_s, args.min_repeat_count))
         ready = time.perf_counter()
         collect_s = 0.0
         with open(args.indices, encoding="utf-8") as handle:
@@ -113,7 +104,7 @@ def main(argv=None) -> int:
                     if failed is None:
                         pending[index] = prepared
                         emit({"index": index, "event": "measured"})
-                        if len(pending) >= args.timing_batch_rows:
+                        if len(pending) >= TIMING_BATCH_ROWS:
                             collect()
                         continue
                     prepared = failed

@@ -25,7 +25,7 @@ from opperf.replay.definitions import load_definitions  # noqa: E402
 from opperf.replay.engine import replay_row  # noqa: E402
 from opperf.replay.inputs import build_case  # noqa: E402
 from opperf.replay.verify import describe_outputs, produced_outputs  # noqa: E402
-from opperf.replay.timing import CpuWallClockTimer  # noqa: E402
+from opperf.replay.timing import CpuProfilerTimer  # noqa: E402
 
 
 def dtype_name(profiler_type: str) -> str:
@@ -105,7 +105,7 @@ def main(trace_path: str) -> None:
         row.update({"Type": kernel_type, contract.OP_STATE: "dynamic", contract.ACCELERATOR_CORE: "CPU",
                     contract.OUTPUT_SHAPES: shapes, contract.OUTPUT_DTYPES: dtypes,
                     contract.OUTPUT_FORMATS: ";".join("ND" if s else "" for s in shapes.split(";")) if shapes else ""})
-        outcome = replay_row(definitions[kernel_type], row, backend="cpu", device="cpu", timer=CpuWallClockTimer(),
+        outcome = replay_row(definitions[kernel_type], row, backend="cpu", device="cpu", timer=CpuProfilerTimer(),
                          repeat_count=1)
         assert outcome.status == "ok", (kernel_type, outcome)
         rows.append(row)
