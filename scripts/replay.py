@@ -22,6 +22,9 @@ How it measures (one method each, the one the measurements chose; docs/replay.md
   cuda timing: CUPTI device-kernel time per call, rows timed in profiler sessions of 128
   cpu timing: the op's torch.profiler time, as the profile timed it
     (benchmarks/results/cpu_replay/: median gap 27.5 %, wall clock 40.0 %)
+  cpu cache state: inputs a definition marks cold (F.linear's weight) in turns over copies spanning twice the
+    last-level cache, the rest warm (benchmarks/results/cpu_replay/: mm 0.66 -> 1.13 of profiled, the database's
+    Σ replay / profile 0.70 -> 0.98)
 """
 
 import argparse

@@ -83,3 +83,28 @@ def test_the_cache_a_cat_appends_to_is_cold_and_everything_else_warm():
     # Four times the other member, not eight: two activations, no cache.
     joined = _cat_case("16,8,64,128;16,8,16,128;", ";;-2")
     assert len(joined.warm_tensors()) == 2
+
+
+def test_a_cpu_rows_cold_inputs_take_turns_over_copies_with_its_strides_and_warm_ones_stay_shared():
+    """F.linear's weight (mm slot 1, `cache: cold`) was read from memory inside the workload: its calls take turns
+    over copies spanning twice the last-level cache, each with the row's strides; an op without cold inputs keeps
+    its one case, and the row says which."""
+    from opperf.replay.inputs import build_case
+    from opperf.replay.timing import cpu_cold_turns
+
+    row = dict(ROWS["mm"], **{contract.INPUT_SHAPES: "1,256;256,1024", contract.INPUT_STRIDES: ";1,256",
+                              contract.OUTPUT_SHAPES: "1,1024"})
+    case = build_case(DEFINITIONS["mm"], row, "cpu")
+    activation, weight = case.tensors()
+    turns, policy = cpu_cold_turns(case, 8 * 2**20)        # 1 MiB weight, 8 MiB cache: 16 copies
+    assert len(turns) == 16
+    assert policy == "cold inputs: 16 copies in turn, 16.0 MiB (last-level cache 8 MiB)"
+    storages = {t.tensors()[1].untyped_storage().data_ptr() for t in turns}
+    assert len(storages) == 16 and all(t.tensors()[1].stride() == weight.stride() == (1, 256) for t in turns)
+    assert all(t.tensors()[0] is activation for t in turns)
+    add = build_case(DEFINITIONS["add"], ROWS["add"], "cpu")
+    assert cpu_cold_turns(add, 8 * 2**20) == ([add], "none")
+    outcome = replay_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuProfilerTimer(),
+                         repeat_count=3, warmup_count=1)
+    assert outcome.status == STATUS_OK, outcome.error
+    assert outcome.columns[contract.REPLAY_L2_POLICY].startswith("cold inputs: ")
