@@ -337,6 +337,12 @@ def _cases() -> list[Case]:
         Case("config: unknown grid target model", "config", edit(CFG, "cuda: [Llama-3-70B,", "cuda: [Llama-3-7B,"),
              at(CFG, "cuda: [Llama-3-7B", f"field 'grid.target_models.cuda.0': unknown model 'Llama-3-7B' in "
                 f"{MOD}; known: {MODELS_KNOWN} (or their aliases; case and punctuation are ignored)")),
+        Case("config: a predicted scenario that is no scenario", "config",
+             edit(CFG, "cpu: [prefill:16, prefill:32,", "cpu: [prefill:16k, prefill:32,"),
+             at(CFG, "  scenarios:", "field 'predict.scenarios': {'cpu': ['prefill:16k', 'prefill:32', "
+                "'prefill:64', 'deco... fits none of the allowed forms (a list of "
+                "prefill:TOKENS and decode:BATCHxCONTEXT (e.g. prefill:1024, decode:16x4096), or a mapping from a "
+                "device key or back end to such a list)")),
         Case("config: unknown workload device", "config", edit(CFG, "  device: CPU           #", "  device: GPU    #"),
              at(CFG, "device: GPU", f"field 'workload.device': device 'GPU' is not in {DEV} (known: {DEVICES_KNOWN})")),
         Case("config: unknown comm device", "config", edit(CFG, "  device: CPU                #", "  device: CPUS #"),
