@@ -269,6 +269,26 @@ def test_the_lookup_model_follows_the_runtime_rules():
     assert find({"MatMulV2": mm}, mapping, query) is None
 
 
+def test_an_elementwise_row_of_another_output_dtype_answers_scaled_by_its_bytes():
+    """The runtime's elementwise exact path takes the first row of the query's output shape (a leading 1 dropped);
+    of another output dtype it answers the row's time times the byte ratio, and of a dtype it has no size for
+    (BOOL) it does not match. A MoE router's bf16 -> fp32 `_to_copy` of [12, 128] found a fp32 -> bf16 row of
+    [1, 12, 128] first: msmodeling answered 2.08 us, twice the row (H200 Qwen3-30B-A3B database, 84fec85)."""
+    from opperf.database.runtime import answered_latency
+
+    header = list(contract.BASE_COLUMNS) + [contract.REPLAY_AVERAGE]
+    rows = [("", "", '"1,12,128"', "FLOAT", "ND", '"1,12,128"', "DT_BF16", "ND", "1.0422"),
+            ("", "", '"12,128"', "DT_BF16", "ND", '"12,128"', "FLOAT", "ND", "2.4629")]
+    tables = {"_to_copy": pd.DataFrame([dict(zip(header, r)) for r in rows], columns=header)}
+    mapping = {"kernel_type": "_to_copy", "query_mode": "elementwise"}
+    to_float = RuntimeQuery(inputs=(((12, 128), "DT_BF16"),), output=((12, 128), "FLOAT"))
+    hit = find(tables, mapping, to_float)
+    assert hit == ("_to_copy", 0) and answered_latency(tables, mapping, to_float, hit) == pytest.approx(2.0844)
+    to_bf16 = RuntimeQuery(inputs=(((12, 128), "FLOAT"),), output=((12, 128), "DT_BF16"))
+    assert answered_latency(tables, mapping, to_bf16, find(tables, mapping, to_bf16)) == pytest.approx(1.0422)
+    assert find(tables, mapping, RuntimeQuery(inputs=(((12, 128), "DT_BF16"),), output=((12, 128), "BOOL"))) is None
+
+
 @pytest.mark.skipif(not os.environ.get("OPPERF_MSMODELING_DIR"),
                     reason="set OPPERF_MSMODELING_DIR to a msmodeling checkout (and OPPERF_MSMODELING_PYTHON to "
                            "a Python that imports it) to ask the real runtime")

@@ -308,7 +308,7 @@ def modelled_exact_lookup(database_dir: str | Path, op_name: str, tensor_inputs:
                           output: TensorSpec | None) -> tuple[float | None, str]:
     """`answer`'s exact lookup from opperf's model of the runtime's exact path (`opperf.database.runtime.find`):
     zero_cost/accepted_miss entries answer 0; query modes that model does not cover answer None."""
-    from opperf.database.runtime import RuntimeQuery, find, row_latency
+    from opperf.database.runtime import RuntimeQuery, answered_latency, find
 
     mappings, tables = _database_tables(str(database_dir))
     mapping = mappings.get(op_name)
@@ -320,11 +320,12 @@ def modelled_exact_lookup(database_dir: str | Path, op_name: str, tensor_inputs:
     if any(dtype is None for _, dtype in spelled):
         return None, "an input dtype has no spelling in the runtime's DTYPE_MAP"
     out = None if output is None else (tuple(output.shape), query_dtype(output.dtype, str(output.dtype)))
-    hit = find(tables, mapping, RuntimeQuery(tuple(spelled), out))
+    query = RuntimeQuery(tuple(spelled), out)
+    hit = find(tables, mapping, query)
     if hit is None:
         return None, "no row matches"
     kernel_type, row = hit
-    return row_latency(tables[kernel_type].iloc[row].to_dict()), f"{kernel_type}.csv line {row + 2}"
+    return answered_latency(tables, mapping, query, hit), f"{kernel_type}.csv line {row + 2}"
 
 
 def _skips_zero_cost(mapping: dict) -> bool:

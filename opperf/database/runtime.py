@@ -380,6 +380,22 @@ def _compute_match(kernel_type: str, query: RuntimeQuery, row: _ParsedRow, input
     return matched
 
 
+# The runtime's byte sizes of its dtype spellings (its _DTYPE_BYTE_SIZES): an elementwise row whose output dtype
+# differs from the query's answers scaled by their ratio; a dtype outside this table (BOOL) matches no other dtype.
+RUNTIME_DTYPE_BYTES = {"DT_BF16": 2, "DT_FLOAT16": 2, "FLOAT": 4, "DT_FLOAT": 4, "INT8": 1, "DT_INT8": 1,
+                       "INT16": 2, "INT32": 4, "DT_INT32": 4, "INT64": 8, "DT_INT64": 8}
+
+
+def elementwise_dtype_scale(query_dtype: str | None, row_dtype: str | None) -> float | None:
+    """What the runtime's elementwise exact path multiplies a row's latency by: 1 for the query's own output dtype,
+    the ratio of byte sizes for another (a bf16 row answers a float32 query at twice its time), None (no match)
+    where either size is unknown."""
+    if query_dtype and row_dtype and query_dtype == row_dtype:
+        return 1.0
+    query_bytes, row_bytes = RUNTIME_DTYPE_BYTES.get(query_dtype or "", 0), RUNTIME_DTYPE_BYTES.get(row_dtype or "", 0)
+    return query_bytes / row_bytes if query_bytes and row_bytes else None
+
+
 def _elementwise_match(query: RuntimeQuery, row: _ParsedRow) -> str | None:
     if query.output is None or row.output is None:
         return None
@@ -390,9 +406,21 @@ def _elementwise_match(query: RuntimeQuery, row: _ParsedRow) -> str | None:
     if not matched and len(stripped) == 3 and len(target) == 2:
         flat = (stripped[0] * stripped[1], stripped[2])
         matched = flat in (target, target_stripped) or _padded(flat, target) or _padded(flat, target_stripped)
-    if not matched:
+    if not matched or elementwise_dtype_scale(dtype, row.output_dtype) is None:
         return None
     return "elementwise" if row.output_dtype == dtype else "elementwise_dtype_scaled"
+
+
+def answered_latency(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: RuntimeQuery,
+                     hit: tuple[str, int]) -> float | None:
+    """The latency the runtime answers with for `find`'s hit: the row's, scaled by the output dtypes' byte sizes
+    where the elementwise mode matched a row of another output dtype."""
+    kernel_type, index = hit
+    row = _parsed(tables[kernel_type])[index]
+    if mapping.get("query_mode") == "elementwise" and query.output is not None and len(query.output[0]) >= 1:
+        scale = elementwise_dtype_scale(query.output[1], row.output_dtype)
+        return None if row.latency is None or scale is None else row.latency * scale
+    return row.latency
 
 
 def find(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: RuntimeQuery) -> tuple[str, int] | None:
