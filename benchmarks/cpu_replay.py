@@ -138,36 +138,29 @@ def main() -> int:
              str(work / name / "profile" / "trace.json"), "--database-path", str(database(work, name))],
             work / f"{name}_parse.log")
     runs = {}
+
+    def replay(name: str, threads: int, timing: str, env: dict | None = None) -> None:
+        """A copy of the profile taken at `threads` threads, replayed with as many (the profiler timer, replay's
+        one CPU timer since issue 42), summarised into runs[name]."""
+        target = database(work, name)
+        target.parent.mkdir(parents=True)
+        shutil.copytree(database(work, f"profile_t{threads}"), target)
+        print(f"== replay {name}", flush=True)
+        wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
+                          "--device", "CPU", "--repeat-count", str(args.repeat_count),
+                          "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
+                         work / f"replay_{name}.log", env)
+        rows = read_rows(target)
+        runs[name] = {"timing": timing, "threads": threads, "profile": f"profile_t{threads}",
+                      "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
+                                      if r.get(contract.REPLAY_TIMING_METHOD)), ""),
+                      "replay_wall_s": wall[name], **summarise(rows)}
+
     for threads in args.threads:
-        for timing in ("profiler",):          # replay's one CPU timer since issue 42
-            name = f"{timing}_t{threads}"
-            target = database(work, name)
-            target.parent.mkdir(parents=True)
-            shutil.copytree(database(work, f"profile_t{threads}"), target)
-            print(f"== replay {name}", flush=True)
-            wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
-                              "--device", "CPU", "--repeat-count", str(args.repeat_count),
-                              "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
-                             work / f"replay_{name}.log")
-            rows = read_rows(target)
-            runs[name] = {"timing": timing, "threads": threads, "profile": f"profile_t{threads}",
-                          "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
-                                          if r.get(contract.REPLAY_TIMING_METHOD)), ""),
-                          "replay_wall_s": wall[name], **summarise(rows)}
+        replay(f"profiler_t{threads}", threads, "profiler")
     # the same replay with every tensor of 64 KiB or more a fresh mmap
-    threads, name = args.threads[0], f"profiler_t{args.threads[0]}_fresh_pages"
-    target = database(work, name)
-    target.parent.mkdir(parents=True)
-    shutil.copytree(database(work, f"profile_t{threads}"), target)
-    print(f"== replay {name}", flush=True)
-    wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
-                      "--device", "CPU", "--repeat-count", str(args.repeat_count),
-                      "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
-                     work / f"replay_{name}.log", {"MALLOC_MMAP_THRESHOLD_": "65536"})
-    rows = read_rows(target)
-    runs[name] = {"timing": "profiler, MALLOC_MMAP_THRESHOLD_=65536", "threads": threads,
-                  "profile": f"profile_t{threads}", "method": rows[0].get(contract.REPLAY_TIMING_METHOD, ""),
-                  "replay_wall_s": wall[name], **summarise(rows)}
+    replay(f"profiler_t{args.threads[0]}_fresh_pages", args.threads[0], "profiler, MALLOC_MMAP_THRESHOLD_=65536",
+           {"MALLOC_MMAP_THRESHOLD_": "65536"})
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))

@@ -272,21 +272,21 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
         for value in values:
             for key, times in value["calls"].items():
                 calls[key] += times
-        predicted = {query_key(r): latency for r, _, latency, _ in prediction.answers}
-        status_of = {query_key(r): status for r, status, _, _ in prediction.answers}
+        answered = {query_key(r): (latency, status) for r, status, latency, _ in prediction.answers}
         measured_by_status: dict = defaultdict(float)      # the step's measured time, by how its query was answered
         passes = sum(v["passes"] for v in values)
         errors, paired_us, worst = [], 0.0, []
         for key, times in calls.items():
-            if key not in predicted:
+            if key not in answered:
                 continue
+            predicted_us, status = answered[key]
             mean = sum(times) / len(times)
             paired_us += sum(times) / passes
-            measured_by_status[status_of[key]] += sum(times) / passes
+            measured_by_status[status] += sum(times) / passes
             if mean > 0:
-                errors.append(abs(predicted[key] / mean - 1))
-                worst.append((abs(predicted[key] / mean - 1), key, predicted[key], mean, len(times) // passes))
-        unpaired = sorted(((sum(t) / passes, k) for k, t in calls.items() if k not in predicted), reverse=True)
+                errors.append(abs(predicted_us / mean - 1))
+                worst.append((abs(predicted_us / mean - 1), key, predicted_us, mean, len(times) // passes))
+        unpaired = sorted(((sum(t) / passes, k) for k, t in calls.items() if k not in answered), reverse=True)
         errors.sort()
         scenarios.append({
             "name": scenario_name(scenario), "predicted_us": round(prediction.predicted_us, 3),

@@ -3,7 +3,6 @@
 import difflib
 import shlex
 from pathlib import Path
-from types import SimpleNamespace
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
@@ -365,17 +364,19 @@ def database_check_options(wildcards):
     return f"{options} {grid_consumer_option(wildcards)}".rstrip()
 
 
-def grid_target_models(wildcards):
-    """The grid's --target-models for one database, comma-separated ('' = the generic grids).
+def per_device(setting, device):
+    """A config list for a database of {device}: the list itself, or from a mapping of device keys and back ends
+    to lists the first of {device}, its back end, `default` (else [])."""
+    if isinstance(setting, dict):
+        keys = (device, DEVICES[device].backend, "default")
+        return next((setting[key] for key in keys if key in setting), [])
+    return setting
 
-    config grid.target_models is a list for every database, or a mapping from a device key or a back end
-    (tried in that order, then `default`) to a list.
-    """
-    targets = config["grid"]["target_models"]
-    if isinstance(targets, dict):
-        keys = (wildcards.device, DEVICES[wildcards.device].backend, "default")
-        targets = next((targets[key] for key in keys if key in targets), [])
-    return ",".join(targets)
+
+def grid_target_models(wildcards):
+    """The grid's --target-models for one database, comma-separated ('' = the generic grids): config
+    grid.target_models, a list or a mapping by device key or back end (per_device)."""
+    return ",".join(per_device(config["grid"]["target_models"], wildcards.device))
 
 
 def grid_density_standard(wildcards):
@@ -486,24 +487,14 @@ def report_targets():
     return targets
 
 
-def predict_scenarios(device):
-    """config predict.scenarios for a database of {device}: a list, or a mapping from a device key or back end."""
-    scenarios = config["predict"]["scenarios"]
-    if isinstance(scenarios, dict):
-        keys = (device, DEVICES[device].backend, "default")
-        scenarios = next((scenarios[key] for key in keys if key in scenarios), [])
-    return scenarios
-
-
 def predict_enabled(device):
     """Stage 7b runs for a replayed cpu/cuda database whose grid names target models and scenarios to predict."""
-    wildcards = SimpleNamespace(device=device)
     return (
         config["predict"]["enabled"]
         and replay_enabled(device)
         and database_backend(device) in ("cpu", "cuda")
-        and bool(grid_target_models(wildcards))
-        and bool(predict_scenarios(device))
+        and bool(per_device(config["grid"]["target_models"], device))
+        and bool(per_device(config["predict"]["scenarios"], device))
     )
 
 
@@ -514,8 +505,10 @@ def predict_options(wildcards):
         workload = config["workload"]
         on_workload = workload["enabled"] and DEVICES[wildcards.device].backend == workload["backend"]
         dtype = workload["dtype"] if on_workload else config["grid"]["consumer_dtype"]
-    models = " ".join(f"--model {shlex.quote(m)}" for m in grid_target_models(wildcards).split(","))
-    scenarios = " ".join(f"--scenario {s}" for s in predict_scenarios(wildcards.device))
+    models = " ".join(
+        f"--model {shlex.quote(m)}" for m in per_device(config["grid"]["target_models"], wildcards.device)
+    )
+    scenarios = " ".join(f"--scenario {s}" for s in per_device(config["predict"]["scenarios"], wildcards.device))
     return f"{models} {scenarios} --tp {config['predict']['tp']} --dtype {dtype}"
 
 

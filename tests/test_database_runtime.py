@@ -162,6 +162,15 @@ def test_only_ops_the_runtime_can_receive_are_mapped(framework_op, received, why
     assert answer is received and why in reason
 
 
+def _op_mapping_of_empty_types(database: Path, device: str, definitions: str, kernel_types) -> dict:
+    """op_mapping.yaml of a database directory holding an empty CSV per kernel type."""
+    database.mkdir(parents=True)
+    for kernel in kernel_types:
+        (database / f"{kernel}.csv").write_text(",".join(contract.BASE_COLUMNS) + "\n")
+    return build_op_mapping(sorted(database.glob("*.csv")), device, REPO / "config" / "devices.yaml",
+                            REPO / "config" / "kernels" / definitions, database / "op_mapping.yaml")
+
+
 def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
     document = yaml.safe_load((cpu_database / "op_mapping.yaml").read_text())
     mappings = document["operator_mappings"]
@@ -176,13 +185,8 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
                                                                       "cat": {"generic_compute": {"axis": "output_numel"}}}}
     # A3: attention is what TensorCast issues (tensor_cast.attention.default), never npu_fusion_attention;
     # collectives sit in the runtime's hccl/v{cann}/ directory.
-    npu_db = tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5"
-    npu_db.mkdir(parents=True)
-    header = ",".join(contract.BASE_COLUMNS) + "\n"
-    for kernel in ("MatMulV2", "FusedInferAttentionScore", "FlashAttentionScore"):
-        (npu_db / f"{kernel}.csv").write_text(header)
-    mapping = build_op_mapping(sorted(npu_db.glob("*.csv")), "A3", REPO / "config" / "devices.yaml",
-                               REPO / "config" / "kernels" / "npu", npu_db / "op_mapping.yaml")
+    mapping = _op_mapping_of_empty_types(tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5",
+                                         "A3", "npu", ("MatMulV2", "FusedInferAttentionScore", "FlashAttentionScore"))
     assert mapping["communication_data_ref"] == "../../hccl/v8.5"
     ops = mapping["operator_mappings"]
     assert ops["tensor_cast.attention.default"]["query_mode"] == "attention_special"
@@ -199,13 +203,8 @@ def test_a_schema_replayed_type_of_a_pointwise_op_is_queried_elementwise(tmp_pat
     its functional twin) gets the runtime's elementwise mode, whose neighbours follow elements: the generic path
     groups `masked_fill(x[N, D], mask[N, 1])` by the mask's N and never interpolated a MoE router's fills (H200,
     benchmarks/results/e2e_prediction/)."""
-    database = tmp_path / "data" / "H200" / "torch" / "torch2.11.0_cuda13.0"
-    database.mkdir(parents=True)
-    header = ",".join(contract.BASE_COLUMNS) + "\n"
-    for kernel in ("masked_fill", "masked_fill_", "index"):
-        (database / f"{kernel}.csv").write_text(header)
-    ops = build_op_mapping(sorted(database.glob("*.csv")), "H200", REPO / "config" / "devices.yaml",
-                           REPO / "config" / "kernels" / "torch", database / "op_mapping.yaml")["operator_mappings"]
+    ops = _op_mapping_of_empty_types(tmp_path / "data" / "H200" / "torch" / "torch2.11.0_cuda13.0", "H200", "torch",
+                                     ("masked_fill", "masked_fill_", "index"))["operator_mappings"]
     assert ops["aten.masked_fill.Scalar"] == {"kernel_type": "masked_fill", "alternate_kernel_types": [],
                                               "query_mode": "elementwise"}
     assert ops["aten.masked_fill_.Scalar"]["query_mode"] == "elementwise"

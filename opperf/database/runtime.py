@@ -411,13 +411,19 @@ def _elementwise_match(query: RuntimeQuery, row: _ParsedRow) -> str | None:
     return "elementwise" if row.output_dtype == dtype else "elementwise_dtype_scaled"
 
 
+def _elementwise_query(mapping: Mapping, query: RuntimeQuery) -> bool:
+    """Whether the runtime answers `query` by its elementwise path: the mode, and a rank >= 1 output (without one
+    it falls back to the compute path)."""
+    return mapping.get("query_mode") == "elementwise" and query.output is not None and len(query.output[0]) >= 1
+
+
 def answered_latency(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: RuntimeQuery,
                      hit: tuple[str, int]) -> float | None:
     """The latency the runtime answers with for `find`'s hit: the row's, scaled by the output dtypes' byte sizes
     where the elementwise mode matched a row of another output dtype."""
     kernel_type, index = hit
     row = _parsed(tables[kernel_type])[index]
-    if mapping.get("query_mode") == "elementwise" and query.output is not None and len(query.output[0]) >= 1:
+    if _elementwise_query(mapping, query):
         scale = elementwise_dtype_scale(query.output[1], row.output_dtype)
         return None if row.latency is None or scale is None else row.latency * scale
     return row.latency
@@ -432,11 +438,9 @@ def find(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: Run
     """
     kernel_types = [mapping.get("kernel_type"), *mapping.get("alternate_kernel_types", [])]
     kernel_types = [k for k in dict.fromkeys(kernel_types) if k]
-    mode = mapping.get("query_mode")
-    if mapping.get("composite") or mode in ("attention_special", "moe_fused", "mtp_projection"):
+    if mapping.get("composite") or mapping.get("query_mode") in ("attention_special", "moe_fused", "mtp_projection"):
         return None
-    # Elementwise mode without a rank >= 1 output falls back to the compute path, as the runtime does.
-    elementwise = mode == "elementwise" and query.output is not None and len(query.output[0]) >= 1
+    elementwise = _elementwise_query(mapping, query)
     best: tuple[float, int, int] | None = None
     for kernel_index, kernel_type in enumerate(kernel_types):
         table = tables.get(kernel_type)

@@ -146,10 +146,10 @@ class CpuProfilerTimer:
 
     backend = "cpu"
 
-    def __init__(self, threads: int | None = None, record_shapes: bool = True, cold_inputs: bool = True):
+    def __init__(self, threads: int | None = None, record_shapes: bool = True):
         from torch.profiler import ProfilerActivity
 
-        self.cache_bytes = cpu_last_level_cache_bytes() if cold_inputs else 0
+        self.cache_bytes = cpu_last_level_cache_bytes()
         shapes = "record_shapes" if record_shapes else "no record_shapes"
         self.method = (f"{METHOD_CPU_PROFILER.replace('record_shapes', shapes)}, "
                        f"{_set_cpu_threads(threads)} threads")
@@ -168,7 +168,7 @@ class CpuProfilerTimer:
         spent it; the spread does not stop a row here."""
         from torch.profiler import record_function
 
-        turns, policy = cpu_cold_turns(case, self.cache_bytes) if self.cache_bytes else ([case], "none")
+        turns, policy = cpu_cold_turns(case, self.cache_bytes)
         for call in range(warmup_count):
             turns[call % len(turns)].run()
         name = self.session.range_name(key, repeat_count, policy)
