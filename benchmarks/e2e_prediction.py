@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-STAGES = ("grid", "replay", "profile", "predict", "report")
+STAGES = ("workflow", "grid", "replay", "profile", "predict", "report")
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
 HELD_OUT_DECODE = {1024: (12, 24), 1536: (8,)}           # context -> batches: one axis off the grid at a time
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -91,6 +91,91 @@ def stage_replay(work: Path, args) -> dict:
     run([sys.executable, "scripts/build_database.py", "directory", "--rows-dir", str(rows), "--device", args.device,
          "--output", str(database)], work / "logs" / "build.log")
     return {"replay_s": round(seconds, 1)}
+
+
+WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources", "envs", "report")
+
+
+def workflow_config(config: Path, args) -> dict:
+    """The config a user writes to build a database for their model with the workflow: the model's config.json as
+    the workload (profiled at --profile-prefill and decode --profile-decode-batches x --profile-context) and as the
+    grid's one target, its queries over --scenario-space the only generated rows, replayed with stage 4b, the
+    held-out scenarios predicted (stage 7b)."""
+    model = str(config.resolve())
+    held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
+        f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
+    return {"sources": "config/e2e_sources.tsv",
+            "workload": {"backend": args.backend, "device": args.device, "model": model, "dtype": args.dtype,
+                         "num_layers": args.num_layers, "prefill_lengths": args.profile_prefill, "decode_steps": 1,
+                         "decode_context": args.profile_context, "decode_batch_sizes": args.profile_decode_batches,
+                         "profile_iterations": args.profile_iterations},
+            "grid": {"target_models": [model], "consumer_queries": True, "consumer_dtype": args.dtype,
+                     "scenario_space": args.scenario_space, "queries_only": True},
+            "replay": {"backends": [args.backend], "repeat_count": args.repeat_count,
+                       "time_budget_s": args.time_budget_s, "phase": {"enabled": True, "backends": [args.backend]}},
+            "predict": {"scenarios": held_out, "dtype": args.dtype},
+            "comm": {"enabled": False}}
+
+
+def stage_workflow(config: Path, work: Path, args) -> dict:
+    """The database built by the workflow itself (`snakemake` in a copy of it, --resources gpu=1): profile, parse,
+    grid, replay, stage 4b, database, check, prediction; the database is copied to where the predict stage reads."""
+    import shutil
+
+    import yaml
+
+    root = work / "workflow"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    for part in WORKFLOW_PARTS:
+        source = ROOT / part
+        if source.is_dir():
+            shutil.copytree(source, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy2(source, root / part)
+    (root / "config" / "e2e_sources.tsv").write_text("device\tstack\tversion_dir\tpath\n")
+    shutil.copy2(args.scenarios, root / "config" / "scenarios.yaml")
+    (root / "e2e.yaml").write_text(yaml.safe_dump(workflow_config(config, args), sort_keys=False))
+    target = f"{args.device}/torch/{args.version_dir}"
+    targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json",
+               f"reports/{target}/predictions.json"]
+    began = time.perf_counter()
+    log_path = work / "logs" / "workflow.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(args.cores), "--resources", "gpu=1",
+                               "--scheduler", "greedy",
+                               "--configfile", "e2e.yaml", "--keep-going", *targets], cwd=root, stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - began
+    database = root / "data" / target
+    if done.returncode != 0 or not (database / "op_mapping.yaml").is_file():
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
+        raise SystemExit(f"the workflow failed ({done.returncode}) for {config}:\n{tail}")
+    destination = work / "database" / target
+    if destination.exists():
+        shutil.rmtree(destination)
+    shutil.copytree(database, destination)
+    runs = root / "benchmarks" / "runs"
+
+    def job_seconds(pattern: str) -> float:
+        total = 0.0
+        for tsv in runs.glob(pattern):
+            lines = tsv.read_text().splitlines()
+            total += float(lines[1].split("\t")[0]) if len(lines) > 1 else 0.0
+        return round(total, 1)
+
+    layouts = sorted((destination / "layouts").glob("*.csv"))
+    generated = sum(line.count(",generated,") for p in layouts for line in p.read_text().splitlines())
+    profiled = sum(line.count(",profiled,") for p in layouts for line in p.read_text().splitlines())
+    check = json.loads((root / "reports" / target / "database_check.json").read_text())
+    return {"database": "workflow", "workflow_s": round(seconds, 1), "grid_rows": generated,
+            "profiled_rows": profiled, "grid_kernel_types": len(layouts),
+            "profile_s": job_seconds(f"workload/{target}.tsv"), "grid_s": job_seconds(f"grid/{target}.tsv"),
+            "replay_s": job_seconds(f"replay/{target}/*.tsv"),
+            "phase_replay_s": job_seconds(f"replay/{target}/phase_replay.tsv"),
+            "database_check_passed": bool(check.get("passed"))}
 
 
 def stage_profile(config: Path, work: Path, args) -> dict:
@@ -234,11 +319,13 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
     return result
 
 
-def _scenario_of(label: str):
-    """`prefill_640` -> ('prefill', 1, 640, 0); `decode_b12_0` -> ('decode', 12, 1, None: context from the plan)."""
+def _scenario_of(label: str, batch_size: int):
+    """`prefill_640` -> ('prefill', 640); `decode_b12_0` -> ('decode', 12); `decode_0` (a profile of one decode
+    batch, the plan's batch_size) -> ('decode', batch_size)."""
     if label.startswith("prefill_"):
         return "prefill", int(label.split("_")[1])
-    return "decode", int(label.split("_")[1].removeprefix("b"))
+    part = label.split("_")[1]
+    return "decode", int(part.removeprefix("b")) if part.startswith("b") else batch_size
 
 
 # --- predict ------------------------------------------------------------------------------------------------
@@ -257,7 +344,7 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
         manifest = json.loads((profile / "workload.json").read_text())
         context = manifest["plan"]["decode_context"]
         for label, value in measured_steps(profile / "trace.json").items():
-            phase, size = _scenario_of(label)
+            phase, size = _scenario_of(label, manifest["plan"]["batch_size"])
             if phase == "prefill" and manifest["plan"]["decode_steps"] == 0:
                 by_scenario[Scenario(source.name, 1, "prefill", 1, size)].append(value)
             elif phase == "decode":
@@ -374,6 +461,13 @@ def main() -> int:
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--time-budget-s", type=float, default=0.02)
     parser.add_argument("--profile-iterations", type=int, default=5)
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="the workflow's --cores")
+    parser.add_argument("--profile-prefill", type=int, nargs="+", default=[256, 1024, 4096],
+                        help="the workflow's profiled prefill lengths (default: %(default)s)")
+    parser.add_argument("--profile-decode-batches", type=int, nargs="+", default=[4, 32],
+                        help="the workflow's profiled decode batches (default: %(default)s)")
+    parser.add_argument("--profile-context", type=int, default=1024,
+                        help="the workflow's profiled decode context (default: %(default)s)")
     parser.add_argument("--held-out-prefill", type=int, nargs="+", default=list(HELD_OUT_PREFILL))
     parser.add_argument("--held-out-decode", type=json.loads, default=HELD_OUT_DECODE,
                         help='JSON {context: [batches]} (default: %(default)s)')
@@ -386,6 +480,8 @@ def main() -> int:
         name = f"hf_{config.stem}"
         work = args.work_dir / name
         record = state["workloads"].setdefault(name, {"name": name, "unseen": True, "config": str(config)})
+        if "workflow" in args.stages:
+            record.update(stage_workflow(config, work, args))
         if "grid" in args.stages:
             record.update(stage_grid(config, work, args))
         if "replay" in args.stages:
@@ -397,7 +493,7 @@ def main() -> int:
         args.work_dir.mkdir(parents=True, exist_ok=True)
         state_path.write_text(json.dumps(state, indent=1))
         print(f"{name}: {', '.join(args.stages)} done", flush=True)
-    if any(s in args.stages for s in ("replay", "profile")):
+    if any(s in args.stages for s in ("workflow", "replay", "profile")):
         state["device"] = device_facts(args.backend)
         state_path.write_text(json.dumps(state, indent=1))
     if "report" in args.stages:

@@ -20,6 +20,20 @@ def normalise_model_name(name: str) -> str:
     return "".join(ch for ch in str(name).lower() if ch.isalnum())
 
 
+def is_config_path(name: str) -> bool:
+    """Whether a model name is a transformers config.json (a `.json` path, or a directory or file that exists)
+    rather than a key of models.yaml."""
+    candidate = Path(name)
+    return str(name).endswith(".json") or candidate.is_dir() or candidate.is_file()
+
+
+def config_model_name(name: str) -> str:
+    """The name a config.json's model goes by in databases, predictions and reports: `hf_` and the file's stem
+    (`qwen3_8b.json` -> `hf_qwen3_8b`), or the directory's name for a directory holding a config.json."""
+    candidate = Path(name)
+    return f"hf_{candidate.stem if str(name).endswith('.json') or candidate.is_file() else candidate.name}"
+
+
 def model_key(models: Mapping[str, object], name: str, *, path: str | Path | None = None,
               field: str | None = None, what: str = "model") -> str:
     """The models.yaml key that `name` (a key or an alias, any case or punctuation) refers to.

@@ -17,7 +17,7 @@ from pathlib import Path
 from opperf.devices import Device, load_catalog
 from opperf.errors import OpperfError
 from opperf.io import not_utf8_error
-from opperf.model_names import model_key
+from opperf.model_names import is_config_path, model_key
 from opperf.versions import parse_version_dir
 from opperf.yaml_files import check_schema, located_error, read_yaml_mapping
 
@@ -72,6 +72,16 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
         from opperf.grid.config import load_grid_config
 
         load_grid_config(grid["patterns"])
+        if grid["queries_only"] and not grid["consumer_queries"]:
+            raise config_error("needs grid.consumer_queries: true (the queries whose rows would be the grid)",
+                               ["grid", "queries_only"])
+        if grid["consumer_queries"]:
+            from opperf.database.model_queries import load_scenario_space
+
+            try:
+                load_scenario_space(grid["scenarios"], grid["scenario_space"])
+            except OpperfError as exc:
+                raise config_error(str(exc), ["grid", "scenario_space"]) from None
     sources = read_sources(config["sources"], devices, config["devices"])
     _check_definitions(config, sources, devices, _as_given(Path(definitions_root)))
     return WorkflowInputs(devices=devices, sources=sources)
@@ -86,8 +96,9 @@ def _as_given(path: Path) -> Path:
 
 
 def _check_models(config: dict, config_error) -> None:
-    """models.yaml in full (the grid's checks too), and every model the config names is in it."""
-    from opperf.grid.models import load_models
+    """models.yaml in full (the grid's checks too), and every model the config names is in it or is a readable
+    transformers config.json."""
+    from opperf.grid.models import load_models, model_from_config_json
 
     models = load_models(config["models"])
     named: list[tuple[str, list[str | int]]] = []
@@ -103,6 +114,12 @@ def _check_models(config: dict, config_error) -> None:
         else:
             named += [(name, ["grid", "target_models", i]) for i, name in enumerate(targets)]
     for name, keys in named:
+        if is_config_path(name):
+            try:
+                model_from_config_json(name)           # the grid's reading of it, and the workload's
+            except OpperfError as exc:
+                raise config_error(str(exc), keys) from None
+            continue
         try:
             model_key(models, name)
         except OpperfError as exc:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
-from opperf.model_names import model_key
+from opperf.model_names import is_config_path, model_key
 from opperf.versions import workload_version_dir
 from opperf.workflow_config import check_workflow, config_files_by_precedence
 
@@ -52,12 +52,34 @@ def phase_conda_env(wildcards):
 
 
 def workload_model_dims(wildcards):
-    """The workload model's own entry of models.yaml: editing another model must not re-profile."""
+    """The workload model's own entry of models.yaml, or its config.json's content: editing another model must not
+    re-profile, editing this one must."""
     import yaml
 
+    name = config["workload"]["model"]
+    if is_config_path(name):
+        from opperf.workload.transformers_model import read_config
+
+        return read_config(name, num_layers=config["workload"]["num_layers"])
     with open(config["models"], encoding="utf-8") as handle:
         models = yaml.safe_load(handle) or {}
-    return models[model_key(models, config["workload"]["model"], path=config["models"], field="workload.model")]
+    return models[model_key(models, name, path=config["models"], field="workload.model")]
+
+
+def workload_model_option(wildcards):
+    """profile_workload.py's model: --transformers-config for a config.json, else --models/--model; its depth and
+    decode batches where the config sets them."""
+    workload = config["workload"]
+    name = workload["model"]
+    if is_config_path(name):
+        option = f"--transformers-config {shlex.quote(name)}"
+    else:
+        option = f"--models {shlex.quote(config['models'])} --model {shlex.quote(name)}"
+    if workload["num_layers"]:
+        option += f" --num-layers {workload['num_layers']}"
+    if workload["decode_batch_sizes"]:
+        option += " --decode-batch-sizes " + " ".join(map(str, workload["decode_batch_sizes"]))
+    return option
 
 
 def version_dir_from_config_or_host(key, version_dir_for):
@@ -345,11 +367,29 @@ def consumer_queries_apply(device):
     )
 
 
-def grid_consumer_option(wildcards):
-    """--consumer-models (the target models) and their dtype where config grid.consumer_queries asks."""
+def consumer_option(wildcards):
+    """--consumer-models (the target models), their dtype and scenario space where config grid.consumer_queries
+    asks: the grid's rows and the check's end-to-end gate are of the same queries."""
     if not consumer_queries_apply(wildcards.device) or not grid_target_models(wildcards):
         return ""
-    return f"--consumer-models {grid_target_models(wildcards)} --consumer-dtype {config['grid']['consumer_dtype']}"
+    grid = config["grid"]
+    return (
+        f"--consumer-models {shlex.quote(grid_target_models(wildcards))} --consumer-dtype {grid['consumer_dtype']} "
+        f"--scenarios {shlex.quote(grid['scenarios'])} --scenario-space {shlex.quote(grid['scenario_space'])}"
+    )
+
+
+def grid_consumer_option(wildcards):
+    """The grid's consumer options, and --queries-only where config grid.queries_only asks."""
+    option = consumer_option(wildcards)
+    return option + (" --queries-only" if option and config["grid"]["queries_only"] else "")
+
+
+def grid_model_configs(wildcards):
+    """The transformers config.json files among the grid's target models and, where the grid records their queries,
+    the scenario spaces: editing one re-runs the grid."""
+    configs = [m for m in per_device(config["grid"]["target_models"], wildcards.device) if is_config_path(m)]
+    return configs + ([config["grid"]["scenarios"]] if consumer_queries_apply(wildcards.device) else [])
 
 
 def database_check_options(wildcards):
@@ -358,10 +398,12 @@ def database_check_options(wildcards):
     if not grid_enabled():
         return ""
     models = grid_target_models(wildcards)
-    options = f"--models {config['models']} --grid-config {config['grid']['patterns']} --target-models '{models}'"
+    options = (
+        f"--models {config['models']} --grid-config {config['grid']['patterns']} --target-models {shlex.quote(models)}"
+    )
     if config["grid"].get("max_tokens"):
         options += f" --max-tokens {config['grid']['max_tokens']}"
-    return f"{options} {grid_consumer_option(wildcards)}".rstrip()
+    return f"{options} {consumer_option(wildcards)}".rstrip()
 
 
 def per_device(setting, device):

@@ -6,6 +6,7 @@ checkpoint generate_shape_grid:
         patterns=config["grid"]["patterns"],
         standard=grid_density_standard,
         models=config["models"],
+        model_configs=grid_model_configs,
         code=stage_code("grid", "density"),
     output:
         grid=directory("results/{device}/{stack}/{version_dir}/grid"),

@@ -1,5 +1,6 @@
 rule profile_workload:
-    """Profile the reference decoder workload on this host's back end (a raw profile for the parse stage)."""
+    """Profile the workload on this host's back end: the reference decoder, or a transformers config.json's model
+    (a raw profile for the parse stage)."""
     input:
         code=stage_code("workload"),
     output:
@@ -14,8 +15,7 @@ rule profile_workload:
         mem_mb=4000,
     params:
         backend=config["workload"]["backend"],
-        models=config["models"],
-        model=config["workload"]["model"],
+        model_option=workload_model_option,
         model_dims=workload_model_dims,
         dtype=config["workload"]["dtype"],
         batch_size=config["workload"]["batch_size"],
@@ -25,8 +25,8 @@ rule profile_workload:
         profile_iterations=config["workload"]["profile_iterations"],
         log_level=config["log_level"],
     shell:
-        "python scripts/profile_workload.py --backend {params.backend} --models {params.models} "
-        "--model {params.model} --dtype {params.dtype} --batch-size {params.batch_size} "
+        "python scripts/profile_workload.py --backend {params.backend} {params.model_option} "
+        "--dtype {params.dtype} --batch-size {params.batch_size} "
         "--prefill-lengths {params.prefill_lengths} --decode-steps {params.decode_steps} "
         "--decode-context {params.decode_context} --profile-iterations {params.profile_iterations} "
         "--version-dir {wildcards.version_dir} --output {output.profile} "

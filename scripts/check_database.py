@@ -39,11 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="fail (exit 1) when an axis is below the standard, not only report it")
     consumer = parser.add_argument_group("the consumer's queries, end to end")
     consumer.add_argument("--consumer-models", default=None,
-                          help="comma-separated models whose reference-decoder queries (TP 1/4/8, prefill 1..8k, "
-                               "decode batch 1..64) the runtime must answer exactly or by legal interpolation; "
-                               "any that would fall back to roofline fails the check")
+                          help="comma-separated models (names of --models or transformers config.json paths) whose "
+                               "queries over --scenario-space the runtime must answer exactly or by legal "
+                               "interpolation; any that would fall back to roofline fails the check")
     consumer.add_argument("--consumer-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                           help="activation dtype of those queries (default: %(default)s)")
+    consumer.add_argument("--scenarios", default=None,
+                          help="scenario spaces YAML (default: config/scenarios.yaml)")
+    consumer.add_argument("--scenario-space", default="default",
+                          help="the space of config/scenarios.yaml the queries are recorded over (default: "
+                               "%(default)s: TP 1/4/8, prefill 1..8k, decode batch 1..64)")
     parser.add_argument("--json", help="write the full result as JSON here")
     parser.add_argument("--markdown", help="write the per-kernel-type table as markdown here")
     add_logging_args(parser)
@@ -72,7 +77,7 @@ def _consumer_queries(args: argparse.Namespace):
     from opperf.grid.queries import record_consumer_queries
 
     return record_consumer_queries(args.models, _names(args.consumer_models), _backend(args.database),
-                                   args.consumer_dtype)
+                                   args.consumer_dtype, args.scenarios, args.scenario_space)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -339,7 +339,7 @@ def _cases() -> list[Case]:
                 f"{MOD}; known: {MODELS_KNOWN} (or their aliases; case and punctuation are ignored)")),
         Case("config: a predicted scenario that is no scenario", "config",
              edit(CFG, "cpu: [prefill:16, prefill:32,", "cpu: [prefill:16k, prefill:32,"),
-             at(CFG, "  scenarios:", "field 'predict.scenarios': {'cpu': ['prefill:16k', 'prefill:32', "
+             at(CFG, "  scenarios:                 #", "field 'predict.scenarios': {'cpu': ['prefill:16k', 'prefill:32', "
                 "'prefill:64', 'deco... fits none of the allowed forms (a list of "
                 "prefill:TOKENS and decode:BATCHxCONTEXT (e.g. prefill:1024, decode:16x4096), or a mapping from a "
                 "device key or back end to such a list)")),

@@ -123,6 +123,12 @@ def test_grid_adds_the_queries_as_rows_and_new_kernel_types_to_the_manifest(cpu_
     for kernel_type, rows in wanted.items():
         held = {row_signature(r, kernel_type) for r in read_database_csv(out / f"{kernel_type}.csv").to_dict("records")}
         assert all(row_signature(r, kernel_type) in held for r in rows), kernel_type
+    # A query the profile already has a row for adds none: that row answers it and names the query's op (which
+    # the database's op_mapping then maps to the type).
+    mm = read_database_csv(out / "mm.csv")
+    profiled = mm[(mm["source"] == "profiled") & (mm[INPUT_SHAPES] == "4,64;64,128")]
+    assert list(profiled[CONSUMER_QUERY]) == ["aten.mm.default"]
+    assert (mm[INPUT_SHAPES] == "4,64;64,128").sum() == 1
 
 
 def test_consumer_rows_need_a_torch_back_end(cpu_parsed, tmp_path):

@@ -91,6 +91,24 @@ def test_target_models_match_names_and_aliases_ignoring_case_and_punctuation():
         select_models(MODELS, ["gpt5"])
 
 
+def test_a_transformers_config_json_is_a_target_model_with_its_own_dims(tmp_path):
+    """Mixtral's experts are num_local_experts of intermediate_size each (no dense MLP); Qwen2-MoE's shared expert
+    is whole experts of moe_intermediate_size; the name is the file's, as the predictions and reports use it."""
+    mixtral, qwen2_moe = select_models(MODELS, ["tests/data/workload/tiny_mixtral.json",
+                                                "tests/data/workload/tiny_qwen2_moe.json"])
+    assert (mixtral.name, mixtral.num_experts, mixtral.num_experts_per_tok, mixtral.moe_intermediate_size,
+            mixtral.has_dense_mlp, mixtral.tp_sizes) == ("hf_tiny_mixtral", 4, 2, 96, False, (1,))
+    assert mixtral.expert_layouts() == [(1, 4, 2, 64, 96)]
+    assert (qwen2_moe.n_shared_experts, qwen2_moe.moe_intermediate_size, qwen2_moe.head_dim) == (2, 32, 16)
+    assert ("shared_experts.gate_up_proj", 128, 64) in qwen2_moe.gemm_projections(1)
+    odd = tmp_path / "odd.json"
+    odd.write_text('{"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 256, '
+                   '"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, '
+                   '"shared_expert_intermediate_size": 48}')
+    with pytest.raises(OpperfError, match="odd.json.*shared_expert_intermediate_size 48 is not a whole number"):
+        select_models(MODELS, [str(odd)])
+
+
 @pytest.mark.parametrize("field, value, message, named_field", [
     ("tp_sizes", [1, 3], "TP size 3 does not divide num_attention_heads 8", "tp_sizes"),
     ("tp_sizes", [], "must have at least 1 item", "tp_sizes"),

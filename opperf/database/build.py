@@ -191,10 +191,13 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         definition = definition_for(definitions, kernel, entry.backend)
         frame = read_database_csv(csv_path)
         rows = len(frame)
-        if contract.CONSUMER_QUERY in frame.columns:
+        # The ops the consumer's queries issue, from every row (the layouts file): a query the runtime's CSV
+        # answers with another row of its key (arange.default by the profiled arange.start_out) is mapped too.
+        every_row = read_database_csv(layouts_path(csv_path)) if layouts_path(csv_path).is_file() else frame
+        if contract.CONSUMER_QUERY in every_row.columns:
             extras = {k: v for k, v in (definition.op_mapping if definition else {}).items()
                       if k in RUNTIME_MAPPING_EXTRAS}
-            queried[kernel] = (sorted({op for op in frame[contract.CONSUMER_QUERY] if op}), extras)
+            queried[kernel] = (sorted({op for op in every_row[contract.CONSUMER_QUERY] if op}), extras)
         kernel_types[kernel] = {
             "csv": csv_path.name,
             "rows": rows,

@@ -38,6 +38,7 @@ from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, 
                                               merge_scenario_queries, rank_dims, scenario_queries)
 from opperf.errors import OpperfError
 from opperf.log import get_logger
+from opperf.model_names import config_model_name, is_config_path
 
 log = get_logger("queries")
 
@@ -238,13 +239,10 @@ class ModelSource:
 
 def model_source(model: str, models_path: str | Path, num_layers: int | None = None) -> ModelSource:
     """A config.json path (file or directory holding one) or a name/alias of `models_path`."""
-    candidate = Path(model)
-    if model.endswith(".json") or candidate.is_dir() or (candidate.exists() and candidate.is_file()):
+    if is_config_path(model):
         from opperf.workload.transformers_model import read_config
 
-        config = read_config(candidate)
-        stem = candidate.stem if candidate.is_file() or model.endswith(".json") else candidate.name
-        return ModelSource(f"hf_{stem}", config, str(candidate), num_layers=num_layers)
+        return ModelSource(config_model_name(model), read_config(model), model, num_layers=num_layers)
     from opperf.grid.models import load_models, select_models
 
     resolved = select_models(load_models(models_path), [model], path=models_path)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from opperf.model_names import model_key, read_models
+from opperf.model_names import config_model_name, is_config_path, model_key, read_models
 from opperf.yaml_files import field_error
 
 _REQUIRED = ("hidden_size", "num_attention_heads", "vocab_size", "tp_sizes")
@@ -214,12 +214,40 @@ def load_models(path: str | Path) -> dict[str, ModelConfig]:
     return {str(name): _model_from_entry(str(name), entry, Path(path)) for name, entry in read_models(path).items()}
 
 
+def model_from_config_json(path: str | Path) -> ModelConfig:
+    """A transformers config.json as a models.yaml entry (the same Hugging Face fields), so that the grid's patterns
+    serve a model nobody listed: its text config's dims, TP 1 and EP 1. Mixtral's `num_local_experts` are its routed
+    experts and its `intermediate_size` each expert's width; Qwen2-MoE's `shared_expert_intermediate_size` is
+    whole shared experts of `moe_intermediate_size`."""
+    from opperf.workload.transformers_model import read_config
+
+    document = read_config(path)
+    text = document.get("text_config") if isinstance(document.get("text_config"), dict) else document
+    fields = _POSITIVE_INTEGER_FIELDS + _NON_NEGATIVE_INTEGER_FIELDS
+    entry: dict[str, object] = {k: v for k, v in text.items() if k in fields and v is not None}
+    if text.get("num_local_experts"):
+        entry["num_experts"] = text["num_local_experts"]
+        entry.setdefault("moe_intermediate_size", entry.pop("intermediate_size", 0))
+    shared = text.get("shared_expert_intermediate_size")
+    if shared and entry.get("moe_intermediate_size"):
+        if shared % entry["moe_intermediate_size"]:
+            raise field_error(f"shared_expert_intermediate_size {shared} is not a whole number of experts of "
+                              f"moe_intermediate_size {entry['moe_intermediate_size']}", Path(path),
+                              "shared_expert_intermediate_size")
+        entry["n_shared_experts"] = shared // entry["moe_intermediate_size"]
+    entry["tp_sizes"] = [1]
+    return _model_from_entry(config_model_name(str(path)), entry, Path(path))
+
+
 def select_models(models: dict[str, ModelConfig], names: list[str], *, path: str | Path | None = None
                   ) -> list[ModelConfig]:
     """The models named by --target-models (name or alias, case/punctuation-insensitive), in the given order."""
     chosen: list[ModelConfig] = []
     for name in names:
-        model = models[model_key(models, name, path=path, field="--target-models", what="target model")]
+        if is_config_path(name):
+            model = model_from_config_json(name)
+        else:
+            model = models[model_key(models, name, path=path, field="--target-models", what="target model")]
         if model not in chosen:
             chosen.append(model)
     return chosen

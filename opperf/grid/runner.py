@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from opperf.contract import (KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_STRIDES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
+from opperf.contract import (CONSUMER_QUERY, KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_STRIDES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
                              OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
                              order_columns, parse_names, row_signature)
 from opperf.errors import OpperfError
@@ -256,6 +256,10 @@ def read_manifest(directory: Path) -> list[str]:
     return types
 
 
+def _text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value).strip()
+
+
 def _merged_frame(frame: pd.DataFrame, generated: list[dict]) -> pd.DataFrame:
     extra = [c for row in generated for c in row if c not in frame.columns]
     columns = order_columns(list(frame.columns) + ([SOURCE] if SOURCE not in frame.columns else []) + extra)
@@ -332,14 +336,25 @@ def _add_consumer_rows(frames: dict[str, pd.DataFrame], results: list[KernelGrid
             added_types.append(kernel_type)
             by_type[kernel_type] = KernelGridResult(kernel_type, existing_rows=0, patterns=CONSUMER_BUCKET)
             results.append(by_type[kernel_type])
-        seen = {row_signature(r, kernel_type) for r in frame.to_dict("records")}
+        existing = [row_signature(r, kernel_type) for r in frame.to_dict("records")]
+        seen, answered_by = set(existing), {}
         new = []
         for row in consumer.rows[kernel_type]:
             signature = row_signature(row, kernel_type)
             if signature not in seen:
                 seen.add(signature)
                 new.append(row)
-        frames[kernel_type] = _merged_frame(frame, new)
+            elif signature in existing:
+                answered_by.setdefault(signature, row[CONSUMER_QUERY])
+        merged = _merged_frame(frame, new)
+        if answered_by and CONSUMER_QUERY not in merged.columns:
+            merged = merged.assign(**{CONSUMER_QUERY: ""})[order_columns([*merged.columns, CONSUMER_QUERY])]
+        for index, signature in enumerate(existing):
+            # A profiled row the query duplicates answers it: its op (arange.default where the profile ran
+            # arange.start_out) must map to this type too.
+            if signature in answered_by and not _text(merged.at[index, CONSUMER_QUERY]):
+                merged.at[index, CONSUMER_QUERY] = answered_by[signature]
+        frames[kernel_type] = merged
         result = by_type[kernel_type]
         result.generated += len(new)
         result.consumer_queries = len(new)
