@@ -22,7 +22,7 @@ from opperf import contract
 from opperf.database.build import build_database_directory, build_op_mapping, finalise_kernel_csv
 from opperf.database.report import check_database
 from opperf.database.runtime import RuntimeQuery, find, runtime_receives, runtime_row, runtime_view
-from opperf.io import read_database_csv
+from opperf.io import read_database_csv, write_csv_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 REPLAYED = REPO / "tests" / "data" / "database" / "cpu_replayed"
@@ -217,8 +217,8 @@ def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
     result = check_database(cpu_database)
     assert result["passed"]
     holdout = result["totals"].pop("holdout")
-    assert result["totals"] == {"rows": 102, "rows_with_duration": 102, "findable": 102, "not_modelled": 0,
-                                "unmapped": 0, "duplicate_runtime_keys": 0}
+    assert result["totals"] == {"rows": 102, "rows_with_duration": 102, "findable": 102, "answered_scaled": 0,
+                                "not_modelled": 0, "unmapped": 0, "duplicate_runtime_keys": 0}
     # The demo's replayed CPU rows (a loaded 2-core VM): 14 interior points, errors as printed (the elementwise
     # kernel types are interpolated by the elements they read and write, query_mode: elementwise). Four of them
     # are mm rows predicted with a neighbour whose weight is read transposed (Input Strides `;1,256`): another
@@ -228,6 +228,21 @@ def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
     assert holdout["p90"] == pytest.approx(1.9941035, rel=1e-6)
     assert holdout["cross_branch"]["count"] == 4
     assert "10 points, median 21.51 %, p90 199.41 %; 4 more predictions used a neighbour" in result["table"]
+
+
+def test_an_elementwise_row_of_another_dtype_is_answered_scaled_and_passes(cpu_database, tmp_path):
+    """A bf16 model's float32 upcasts give an elementwise output shape rows of two dtypes: the runtime answers both
+    dtypes' calls with the first, scaled by bytes; the other stays its dtype's interpolation point, so the check
+    counts it apart and passes (a workflow for a real bf16 model must not stop at its own check)."""
+    database = tmp_path / CPU_VERSION
+    shutil.copytree(cpu_database, database)
+    add = read_database_csv(database / "add.csv")
+    bf16 = add.iloc[[0]].assign(**{contract.INPUT_DTYPES: "DT_BF16;DT_BF16;", contract.OUTPUT_DTYPES: "DT_BF16"})
+    write_csv_atomic(database / "add.csv", pd.concat([add, bf16], ignore_index=True))
+    result = check_database(database)
+    assert result["passed"] and result["totals"]["answered_scaled"] == 1
+    assert result["kernel_types"]["add"]["answered_scaled"] == 1
+    assert "(+1 elementwise rows whose calls their output shape's first row answers" in result["table"]
 
 
 def test_the_check_fails_on_rows_the_runtime_cannot_tell_apart(cpu_database, tmp_path):

@@ -50,13 +50,15 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
         "rows": sum(c.rows for c in checks.values()),
         "rows_with_duration": sum(c.rows_with_duration for c in checks.values()),
         "findable": sum(c.findable for c in checks.values()),
+        "answered_scaled": sum(c.scaled for c in checks.values()),
         "not_modelled": sum(c.not_modelled for c in checks.values()),
         "unmapped": sum(c.unmapped for c in checks.values()),
         "duplicate_runtime_keys": sum(len(c.duplicate_key_lines) for c in checks.values()),
     }
     # Rows of kernel types no op the runtime receives maps to (a training kernel, an engine-internal one) are
     # listed, not failed: no query of the performance model can reach them, whatever the database says.
-    passed = (totals["findable"] + totals["not_modelled"] + totals["unmapped"] == totals["rows_with_duration"]
+    passed = (totals["findable"] + totals["answered_scaled"] + totals["not_modelled"] + totals["unmapped"]
+              == totals["rows_with_duration"]
               and totals["duplicate_runtime_keys"] == 0)
     totals["holdout"] = holdout_summary(all_errors)
     totals["holdout"]["cross_branch"] = holdout_summary(all_crossing)
@@ -133,6 +135,8 @@ def format_table(result: dict[str, Any]) -> str:
                      f"| {', '.join(k['mapped_ops']) or '(none)'} |")
     t = result["totals"]
     lines += ["", f"Rows with a duration the runtime finds: {t['findable']} of {t['rows_with_duration']}"
+              + (f" (+{t['answered_scaled']} elementwise rows whose calls their output shape's first row answers, "
+                 "scaled by the dtypes' bytes: interpolation points of their dtype)" if t.get("answered_scaled") else "")
               + (f" (+{t['not_modelled']} under query modes this check does not model)" if t["not_modelled"] else "")
               + (f" ({t['unmapped']} of kernel types no op the runtime receives maps to)" if t["unmapped"] else "")
               + f"; duplicate runtime keys: {t['duplicate_runtime_keys']}; "
