@@ -4,6 +4,12 @@
 For each workload (a transformers config.json; random weights, nothing downloaded; models that are not in
 config/models.yaml):
 
+  0. workflow the database as a user builds it (the device): `snakemake --resources gpu=1` in a copy of the
+              workflow, with a config naming the model's config.json as the workload (profiled at --profile-prefill
+              and decode --profile-decode-batches x --profile-context) and as the grid's target, its queries over
+              --scenario-space the only generated rows (grid.queries_only), replay with stage 4b, database, check,
+              predictions of the held-out scenarios; the database lands where `predict` reads it. Stages 1-2 are
+              the same without a profile, by hand.
   1. grid     scripts/generate_shape_grid.py --consumer-models CONFIG --queries-only --scenario-space SPACE: the
               model's queries over the scenario space (config/scenarios.yaml), recorded on meta as msmodeling's
               TensorCast records a model run, one row each (host; no device needed)
@@ -24,8 +30,8 @@ recording did not issue, e.g. an attention backend other than the one the record
 
 Writes `e2e_prediction.json` and `README.md` in --output: `device`, and `workloads: [{name, unseen: true,
 grid_rows, replay_s, scenarios: [{name, predicted_us, measured_us, status_time_share, row_median_error,
-row_p90_error, paired_time_share}]}]`. Stages run separately (`--stages grid` here, `--stages replay profile` on
-the device machine, `--stages predict report` here again) with one --work-dir.
+row_p90_error, paired_time_share}]}]`. Stages run separately (`--stages workflow profile` on the device machine,
+`--stages predict report` here) with one --work-dir.
 """
 
 from __future__ import annotations

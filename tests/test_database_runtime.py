@@ -198,6 +198,26 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
         "axis_transform": "sqrt_seq"}
 
 
+def test_an_op_whose_every_replayed_call_ran_no_device_work_costs_nothing(tmp_path):
+    """empty_like on cuda allocates and launches nothing: its replayed calls measure 0 us and fail as no samples.
+    Left mapped to those rows (no duration) the runtime would price a MoE router's empty_like at its roofline, and
+    the consumer gate failed on it (H200, Mixtral and Qwen3-30B-A3B); it maps zero_cost, as a view does. A type
+    with one measured row keeps its mapping."""
+    database = tmp_path / "data" / "H200" / "torch" / "torch2.11.0_cuda13.0"
+    database.mkdir(parents=True)
+    header = [*contract.BASE_COLUMNS, contract.REPLAY_STATUS]
+    row = ['"128"', "INT64", "ND", '"128"', "INT64", "ND"]
+    for kernel, statuses in (("empty_like", ["failed_no_samples", "failed_no_samples"]),
+                             ("fill_", ["failed_no_samples", "ok"])):
+        lines = [",".join(header)] + [",".join(["eager", "CUDA", *row, "", s]) for s in statuses]
+        (database / f"{kernel}.csv").write_text("\n".join(lines) + "\n")
+    ops = build_op_mapping(sorted(database.glob("*.csv")), "H200", REPO / "config" / "devices.yaml",
+                           REPO / "config" / "kernels" / "torch", database / "op_mapping.yaml")["operator_mappings"]
+    assert ops["aten.empty_like.default"] == {"zero_cost": True,
+                                              "notes": "no device work: every replayed call of empty_like measured 0 us"}
+    assert ops["aten.fill_.Scalar"]["kernel_type"] == "fill_"
+
+
 def test_a_schema_replayed_type_of_a_pointwise_op_is_queried_elementwise(tmp_path):
     """A kernel type with no definition maps its op's overloads; an op torch tags pointwise (an in-place one by
     its functional twin) gets the runtime's elementwise mode, whose neighbours follow elements: the generic path

@@ -158,6 +158,7 @@ def _schema_query_mode(framework_op: str) -> dict:
 # Per-mapping keys the runtime reads beyond kernel_type / alternate_kernel_types / category.
 RUNTIME_MAPPING_EXTRAS = ("query_mode", "tc_input_count")
 COMM_DIRECTORY = {"npu": "hccl"}
+STATUS_NO_DEVICE_WORK = "failed_no_samples"   # opperf.replay.engine: the timer saw no device work of the call
 
 
 def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
@@ -184,6 +185,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     not_replayed = load_not_replayed(not_replayed_path).get(entry.backend, {})
     kernel_types = {}
     queried: dict[str, tuple] = {}    # kernel type -> (the framework ops its consumer-query rows answer, query mode)
+    silent: set[str] = set()          # kernel types every replayed call of which ran no device work
     from opperf.replay.definitions import definition_for
 
     for csv_path in kernel_files:
@@ -194,6 +196,9 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         # The ops the consumer's queries issue, from every row (the layouts file): a query the runtime's CSV
         # answers with another row of its key (arange.default by the profiled arange.start_out) is mapped too.
         every_row = read_database_csv(layouts_path(csv_path)) if layouts_path(csv_path).is_file() else frame
+        if len(every_row) and contract.REPLAY_STATUS in every_row.columns and (
+                every_row[contract.REPLAY_STATUS] == STATUS_NO_DEVICE_WORK).all():
+            silent.add(kernel)
         if contract.CONSUMER_QUERY in every_row.columns:
             extras = {k: v for k, v in (definition.op_mapping if definition else {}).items()
                       if k in RUNTIME_MAPPING_EXTRAS}
@@ -239,6 +244,13 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
                 mappings[framework_op] = {"kernel_type": kernel, "alternate_kernel_types": [],
                                           **({"category": category} if category else {}),
                                           **(extras or _schema_query_mode(framework_op))}
+    # An op whose every replayed call ran no device work (an allocation: empty_like on cuda) costs nothing, as a
+    # view: left mapped to its rows, which have no duration, the runtime would price it at its roofline.
+    for framework_op, mapping in list(mappings.items()):
+        types = [mapping.get("kernel_type"), *(mapping.get("alternate_kernel_types") or [])]
+        if mapping.get("kernel_type") and all(k in silent for k in types if k):
+            mappings[framework_op] = {"zero_cost": True, "notes": f"no device work: every replayed call of "
+                                                                  f"{mapping['kernel_type']} measured 0 us"}
     from opperf.database.runtime import view_framework_ops
 
     for framework_op in view_framework_ops():
