@@ -99,9 +99,6 @@ def stage_replay(work: Path, args) -> dict:
     return {"replay_s": round(seconds, 1)}
 
 
-WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources", "envs", "report")
-
-
 def workflow_config(config: Path, args) -> dict:
     """The config a user writes to build a database for their model with the workflow: the model's config.json as
     the workload (profiled at --profile-prefill and decode --profile-decode-batches x --profile-context) and as the
@@ -130,16 +127,12 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
 
     import yaml
 
+    from opperf.workflow_config import copy_workflow
+
     root = work / "workflow"
     if root.exists():
         shutil.rmtree(root)
-    root.mkdir(parents=True)
-    for part in WORKFLOW_PARTS:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif source.exists():
-            shutil.copy2(source, root / part)
+    copy_workflow(root, ROOT)
     (root / "config" / "e2e_sources.tsv").write_text("device\tstack\tversion_dir\tpath\n")
     shutil.copy2(args.scenarios, root / "config" / "scenarios.yaml")
     (root / "e2e.yaml").write_text(yaml.safe_dump(workflow_config(config, args), sort_keys=False))

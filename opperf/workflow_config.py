@@ -189,3 +189,23 @@ def _rows_with_lines(reader: csv.DictReader):
     for row in reader:
         if any((value or "").strip() for value in row.values() if isinstance(value, str)):
             yield reader.line_num, row
+
+
+# What a copy of the workflow needs to run: its code and default configuration (not data/, results/, .venv/).
+WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources", "envs", "report")
+
+
+def copy_workflow(destination: str | Path, source: str | Path | None = None) -> Path:
+    """A fresh copy of the workflow in `destination`, to run there with its own data/, results/ and reports/ (the
+    tests' temporary workflows, the end-to-end benchmark's one per model)."""
+    import shutil
+
+    source = Path(source) if source else Path(__file__).resolve().parents[1]
+    destination = Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    for part in WORKFLOW_PARTS:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, destination / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif (source / part).exists():
+            shutil.copy2(source / part, destination / part)
+    return destination

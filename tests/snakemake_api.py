@@ -9,21 +9,9 @@ from snakemake.api import SnakemakeApi
 from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, Quietness,
                                       ResourceSettings)
 
+from opperf.workflow_config import copy_workflow  # noqa: F401  (the tests' fresh copies of the workflow)
+
 REPO = Path(__file__).resolve().parent.parent
-# What a workflow copy needs: the code and the default configuration (not data/, results/, .venv/).
-WORKFLOW_PARTS = ("Snakefile", "rules", "scripts", "opperf", "config", "templates", "resources", "envs")
-
-
-def copy_workflow(destination: Path) -> Path:
-    """A fresh copy of the workflow to run in a temporary directory."""
-    destination.mkdir(parents=True, exist_ok=True)
-    for part in WORKFLOW_PARTS:
-        source = REPO / part
-        if source.is_dir():
-            shutil.copytree(source, destination / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif source.exists():
-            shutil.copy2(source, destination / part)
-    return destination
 
 
 def run_workflow(workdir: Path, targets=(), *, dry_run: bool = False, config: dict | None = None,
