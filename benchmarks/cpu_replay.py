@@ -120,6 +120,8 @@ def main() -> int:
     parser.add_argument("--profile-iterations", type=int, default=1,
                         help="passes of the workload under the profiler: each row's profiled mean over that many "
                              "times its calls (config workload.profile_iterations; default: %(default)s)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
+                        help="an extra replay of the first thread count with an environment variable set")
     args = parser.parse_args()
     work = args.work_dir
     if work.exists():
@@ -161,6 +163,10 @@ def main() -> int:
     # the same replay with every tensor of 64 KiB or more a fresh mmap
     replay(f"profiler_t{args.threads[0]}_fresh_pages", args.threads[0], "profiler, MALLOC_MMAP_THRESHOLD_=65536",
            {"MALLOC_MMAP_THRESHOLD_": "65536"})
+    for variant in args.variant:
+        name, _, assignment = variant.partition(":")
+        var, _, value = assignment.partition("=")
+        replay(f"profiler_t{args.threads[0]}_{name}", args.threads[0], f"profiler, {var}={value}", {var: value})
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))
