@@ -171,16 +171,11 @@ class CpuProfilerTimer:
         turns, policy = cpu_cold_turns(case, self.cache_bytes)
         for call in range(warmup_count):
             turns[call % len(turns)].run()
-        neighbour = _neighbour_gemm()
-        if neighbour is not None:
-            policy += f"; a {'x'.join(map(str, neighbour[2]))} GEMM before each call"
         name = self.session.range_name(key, repeat_count, policy)
         if budget is None:
             for call in range(repeat_count):
                 case = turns[(warmup_count + call) % len(turns)]
                 case.next_values()
-                if neighbour is not None:
-                    torch.mm(neighbour[0], neighbour[1])
                 with record_function(name):
                     case.run()
             return
@@ -199,18 +194,6 @@ class CpuProfilerTimer:
     def collect(self) -> dict[Hashable, TimingResult]:
         """Stop the session and return every key's samples (each call's top-level op time)."""
         return self.session.collect(range_cpu_op_times, self.method)
-
-
-def _neighbour_gemm():
-    """EXPERIMENT (issue 43): OPPERF_CPU_NEIGHBOUR_GEMM=M,K,N runs an untimed M x K x N GEMM before each timed call,
-    as the workload's small ops ran between its GEMMs."""
-    import os
-
-    text = os.environ.get("OPPERF_CPU_NEIGHBOUR_GEMM")
-    if not text:
-        return None
-    m, k, n = (int(v) for v in text.split(","))
-    return torch.randn(m, k), torch.randn(k, n), (m, k, n)
 
 
 def range_cpu_op_times(events, prefix: str) -> dict[int, list[float]]:
