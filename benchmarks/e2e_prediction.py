@@ -165,9 +165,12 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
             total += float(lines[1].split("\t")[0]) if len(lines) > 1 and tsv.name != but else 0.0
         return round(total, 1)
 
+    from opperf import contract
+    from opperf.io import read_database_csv
+
     layouts = sorted((destination / "layouts").glob("*.csv"))
-    generated = sum(line.count(",generated,") for p in layouts for line in p.read_text().splitlines())
-    profiled = sum(line.count(",profiled,") for p in layouts for line in p.read_text().splitlines())
+    sources = [source for p in layouts for source in read_database_csv(p)[contract.SOURCE]]
+    generated, profiled = sources.count(contract.SOURCE_GENERATED), sources.count(contract.SOURCE_PROFILED)
     check_path = root / "reports" / target / "database_check.json"          # a failed check leaves none
     check = json.loads(check_path.read_text()) if check_path.is_file() else {}
     return {"database": "workflow", "workflow_s": round(seconds, 1), "grid_rows": generated,

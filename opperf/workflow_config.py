@@ -76,7 +76,7 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
             raise config_error("needs grid.consumer_queries: true (the queries whose rows would be the grid)",
                                ["grid", "queries_only"])
         if grid["consumer_queries"]:
-            from opperf.database.model_queries import load_scenario_space
+            from opperf.scenarios import load_scenario_space
 
             try:
                 load_scenario_space(grid["scenarios"], grid["scenario_space"])

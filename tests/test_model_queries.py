@@ -19,10 +19,10 @@ import torch
 
 from conftest import REPO
 from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, parse_shapes
-from opperf.database.model_queries import (load_scenario_space, model_queries, model_source, parse_scenario,
-                                           rank_config, scenario_name)
+from opperf.database.model_queries import model_queries, model_source, parse_scenario, rank_config, scenario_name
 from opperf.errors import OpperfError
 from opperf.grid.queries import query_rows, record_consumer_queries
+from opperf.scenarios import load_scenario_space
 
 pytest.importorskip("transformers")
 

@@ -158,7 +158,6 @@ def _schema_query_mode(framework_op: str) -> dict:
 # Per-mapping keys the runtime reads beyond kernel_type / alternate_kernel_types / category.
 RUNTIME_MAPPING_EXTRAS = ("query_mode", "tc_input_count")
 COMM_DIRECTORY = {"npu": "hccl"}
-STATUS_NO_DEVICE_WORK = "failed_no_samples"   # opperf.replay.engine: the timer saw no device work of the call
 
 
 def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
@@ -187,6 +186,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     queried: dict[str, tuple] = {}    # kernel type -> (the framework ops its consumer-query rows answer, query mode)
     silent: set[str] = set()          # kernel types every replayed call of which ran no device work
     from opperf.replay.definitions import definition_for
+    from opperf.replay.engine import STATUS_FAILED_NO_SAMPLES
 
     for csv_path in kernel_files:
         kernel = csv_path.stem
@@ -199,7 +199,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         # On cuda CUPTI attributes every kernel a call launches; on npu no samples can mean msprof did not match
         # the call's signature, so only cuda reads "nothing measured" as "nothing ran".
         if entry.backend == "cuda" and len(every_row) and contract.REPLAY_STATUS in every_row.columns and (
-                every_row[contract.REPLAY_STATUS] == STATUS_NO_DEVICE_WORK).all():
+                every_row[contract.REPLAY_STATUS] == STATUS_FAILED_NO_SAMPLES).all():
             silent.add(kernel)
         if contract.CONSUMER_QUERY in every_row.columns:
             extras = {k: v for k, v in (definition.op_mapping if definition else {}).items()

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from opperf.database.runtime import duplicate_keys, find, row_latency, row_query
+from opperf.database.runtime import duplicate_keys, find, row_latency, row_query, same_output_shape
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 
@@ -102,7 +102,7 @@ def check_findable(operator_mappings: dict, tables: dict) -> dict[str, KernelChe
                 if any(answer == (kernel_type, index) for answer in answers.values()):
                     check.findable += 1
                     continue
-                if any(answer and answer[0] == kernel_type and _same_output_shape(table, answer[1], index)
+                if any(answer and answer[0] == kernel_type and same_output_shape(table, answer[1], index)
                        for op, answer in answers.items() if modelled[op].get("query_mode") == "elementwise"):
                     # The runtime answers an output shape's calls with its first row, scaled by the output
                     # dtypes' bytes; this row of another dtype stays an interpolation point of its own.
@@ -114,15 +114,6 @@ def check_findable(operator_mappings: dict, tables: dict) -> dict[str, KernelChe
             check.misses.append({"line": index + 2, "why": why})
         checks[kernel_type] = check
     return checks
-
-
-def _same_output_shape(table, line: int, other: int) -> bool:
-    """Whether two rows of a kernel CSV have one output shape (leading 1 dropped), as the elementwise path keys."""
-    from opperf.contract import OUTPUT_SHAPES
-    from opperf.database.runtime import _shapes, strip_batch
-
-    shapes = [_shapes(table.iloc[i].get(OUTPUT_SHAPES, "")) for i in (line, other)]
-    return all(shapes) and strip_batch(shapes[0][0]) == strip_batch(shapes[1][0])
 
 
 def add_layout_rows(database: str | Path, checks: dict[str, KernelCheck]) -> None:

@@ -14,7 +14,7 @@ split).
 Tensor parallelism is a rank's share of the model, as serving stacks shard it: attention and KV heads, the MLP's
 and each expert's intermediate width, and the vocabulary split `tp` ways; the hidden size and head_dim unchanged.
 
-The scenario space (config/scenarios.yaml) is a grid: prefill token counts, decode batches x contexts, TP sizes.
+The scenario space (config/scenarios.yaml, opperf.scenarios) is a grid: prefill token counts, decode batches x contexts, TP sizes.
 Its points follow the density standard's grids (M_GRID for tokens, ATTN_BATCH_GRID, ATTN_SEQ_GRID), so a scenario
 with at most one axis between grid points is answered EXACT or by a legal 1-D interpolation; one with two
 (a decode batch and a context both between points) varies two axes of its attention rows at once, which the
@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-import yaml
 
 from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, Scenario,
                                               merge_scenario_queries, rank_dims, scenario_queries)
@@ -42,57 +41,7 @@ from opperf.model_names import config_model_name, is_config_path
 
 log = get_logger("queries")
 
-DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[2] / "config" / "scenarios.yaml"
 _SCENARIO_TEXT = re.compile(r"^(prefill):(\d+)$|^(decode):(\d+)x(\d+)$")
-
-
-@dataclass(frozen=True)
-class ScenarioSpace:
-    """The scenarios a database must answer for a model: prefill at each token count (batch 1), decode at each
-    batch x context, each at every TP size."""
-
-    prefill_tokens: tuple[int, ...]
-    decode_batches: tuple[int, ...]
-    decode_contexts: tuple[int, ...]
-    tp_sizes: tuple[int, ...] = (1,)
-
-    def scenarios(self, model: str, tp_sizes: Sequence[int] | None = None) -> list[Scenario]:
-        sizes = tuple(tp_sizes) if tp_sizes else self.tp_sizes
-        return ([Scenario(model, tp, "prefill", 1, t) for tp in sizes for t in self.prefill_tokens]
-                + [Scenario(model, tp, "decode", b, 1, c) for tp in sizes for c in self.decode_contexts
-                   for b in self.decode_batches])
-
-
-def _positive_ints(value, path: Path, key: str) -> tuple[int, ...]:
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
-        raise OpperfError(f"must be a non-empty list of integers >= 1, got {value!r}", path=path, field=key)
-    return tuple(sorted(set(value)))
-
-
-def load_scenario_space(path: str | Path = DEFAULT_SCENARIO_SPACE, name: str = "default") -> ScenarioSpace:
-    """The scenario space `name` of a scenarios YAML (config/scenarios.yaml: `spaces: {name: {prefill_tokens,
-    decode_batches, decode_contexts, tp_sizes}}`)."""
-    path = Path(path)
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise OpperfError(f"cannot read the scenario space: {exc.strerror}", path=path) from exc
-    except yaml.YAMLError as exc:
-        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
-    spaces = (document or {}).get("spaces") if isinstance(document, dict) else None
-    if not isinstance(spaces, dict) or name not in spaces:
-        known = ", ".join(sorted(spaces)) if isinstance(spaces, dict) else "none"
-        raise OpperfError(f"no scenario space {name!r} (spaces: {known})", path=path, field=f"spaces.{name}")
-    space = spaces[name]
-    if not isinstance(space, dict):
-        raise OpperfError("must be a mapping", path=path, field=f"spaces.{name}")
-    unknown = set(space) - {"prefill_tokens", "decode_batches", "decode_contexts", "tp_sizes", "description"}
-    if unknown:
-        raise OpperfError(f"unknown keys {sorted(unknown)}", path=path, field=f"spaces.{name}")
-    return ScenarioSpace(*(_positive_ints(space.get(key), path, f"spaces.{name}.{key}")
-                           for key in ("prefill_tokens", "decode_batches", "decode_contexts")),
-                         tp_sizes=_positive_ints(space.get("tp_sizes", [1]), path, f"spaces.{name}.tp_sizes"))
 
 
 def parse_scenario(text: str, model: str, tp: int = 1) -> Scenario:

@@ -356,6 +356,13 @@ def _parsed(table: pd.DataFrame) -> list[_ParsedRow]:
     return rows
 
 
+def same_output_shape(table: pd.DataFrame, line: int, other: int) -> bool:
+    """Whether two rows of a kernel table write one output shape (leading 1 dropped): the elementwise path's key."""
+    rows = _parsed(table)
+    first, second = rows[line].output, rows[other].output
+    return first is not None and second is not None and strip_batch(first) == strip_batch(second)
+
+
 def _compute_match(kernel_type: str, query: RuntimeQuery, row: _ParsedRow, input_count: int | None) -> str | None:
     shapes, dtypes, inputs = row.inputs, row.dtypes, query.inputs
     if input_count is not None:

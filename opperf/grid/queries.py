@@ -53,7 +53,8 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
     import torch
 
     from opperf.database.consumer_queries import merge_scenario_queries
-    from opperf.database.model_queries import DEFAULT_SCENARIO_SPACE, load_scenario_space, model_source, model_steps
+    from opperf.database.model_queries import model_source, model_steps
+    from opperf.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
 
     if backend not in ATTENTION_BY_BACKEND:
         raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"

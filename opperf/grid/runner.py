@@ -256,10 +256,6 @@ def read_manifest(directory: Path) -> list[str]:
     return types
 
 
-def _text(value) -> str:
-    return "" if value is None or (isinstance(value, float) and value != value) else str(value).strip()
-
-
 def _merged_frame(frame: pd.DataFrame, generated: list[dict]) -> pd.DataFrame:
     extra = [c for row in generated for c in row if c not in frame.columns]
     columns = order_columns(list(frame.columns) + ([SOURCE] if SOURCE not in frame.columns else []) + extra)
@@ -352,7 +348,7 @@ def _add_consumer_rows(frames: dict[str, pd.DataFrame], results: list[KernelGrid
         for index, signature in enumerate(existing):
             # A profiled row the query duplicates answers it: its op (arange.default where the profile ran
             # arange.start_out) must map to this type too.
-            if signature in answered_by and not _text(merged.at[index, CONSUMER_QUERY]):
+            if signature in answered_by and not merged.at[index, CONSUMER_QUERY].strip():
                 merged.at[index, CONSUMER_QUERY] = answered_by[signature]
         frames[kernel_type] = merged
         result = by_type[kernel_type]

@@ -1,0 +1,70 @@
+"""The scenario spaces of config/scenarios.yaml: the prefill token counts, decode batches x contexts and TP sizes a
+database must answer a model's steps at. Read without torch, so that the workflow's config check (grid.scenario_space)
+costs nothing at start-up; the steps themselves are recorded in opperf.database.model_queries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from opperf.errors import OpperfError
+
+if TYPE_CHECKING:
+    from opperf.database.consumer_queries import Scenario
+
+DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[1] / "config" / "scenarios.yaml"
+
+
+@dataclass(frozen=True)
+class ScenarioSpace:
+    """The scenarios a database must answer for a model: prefill at each token count (batch 1), decode at each
+    batch x context, each at every TP size."""
+
+    prefill_tokens: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    tp_sizes: tuple[int, ...] = (1,)
+
+    def scenarios(self, model: str, tp_sizes: Sequence[int] | None = None) -> list[Scenario]:
+        from opperf.database.consumer_queries import Scenario
+
+        sizes = tuple(tp_sizes) if tp_sizes else self.tp_sizes
+        return ([Scenario(model, tp, "prefill", 1, t) for tp in sizes for t in self.prefill_tokens]
+                + [Scenario(model, tp, "decode", b, 1, c) for tp in sizes for c in self.decode_contexts
+                   for b in self.decode_batches])
+
+
+def _positive_ints(value, path: Path, key: str) -> tuple[int, ...]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        raise OpperfError(f"must be a non-empty list of integers >= 1, got {value!r}", path=path, field=key)
+    return tuple(sorted(set(value)))
+
+
+def load_scenario_space(path: str | Path = DEFAULT_SCENARIO_SPACE, name: str = "default") -> ScenarioSpace:
+    """The scenario space `name` of a scenarios YAML (config/scenarios.yaml: `spaces: {name: {prefill_tokens,
+    decode_batches, decode_contexts, tp_sizes}}`)."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OpperfError(f"cannot read the scenario space: {exc.strerror}", path=path) from exc
+    except yaml.YAMLError as exc:
+        raise OpperfError(f"not valid YAML: {exc}", path=path) from exc
+    spaces = (document or {}).get("spaces") if isinstance(document, dict) else None
+    if not isinstance(spaces, dict) or name not in spaces:
+        known = ", ".join(sorted(spaces)) if isinstance(spaces, dict) else "none"
+        raise OpperfError(f"no scenario space {name!r} (spaces: {known})", path=path, field=f"spaces.{name}")
+    space = spaces[name]
+    if not isinstance(space, dict):
+        raise OpperfError("must be a mapping", path=path, field=f"spaces.{name}")
+    unknown = set(space) - {"prefill_tokens", "decode_batches", "decode_contexts", "tp_sizes", "description"}
+    if unknown:
+        raise OpperfError(f"unknown keys {sorted(unknown)}", path=path, field=f"spaces.{name}")
+    return ScenarioSpace(*(_positive_ints(space.get(key), path, f"spaces.{name}.{key}")
+                           for key in ("prefill_tokens", "decode_batches", "decode_contexts")),
+                         tp_sizes=_positive_ints(space.get("tp_sizes", [1]), path, f"spaces.{name}.tp_sizes"))
