@@ -10,9 +10,10 @@ On this host's CPU:
   3. replay   scripts/replay.py --database-path --backend cpu (a copy of the parsed database per run):
               at each thread count (the profiler timer, replay's one), replaying the profile taken at that count
               (the workflow runs both with 1 thread: Snakemake sets OMP_NUM_THREADS to a job's threads);
-              and once more with the profiler timing and glibc's MALLOC_MMAP_THRESHOLD_=65536 in the replay's
-              environment (every tensor of 64 KiB or more a fresh mmap, its pages faulted in by the op that
-              writes it first, as outputs are inside the workload)
+              and once more per --variant NAME:VAR=VALUE with that variable in the replay's environment (the
+              fresh-pages run of results/cpu_replay/ was `fresh_pages:MALLOC_MMAP_THRESHOLD_=65536`: every tensor
+              of 64 KiB or more a fresh mmap, its pages faulted in by the op that writes it first)
+  4. phase    with --phase, stage 4b on a copy of that replay: scripts/phase_replay.py --device cpu --apply-to
 
 and writes `cpu_replay.json` and `cpu_replay.md` in --output. Gap definitions are those of
 benchmarks/cuda_replay.py (its `analyse_run`, imported): gap of a row = |1 - replay / profiled|, replay =
@@ -122,6 +123,10 @@ def main() -> int:
                              "times its calls (config workload.profile_iterations; default: %(default)s)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE",
                         help="an extra replay of the first thread count with an environment variable set")
+    parser.add_argument("--phase", action="store_true",
+                        help="also stage 4b on a copy of the first thread count's replay: the workload's calls "
+                             "replayed in its order and folded into the rows (scripts/phase_replay.py --apply-to), "
+                             "as the workflow does where replay.phase.backends lists cpu")
     args = parser.parse_args()
     work = args.work_dir
     if work.exists():
@@ -160,13 +165,26 @@ def main() -> int:
 
     for threads in args.threads:
         replay(f"profiler_t{threads}", threads, "profiler")
-    # the same replay with every tensor of 64 KiB or more a fresh mmap
-    replay(f"profiler_t{args.threads[0]}_fresh_pages", args.threads[0], "profiler, MALLOC_MMAP_THRESHOLD_=65536",
-           {"MALLOC_MMAP_THRESHOLD_": "65536"})
     for variant in args.variant:
         name, _, assignment = variant.partition(":")
         var, _, value = assignment.partition("=")
         replay(f"profiler_t{args.threads[0]}_{name}", args.threads[0], f"profiler, {var}={value}", {var: value})
+    if args.phase:
+        name, source = f"profiler_t{args.threads[0]}_phase", f"profiler_t{args.threads[0]}"
+        target = database(work, name)
+        target.parent.mkdir(parents=True)
+        shutil.copytree(database(work, source), target)
+        print(f"== phase {name}", flush=True)
+        wall[name] = run([sys.executable, "scripts/phase_replay.py", "--profiling-path",
+                          str(work / f"profile_t{args.threads[0]}" / "profile" / "trace.json"), "--rows", str(target),
+                          "--output", str(work / name / "phase_replay.csv"), "--apply-to", str(target),
+                          "--device", "cpu"], work / f"phase_{name}.log", {"OMP_NUM_THREADS": str(args.threads[0])})
+        rows = read_rows(target)
+        runs[name] = {**{k: v for k, v in runs[source].items() if k not in ("replay_wall_s",)},
+                      "timing": "profiler, then stage 4b (in the workload's order)",
+                      "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
+                                      if r.get(contract.REPLAY_TIMING_METHOD)), ""),
+                      "replay_wall_s": wall[name], **summarise(rows)}
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))

@@ -108,3 +108,31 @@ def test_a_cpu_rows_cold_inputs_take_turns_over_copies_with_its_strides_and_warm
                          repeat_count=3, warmup_count=1)
     assert outcome.status == STATUS_OK, outcome.error
     assert outcome.columns[contract.REPLAY_L2_POLICY].startswith("cold inputs: ")
+
+
+def test_a_cpu_rows_measured_reuse_distances_set_its_copies_so_each_copy_sees_the_workloads_distance():
+    """With the profile's reuse distances, the calls take turns over 1 + distance/size copies of the reused inputs
+    (what the workload touched between two uses of the weight lies between two calls of one copy), whatever the
+    definition's cold mark; an input first used in the step is cold (twice the cache); a weight touched again
+    before half of itself went by keeps its one case."""
+    from opperf.replay.engine import prepare_row
+    from opperf.replay.timing import cpu_cold_turns
+
+    def prepared(reuse: str):
+        row = dict(ROWS["mm"], **{contract.INPUT_SHAPES: "1,256;256,1024", contract.INPUT_STRIDES: ";1,256",
+                                  contract.OUTPUT_SHAPES: "1,1024", contract.PROFILING_INPUT_REUSE: reuse})
+        return prepare_row(DEFINITIONS["mm"], row, backend="cpu", device="cpu", timer=CpuProfilerTimer()).case
+
+    case = prepared("0;3.2")                     # 1 MiB weight, 3.2 MiB touched since its last use: 1 + 3 copies
+    turns, policy = cpu_cold_turns(case, 32 * 2**20)
+    assert len(turns) == 4
+    assert policy == "reused inputs (reuse distance 3.2 MiB): 4 copies in turn, 4.0 MiB (last-level cache 32 MiB)"
+    assert all(t.tensors()[0] is case.tensors()[0] for t in turns)
+    assert len({t.tensors()[1].untyped_storage().data_ptr() for t in turns}) == 4
+    assert all(t.tensors()[1].stride() == (1, 256) for t in turns)
+    # Past twice the cache the distance is capped there (cold): 1 + 16 copies, not 1 + 100; so is a first use.
+    assert len(cpu_cold_turns(prepared("0;100"), 8 * 2**20)[0]) == 17
+    first, policy = cpu_cold_turns(prepared("0;inf"), 8 * 2**20)
+    assert len(first) == 17 and policy.startswith("reused inputs (first use in the step): 17 copies")
+    warm = prepared("0;0.4")
+    assert cpu_cold_turns(warm, 8 * 2**20) == ([warm], "reuse distances: none to cover")

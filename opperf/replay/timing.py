@@ -17,6 +17,7 @@ The cache state before each timed call (`CacheState`, shared by the cuda and npu
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from pathlib import Path
 from collections.abc import Hashable
@@ -26,7 +27,7 @@ import torch
 
 from opperf.errors import DeviceUnavailableError, OpperfError
 from opperf.replay.inputs import ReplayCase, storage_extent
-from opperf.replay.residency import resident_bytes
+from opperf.replay.residency import MIB, resident_bytes
 from opperf.replay.methods import (CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W, METHOD_CPU_PROFILER, METHOD_CUDA_KERNEL,
                                    METHOD_SESSION, POWER_POLICY, RepeatBudget, TimingResult)
 
@@ -117,19 +118,42 @@ def cpu_last_level_cache_bytes() -> int:
 def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase], str]:
     """The cases a CPU row's calls take in turn, and the cache state they stand for.
 
-    An input the definition marks `cache: cold` (F.linear's weight) was read from memory inside the workload: the
-    model's other weights passed through the caches between two calls of one layer. Replayed warm, the CPU demo's
-    GEMMs ran at 0.66 of their profiled time (a decode mm of 1x256 by a transposed 256x4096 weight: 174 against
-    370 us); with the weight in turns over copies spanning twice the last-level cache, each with the workload's
-    strides, at 1.13, and the database's Σ replay / profile went from 0.70 to 0.98 (benchmarks/results/cpu_replay/).
-    Warm inputs stay shared: the previous call left them in cache, as the op that wrote them did in the workload."""
+    Where the profile measured the inputs' reuse distances (`case.reuse`: the MiB the workload touched since each
+    input was last used), the calls take turns over as many copies of the reused inputs as put that distance
+    between two calls of one copy: the caches then hold of each input what they held in the workload, whatever
+    their size and policy, with no model of either. On the idle 16-core Xeon (300 MiB L3; benchmarks/results/
+    cpu_replay/) the demo's GEMMs replay this way at a median 1.06 of their profile and its lm_head bmm at 1.03,
+    against 1.18 and 0.69 with the weight always cold (copies spanning twice the last-level cache: the weights'
+    10-16 MiB distance fits that cache); warm (one copy) the GEMMs ran at 0.66 on the 2-core EPYC VM. An input first
+    used in the step (distance inf), or one past twice the cache, is cold. Without distances (a profile with no
+    execution trace) the inputs the definition marks `cache: cold` (F.linear's weight) take turns over copies
+    spanning twice the last-level cache. Inputs with no distance to cover (under half their size) stay shared: the
+    previous call left them in cache, as the op that wrote them did in the workload."""
+    tensors = [t for t in case.tensors() if t.numel()]
+    if case.reuse:
+        warm = {id(t) for t in case.warm_tensors()}
+        distance = {id(t): case.reuse.get(id(t), 0.0 if id(t) in warm else math.inf) for t in tensors}
+        reused = [t for t in tensors if distance[id(t)] * MIB >= storage_bytes([t]) / 2]
+        size = storage_bytes(reused)
+        if not reused or not size:
+            return [case], "reuse distances: none to cover"
+        spans = [distance[id(t)] * MIB for t in reused]
+        if any(math.isinf(span) for span in spans):
+            span, what = 2 * cache_bytes, "first use in the step"
+        else:
+            span = min(sum(d * storage_bytes([t]) for d, t in zip(spans, reused)) / size, 2 * cache_bytes)
+            what = f"reuse distance {span / MIB:.1f} MiB"
+        turns = cold_input_copies(case, reused, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES,
+                                  copies=1 + round(span / size))
+        return turns, (f"reused inputs ({what}): {len(turns)} copies in turn, "
+                       f"{storage_bytes(reused) * len(turns) / MIB:.1f} MiB (last-level cache {cache_bytes // MIB} MiB)")
     warm = {id(t) for t in case.warm_tensors()}
-    cold = [t for t in case.tensors() if id(t) not in warm and t.numel()]
+    cold = [t for t in tensors if id(t) not in warm]
     turns = cold_input_copies(case, cold, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES) if cold else [case]
     if len(turns) == 1:
         return turns, "none"
-    return turns, (f"cold inputs: {len(turns)} copies in turn, {storage_bytes(cold) * len(turns) / 2**20:.1f} MiB "
-                   f"(last-level cache {cache_bytes // 2**20} MiB)")
+    return turns, (f"cold inputs: {len(turns)} copies in turn, {storage_bytes(cold) * len(turns) / MIB:.1f} MiB "
+                   f"(last-level cache {cache_bytes // MIB} MiB)")
 
 
 class CpuProfilerTimer:
@@ -299,13 +323,14 @@ def clone_layout(tensor: torch.Tensor, storages: dict[int, torch.UntypedStorage]
 
 
 def cold_input_copies(case: ReplayCase, cold: list[torch.Tensor], l2_bytes: int, calls: int,
-                      max_copies: int = 16) -> list[ReplayCase]:
+                      max_copies: int = 16, copies: int | None = None) -> list[ReplayCase]:
     """The case, then copies of it whose `cold` inputs are fresh tensors and every other input shared, to run in
     turn: in an in-order replay (opperf.replay.phase) a row's calls on one weight would find it in L2 where the
     workload's calls of that row read different weights (Qwen2-MoE's q, k and v projections: one `addmm` row per
     token count, 0.88-0.93x in order). As many copies as the row has calls, at most `max_copies`, and no more than
     twice the cache holds of those inputs; none for inputs whose values are recorded (the timer writes them) or
-    that share storage with another input."""
+    that share storage with another input. `copies`: that many instead (a count the caller chose), within the same
+    bounds."""
     targets = {target.untyped_storage().data_ptr() for target, _ in case.value_variants}
     storages = [t.untyped_storage().data_ptr() for t in case.tensors()]
     rotating = [t for t in cold if t.untyped_storage().data_ptr() not in targets
@@ -313,7 +338,7 @@ def cold_input_copies(case: ReplayCase, cold: list[torch.Tensor], l2_bytes: int,
     size = storage_bytes(rotating)
     if not rotating or not size:
         return [case]
-    count = min(max_copies, calls, max(1, -(-2 * l2_bytes // size)))
+    count = min(max_copies, calls, max(1, -(-2 * l2_bytes // size) if copies is None else copies))
     only = {id(t) for t in rotating}
     return [case] + [_clone_case(case, only) for _ in range(count - 1)]
 
