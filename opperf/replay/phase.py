@@ -189,8 +189,7 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     written would be cold here. So on cuda, before each call the inputs the insitu cache state keeps warm (by the
     workload's reuse distances, else the definition) are rewritten into L2 from a twin, outside the call's range: the
     rest of the cache is what the phase's calls left. Without that the dense decoder's rows under 10 us replayed at
-    1.14-1.25x (H200, benchmarks/results/whole_order/). On cpu the same inputs (`cpu_warm_inputs`) are read before
-    each call, outside its range.
+    1.14-1.25x (H200, benchmarks/results/whole_order/).
 
     With `cold_copies` (cuda), the calls of a row that comes back before the cache has turned over (`close_rows`)
     take turns over copies of its cold inputs (`opperf.replay.timing.cold_input_copies`, within
@@ -245,7 +244,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
     caches: dict[tuple[str, ...], tuple] = {}
     turns: dict[tuple[str, ...], list] = {}     # the cases a row's calls take in turn
     charged: dict[tuple[str, ...], int] = {}    # bytes of cold copies each row holds
-    warm_reads: dict[tuple[str, ...], list] = {}    # cpu: the inputs read into the caches before each call
     value_turns: dict[tuple[str, ...], int] = {}    # a released row's recorded-values turn, to go on from
     copy_budget = cold_copy_budget_bytes
     if use_caches:
@@ -262,7 +260,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         for key in [key for key in prepared if key not in keep]:
             value_turns[key] = prepared.pop(key).case.value_turn
             caches.pop(key, None)
-            warm_reads.pop(key, None)
             turns.pop(key, None)
             copy_budget += charged.pop(key, 0)
 
@@ -289,8 +286,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
             if key in value_turns:                  # rebuilt for a later window: its values go on where they were
                 outcome.case.value_turn = value_turns[key] - 1
                 outcome.case.next_values()
-            if not use_caches:
-                warm_reads[key] = cpu_warm_inputs(outcome.case)
             if use_caches:
                 cache = CacheState(target, l2_bytes)
                 try:
@@ -316,8 +311,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         method += f", in {len(windows)} windows of consecutive calls (the rows' tensors over the memory budget)"
     if use_caches:
         method += ", each call's warm inputs rewritten into L2 before it (insitu, no flush)"
-    else:
-        method += ", each call's warm inputs read into the caches before it"
         if cold_copies:
             method += ", cold-input copies in turns for the rows that come back before the cache turns over"
     names: dict[tuple, str] = {}
@@ -342,8 +335,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
                 if key in caches:
                     cache, views = caches[key]
                     cache.rewrite(views)
-                for tensor in warm_reads.get(key, ()):
-                    tensor.sum()
                 try:
                     if timed:
                         with record_function(names[key, number]):
@@ -387,19 +378,6 @@ def replay_phases(phase_keys: Sequence[Sequence[tuple[str, ...]]], rows: Mapping
         if key not in left_out:
             samples.setdefault(key, []).extend(result.samples_us)
     return PhaseTimes(samples, method, started or ended, ended, left_out)
-
-
-def cpu_warm_inputs(case) -> list:
-    """The inputs of a cpu call that the workload had just used (the op before wrote them): under half their size
-    of other data touched since (the row's reuse distances), else the definition's warm inputs. Read before each
-    in-order call, they are in the caches as they were in the workload, not where the whole order left them."""
-    from opperf.replay.residency import MIB
-    from opperf.replay.timing import storage_bytes
-
-    tensors = [t for t in case.tensors() if t.numel()]
-    if case.reuse:
-        return [t for t in tensors if id(t) in case.reuse and case.reuse[id(t)] * MIB < storage_bytes([t]) / 2]
-    return [t for t in case.warm_tensors() if t.numel()]
 
 
 def select_phases(trace: str | Path) -> list[list[dict]]:
