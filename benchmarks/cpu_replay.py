@@ -49,6 +49,10 @@ from opperf.report.build import cpu_model  # noqa: E402
 WORKLOAD = ["--model", "opperf-tiny", "--dtype", "float32", "--batch-size", "1", "--prefill-lengths", "16", "64",
             "--decode-steps", "4", "--decode-context", "64"]
 BAND = (0.8, 1.2)
+# Two profiles of the workload outside the band on more than this share of rows: the machine was not settled. On
+# the GPU host's Xeon the first run after a boot had 56 and 73 of 94 rows apart, the second 1 and 15; the 2-core
+# EPYC VM 13-25, and 91 on a busy host (results/cpu_replay/README.md).
+UNSETTLED_SHARE = 0.3
 
 
 def run(command: list[str], log_path: Path, env: dict | None = None) -> float:
@@ -188,10 +192,15 @@ def main() -> int:
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))
+    settled = floor["outside_band"] <= UNSETTLED_SHARE * floor["rows"]
+    if not settled:
+        print(f"warning: the workload's two profiles disagree on {floor['outside_band']} of {floor['rows']} rows (over "
+              f"{UNSETTLED_SHARE:.0%}): the machine is not settled and this run's replay figures say nothing",
+              file=sys.stderr)
     report = {"environment": environment(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "repeat_count": args.repeat_count, "profile_iterations": args.profile_iterations,
               "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
-              "noise_floor": {"threads": args.threads[0], **floor}, "stage_wall_s": wall}
+              "noise_floor": {"threads": args.threads[0], **floor}, "settled": settled, "stage_wall_s": wall}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "cpu_replay.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
@@ -220,6 +229,9 @@ def markdown(report: dict) -> str:
              "| run | timing | threads (workload = replay) | rows | outside 0.8–1.2 | median gap | p90 gap | "
              "time-weighted gap | median replay/profiled |", "|---|---|---|---|---|---|---|---|---|"]
     floor = report["noise_floor"]
+    if not report.get("settled", True):
+        lines[4:4] = [f"**Not settled:** the workload's two profiles disagree on {floor['outside_band']} of "
+                      f"{floor['rows']} rows (over {UNSETTLED_SHARE:.0%}); this run's replay figures say nothing.", ""]
     lines.append(f"| second profile vs first | - | {floor['threads']} | {floor['rows']} | {floor['outside_band']} | "
                  f"{_pct(floor['median_gap'])} | {_pct(floor['p90_gap'])} | {_pct(floor['time_weighted_gap'])} | "
                  f"{_ratio(floor['median_ratio'])} |")
