@@ -144,7 +144,9 @@ def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase]
             span = min(sum(d * storage_bytes([t]) for d, t in zip(spans, reused)) / size, 2 * cache_bytes)
             what = f"reuse distance {span / MIB:.1f} MiB"
         turns = cold_input_copies(case, reused, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES,
-                                  copies=1 + round(span / size))
+                                  copies=max(2, 1 + math.floor(span / size + 0.5)))
+        if len(turns) == 1:         # each reused input has recorded values or shares its storage: left as it is
+            return turns, f"reused inputs ({what}): not copied (recorded values or a shared storage)"
         return turns, (f"reused inputs ({what}): {len(turns)} copies in turn, "
                        f"{storage_bytes(reused) * len(turns) / MIB:.1f} MiB (last-level cache {cache_bytes // MIB} MiB)")
     warm = {id(t) for t in case.warm_tensors()}
