@@ -22,9 +22,9 @@ How it measures (one method each, the one the measurements chose; docs/replay.md
   cuda timing: CUPTI device-kernel time per call, rows timed in profiler sessions of 128
   cpu timing: the op's torch.profiler time, as the profile timed it
     (benchmarks/results/cpu_replay/: median gap 27.5 %, wall clock 40.0 %)
-  cpu cache state: inputs a definition marks cold (F.linear's weight) in turns over copies spanning twice the
-    last-level cache, the rest warm (benchmarks/results/cpu_replay/: mm 0.66 -> 1.13 of profiled, the database's
-    Σ replay / profile 0.70 -> 0.98)
+  cpu cache state: an input the profile saw reused D MiB later takes turns over 1 + D/size copies (a first use,
+    or a profile without distances: the definition's cold inputs over twice the last-level cache), the rest warm
+    (benchmarks/results/cpu_replay/: idle Xeon mm 1.06 of profiled, 1.18 always cold; EPYC VM 0.66 warm)
 """
 
 import argparse
