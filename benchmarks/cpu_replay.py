@@ -150,22 +150,27 @@ def main() -> int:
             work / f"{name}_parse.log")
     runs = {}
 
-    def replay(name: str, threads: int, timing: str, env: dict | None = None) -> None:
-        """A copy of the profile taken at `threads` threads, replayed with as many (the profiler timer, replay's
-        one CPU timer since issue 42), summarised into runs[name]."""
+    def measure(name: str, source: str, log: str, command, env: dict | None = None, **fields) -> None:
+        """`command(target)` run on a copy of `source`'s database at `target`, its rows summarised into runs[name]
+        beside `fields` (timing, threads, profile)."""
         target = database(work, name)
         target.parent.mkdir(parents=True)
-        shutil.copytree(database(work, f"profile_t{threads}"), target)
-        print(f"== replay {name}", flush=True)
-        wall[name] = run([sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend", "cpu",
-                          "--device", "CPU", "--repeat-count", str(args.repeat_count),
-                          "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
-                         work / f"replay_{name}.log", env)
+        shutil.copytree(database(work, source), target)
+        print(f"== {log} {name}", flush=True)
+        wall[name] = run(command(target), work / f"{log}_{name}.log", env)
         rows = read_rows(target)
-        runs[name] = {"timing": timing, "threads": threads, "profile": f"profile_t{threads}",
-                      "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
-                                      if r.get(contract.REPLAY_TIMING_METHOD)), ""),
+        runs[name] = {**fields, "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
+                                                 if r.get(contract.REPLAY_TIMING_METHOD)), ""),
                       "replay_wall_s": wall[name], **summarise(rows)}
+
+    def replay(name: str, threads: int, timing: str, env: dict | None = None) -> None:
+        """The profile taken at `threads` threads replayed with as many (the profiler timer, replay's one CPU timer
+        since issue 42)."""
+        measure(name, f"profile_t{threads}", "replay",
+                lambda target: [sys.executable, "scripts/replay.py", "--database-path", str(target), "--backend",
+                                "cpu", "--device", "CPU", "--repeat-count", str(args.repeat_count),
+                                "--cpu-threads", str(threads), "--reports-dir", str(work / name / "reports")],
+                env, timing=timing, threads=threads, profile=f"profile_t{threads}")
 
     for threads in args.threads:
         replay(f"profiler_t{threads}", threads, "profiler")
@@ -174,21 +179,15 @@ def main() -> int:
         var, _, value = assignment.partition("=")
         replay(f"profiler_t{args.threads[0]}_{name}", args.threads[0], f"profiler, {var}={value}", {var: value})
     if args.phase:
-        name, source = f"profiler_t{args.threads[0]}_phase", f"profiler_t{args.threads[0]}"
-        target = database(work, name)
-        target.parent.mkdir(parents=True)
-        shutil.copytree(database(work, source), target)
-        print(f"== phase {name}", flush=True)
-        wall[name] = run([sys.executable, "scripts/phase_replay.py", "--profiling-path",
-                          str(work / f"profile_t{args.threads[0]}" / "profile" / "trace.json"), "--rows", str(target),
-                          "--output", str(work / name / "phase_replay.csv"), "--apply-to", str(target),
-                          "--device", "cpu"], work / f"phase_{name}.log", {"OMP_NUM_THREADS": str(args.threads[0])})
-        rows = read_rows(target)
-        runs[name] = {**{k: v for k, v in runs[source].items() if k not in ("replay_wall_s",)},
-                      "timing": "profiler, then stage 4b (in the workload's order)",
-                      "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
-                                      if r.get(contract.REPLAY_TIMING_METHOD)), ""),
-                      "replay_wall_s": wall[name], **summarise(rows)}
+        threads = args.threads[0]
+        name = f"profiler_t{threads}_phase"
+        measure(name, f"profiler_t{threads}", "phase",
+                lambda target: [sys.executable, "scripts/phase_replay.py", "--profiling-path",
+                                str(work / f"profile_t{threads}" / "profile" / "trace.json"), "--rows", str(target),
+                                "--output", str(work / name / "phase_replay.csv"), "--apply-to", str(target),
+                                "--device", "cpu"],
+                {"OMP_NUM_THREADS": str(threads)}, timing="profiler, then stage 4b (in the workload's order)",
+                threads=threads, profile=f"profile_t{threads}")
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
     again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
     floor = summarise(profile_rows_as_replay(first, again))

@@ -195,7 +195,8 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         rows = len(frame)
         # The ops the consumer's queries issue, from every row (the layouts file): a query the runtime's CSV
         # answers with another row of its key (arange.default by the profiled arange.start_out) is mapped too.
-        every_row = read_database_csv(layouts_path(csv_path)) if layouts_path(csv_path).is_file() else frame
+        layouts = layouts_path(csv_path)
+        every_row = read_database_csv(layouts) if layouts.is_file() else frame
         # On cuda CUPTI attributes every kernel a call launches; on npu no samples can mean msprof did not match
         # the call's signature, so only cuda reads "nothing measured" as "nothing ran".
         if entry.backend == "cuda" and len(every_row) and contract.REPLAY_STATUS in every_row.columns and (

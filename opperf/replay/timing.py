@@ -130,18 +130,18 @@ def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase]
     spanning twice the last-level cache. Inputs with no distance to cover (under half their size) stay shared: the
     previous call left them in cache, as the op that wrote them did in the workload."""
     tensors = [t for t in case.tensors() if t.numel()]
+    warm = {id(t) for t in case.warm_tensors()}
     if case.reuse:
-        warm = {id(t) for t in case.warm_tensors()}
-        distance = {id(t): case.reuse.get(id(t), 0.0 if id(t) in warm else math.inf) for t in tensors}
-        reused = [t for t in tensors if distance[id(t)] * MIB >= storage_bytes([t]) / 2]
+        gap = {id(t): case.reuse.get(id(t), 0.0 if id(t) in warm else math.inf) * MIB for t in tensors}
+        nbytes = {id(t): storage_bytes([t]) for t in tensors}
+        reused = [t for t in tensors if gap[id(t)] >= nbytes[id(t)] / 2]
         size = storage_bytes(reused)
         if not reused or not size:
             return [case], "reuse distances: none to cover"
-        spans = [distance[id(t)] * MIB for t in reused]
-        if any(math.isinf(span) for span in spans):
+        if any(math.isinf(gap[id(t)]) for t in reused):
             span, what = 2 * cache_bytes, "first use in the step"
         else:
-            span = min(sum(d * storage_bytes([t]) for d, t in zip(spans, reused)) / size, 2 * cache_bytes)
+            span = min(sum(gap[id(t)] * nbytes[id(t)] for t in reused) / size, 2 * cache_bytes)
             what = f"reuse distance {span / MIB:.1f} MiB"
         turns = cold_input_copies(case, reused, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES,
                                   copies=max(2, 1 + math.floor(span / size + 0.5)))
@@ -149,7 +149,6 @@ def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase]
             return turns, f"reused inputs ({what}): not copied (recorded values or a shared storage)"
         return turns, (f"reused inputs ({what}): {len(turns)} copies in turn, "
                        f"{storage_bytes(reused) * len(turns) / MIB:.1f} MiB (last-level cache {cache_bytes // MIB} MiB)")
-    warm = {id(t) for t in case.warm_tensors()}
     cold = [t for t in tensors if id(t) not in warm]
     turns = cold_input_copies(case, cold, cache_bytes, CPU_MAX_COLD_COPIES, CPU_MAX_COLD_COPIES) if cold else [case]
     if len(turns) == 1:
