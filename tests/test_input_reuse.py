@@ -89,6 +89,31 @@ def test_a_grouped_gemms_output_lies_behind_the_weights_it_streamed_after_writin
     assert reuse_distances(read_since, [1, 2, 3], "cuda")[2] == "3"      # behind the first clone's output only
 
 
+def test_a_gather_reads_the_rows_it_returns_not_its_table():
+    """A decode step's embedding lookup reads 4 rows of a 4 MiB table: a weight used before and after it lies behind
+    those rows (0.25 MiB here), not the whole table. The table's blocks keep their last use: a gather's own table
+    is a first use (its rows are other rows each step), and a whole read after a gather lies behind what was touched
+    since the last whole read."""
+    table, index = _tensor(20, 2, 4), _tensor(21, 4, 0.25)
+
+    def gather(rf_id: int, out_storage: int) -> dict:
+        node = _node(rf_id, [table, 0, index], [_tensor(rf_id * 10, out_storage, 0.25)],
+                     ["Tensor(c10::BFloat16)", "Int", "Tensor(long int)"])
+        node["name"] = "aten::index_select"
+        return node
+
+    nodes = {1: _node(1, [_tensor(10, 1, 8)], [_tensor(11, 3, 1)]),      # weight W read, y written
+             2: gather(2, 5),                                            # 0.25 MiB of rows, index, output
+             3: _node(3, [_tensor(10, 1, 8)], [_tensor(12, 8, 0.5)]),    # W again
+             4: _node(4, [table], [_tensor(13, 6, 0.5)]),                # the table read whole (a tied lm_head)
+             5: gather(5, 7),
+             6: _node(6, [table], [])}
+    assert reuse_distances(nodes, [1, 2, 3, 4, 5, 6], "cuda") == [
+        "inf", "inf;;inf", "1.75", "inf", "0.5;;13.25", "1.25"]
+    ungathered = {**nodes, 2: {**gather(2, 5), "name": "aten::op"}}
+    assert reuse_distances(ungathered, [1, 2, 3], "cuda")[2] == "5.5"   # every block of the table counted
+
+
 def test_a_tensor_list_is_one_slot_per_member_and_host_scalars_are_not_device_data():
     nodes = {1: _node(1, [], [_tensor(1, 1, 1)]),
              2: _node(2, [], [_tensor(2, 2, 3)]),

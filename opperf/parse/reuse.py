@@ -26,6 +26,12 @@ source, and replayed with the source resident at 0.63-0.83x (1.18-1.24x for the 
 thrashing L2); read cold, 0.91-1.04 (benchmarks/results/small_kernels/copy_state/). Other producers are not charged:
 a single-wave GEMM writes its output last, and an elementwise op's output tail is resident when its consumer runs;
 charging every op that way made Phi-3-mini's prefill `mean` input cold where the workload read its tail from L2.
+
+A gather (`index_select`, `embedding`, `gather`, `index`) reads only the rows its output holds, not its table: the
+rows read count as that much new data, and the table's blocks keep their last use. At the step's whole-table size
+the opperf-tiny decode step's GEMV weights lay 13-14 MiB behind their previous use, 4 MiB of it the embedding table
+an `index_select` read 4 rows of, and replayed at 1.33-1.60x their profile on the idle Xeon
+(benchmarks/results/cpu_replay/).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from opperf.workload.execution_trace import same_call, tensor_shapes  # noqa: F4
 MIB = 2**20
 BLOCK_BYTES = MIB         # the unit of the LRU stack: views of one storage that do not share a block are other data
 GROUPED_PRODUCERS = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm"})   # write while streaming weights
+GATHERS = frozenset({"aten::index_select", "aten::embedding", "aten::gather", "aten::index"})   # input 0: the table
 
 
 def _storage(value, device_prefix: str) -> tuple[int, int, int] | None:
@@ -133,6 +140,15 @@ def _streamed_bytes(node: dict, inputs: list) -> float:
     return total
 
 
+def _gathered_bytes(node: dict, inputs: list, outputs: list) -> int | None:
+    """The bytes a gather reads of its table (input 0): what its output holds, at most the table; None for any other
+    op or a gather whose table is not device data."""
+    if node.get("name") not in GATHERS or not inputs or inputs[0] is None:
+        return None
+    table = sum(used for _, used in inputs[0])
+    return min(table, sum(used for blocks in outputs for _, used in blocks))
+
+
 def _charge_producer(behind: dict, inputs: list, outputs: list, streamed: float) -> None:
     """Record, for each block this op writes, the input bytes it streamed after writing it (only a grouped GEMM
     streams any); any use of a block ends what an earlier producer left behind it."""
@@ -158,7 +174,7 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
                   slot_storages(node["inputs"].get("values", []), node["inputs"].get("types", []), device_prefix)]
         outputs = [_blocks(s) for s in slot_storages(node["outputs"].get("values", []),
                                                      node["outputs"].get("types", []), device_prefix) if s is not None]
-        plans.append((inputs, outputs, _streamed_bytes(node, inputs)))
+        plans.append((inputs, outputs, _streamed_bytes(node, inputs), _gathered_bytes(node, inputs, outputs)))
     uses = sum(1 for p in plans if p is not None for s in p[0] + p[1] if s is not None)
     tree, last, size, now = _Fenwick(uses), {}, {}, 0
     behind: dict[tuple[int, int], float] = {}       # input bytes a grouped GEMM streamed after writing the block
@@ -167,7 +183,7 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
         if plan is None:
             fields.append(None)
             continue
-        inputs, outputs, streamed = plan
+        inputs, outputs, streamed, gathered = plan
         total = tree.prefix(now)
         texts = []
         for blocks in inputs:
@@ -179,7 +195,11 @@ def reuse_distances(nodes: dict[int, dict], calls: list[int | None], device_pref
             texts.append("inf" if distance == math.inf else f"{distance / MIB:.6g}")
         fields.append(";".join(texts))
         _charge_producer(behind, inputs, outputs, streamed)
-        for blocks in [b for b in inputs if b is not None] + outputs:
+        for slot, blocks in enumerate([b for b in inputs if b is not None] + outputs):
+            if slot == 0 and gathered is not None:  # a gather's table: the rows read are new data, the rest stays
+                tree.add(now, gathered)
+                now += 1
+                continue
             for block, used in blocks:            # one use time per tensor: its own blocks are not "since"
                 if block in last:
                     tree.add(last[block], -size[block])
