@@ -107,6 +107,19 @@ def profile_rows_as_replay(first: list[dict], second: list[dict]) -> list[dict]:
     return rows
 
 
+def row_ratios(work: Path, runs: dict, first: list[dict], after: list[dict]) -> list[dict]:
+    """Per profiled row: its type, shapes and calls, the profiled mean before and after the replays, and each run's
+    replayed mean (µs), for a look at single rows across runs."""
+    key = {id(row): (row["_type"], replay_key(row, row["_type"])) for row in first}
+    later = {(r["_type"], replay_key(r, r["_type"])): r.get(contract.PROFILING_AVERAGE) for r in after}
+    replays = {name: {(r["_type"], replay_key(r, r["_type"])): r.get(contract.REPLAY_AVERAGE)
+                      for r in read_rows(database(work, name))} for name in runs}
+    return [{"type": row["_type"], "shapes": row.get(contract.INPUT_SHAPES, ""),
+             "calls": row.get(contract.PROFILING_SAMPLE_COUNT, ""), "profiled_us": row.get(contract.PROFILING_AVERAGE),
+             "profiled_after_us": later.get(key[id(row)]),
+             **{f"{name}_us": replays[name].get(key[id(row)]) for name in runs}} for row in first]
+
+
 def summarise(rows: list[dict]) -> dict:
     result = analyse_run(rows)
     result["outside_band"] = outside_band(rows)
@@ -138,16 +151,19 @@ def main() -> int:
     work.mkdir(parents=True)
     load_before = os.getloadavg()
     wall: dict[str, float] = {}
-    profiles = [(f"profile_t{t}", t) for t in args.threads] + [(f"profile_t{args.threads[0]}_again", args.threads[0])]
-    for name, threads in profiles:
-        env = {"OMP_NUM_THREADS": str(threads)}
+
+    def profile(name: str, threads: int) -> None:
         print(f"== {name}", flush=True)
         wall[name] = run([sys.executable, "scripts/profile_workload.py", "--backend", "cpu", *WORKLOAD,
                           "--profile-iterations", str(args.profile_iterations), "--output", str(work / name / "profile")],
-                         work / f"{name}.log", env)
+                         work / f"{name}.log", {"OMP_NUM_THREADS": str(threads)})
         run([sys.executable, "scripts/parse_kernel_details.py", "--profiling-path",
              str(work / name / "profile" / "trace.json"), "--database-path", str(database(work, name))],
             work / f"{name}_parse.log")
+
+    for threads in args.threads:
+        profile(f"profile_t{threads}", threads)
+    profile(f"profile_t{args.threads[0]}_again", args.threads[0])
     runs = {}
 
     def measure(name: str, source: str, log: str, command, env: dict | None = None, **fields) -> None:
@@ -188,18 +204,24 @@ def main() -> int:
                                 "--device", "cpu"],
                 {"OMP_NUM_THREADS": str(threads)}, timing="profiler, then stage 4b (in the workload's order)",
                 threads=threads, profile=f"profile_t{threads}")
+    # The machine may change speed while the replays run (a cloud host's neighbours): a third profile after them
+    # says by how much, which the back-to-back pair cannot.
+    profile(f"profile_t{args.threads[0]}_after", args.threads[0])
     first = read_rows(database(work, f"profile_t{args.threads[0]}"))
-    again = read_rows(database(work, f"profile_t{args.threads[0]}_again"))
-    floor = summarise(profile_rows_as_replay(first, again))
-    settled = floor["outside_band"] <= UNSETTLED_SHARE * floor["rows"]
+    floor = summarise(profile_rows_as_replay(first, read_rows(database(work, f"profile_t{args.threads[0]}_again"))))
+    after = read_rows(database(work, f"profile_t{args.threads[0]}_after"))
+    drift = summarise(profile_rows_as_replay(first, after))
+    settled = max(floor["outside_band"], drift["outside_band"]) <= UNSETTLED_SHARE * floor["rows"]
     if not settled:
-        print(f"warning: the workload's two profiles disagree on {floor['outside_band']} of {floor['rows']} rows (over "
+        print(f"warning: the workload's profiles disagree on {floor['outside_band']} (back to back) and "
+              f"{drift['outside_band']} (before and after the replays) of {floor['rows']} rows (over "
               f"{UNSETTLED_SHARE:.0%}): the machine is not settled and this run's replay figures say nothing",
               file=sys.stderr)
     report = {"environment": environment(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "repeat_count": args.repeat_count, "profile_iterations": args.profile_iterations,
               "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
-              "noise_floor": {"threads": args.threads[0], **floor}, "settled": settled, "stage_wall_s": wall}
+              "noise_floor": {"threads": args.threads[0], **floor}, "drift": {"threads": args.threads[0], **drift},
+              "settled": settled, "stage_wall_s": wall, "rows": row_ratios(work, runs, first, after)}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "cpu_replay.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
@@ -229,11 +251,16 @@ def markdown(report: dict) -> str:
              "time-weighted gap | median replay/profiled |", "|---|---|---|---|---|---|---|---|---|"]
     floor = report["noise_floor"]
     if not report.get("settled", True):
-        lines[4:4] = [f"**Not settled:** the workload's two profiles disagree on {floor['outside_band']} of "
-                      f"{floor['rows']} rows (over {UNSETTLED_SHARE:.0%}); this run's replay figures say nothing.", ""]
-    lines.append(f"| second profile vs first | - | {floor['threads']} | {floor['rows']} | {floor['outside_band']} | "
-                 f"{_pct(floor['median_gap'])} | {_pct(floor['p90_gap'])} | {_pct(floor['time_weighted_gap'])} | "
-                 f"{_ratio(floor['median_ratio'])} |")
+        drifted = report.get("drift", {}).get("outside_band", "-")
+        lines[4:4] = [f"**Not settled:** the workload's profiles disagree on {floor['outside_band']} (back to back) and "
+                      f"{drifted} (before and after the replays) of {floor['rows']} rows (over "
+                      f"{UNSETTLED_SHARE:.0%}); this run's replay figures say nothing.", ""]
+    for label, compared in (("second profile vs first", floor),
+                            ("profile after the replays vs first", report.get("drift"))):
+        if compared:
+            lines.append(f"| {label} | - | {compared['threads']} | {compared['rows']} | {compared['outside_band']} | "
+                         f"{_pct(compared['median_gap'])} | {_pct(compared['p90_gap'])} | "
+                         f"{_pct(compared['time_weighted_gap'])} | {_ratio(compared['median_ratio'])} |")
     for name, r in report["runs"].items():
         lines.append(f"| {name} | {r['timing']} | {r['threads']} | {r['rows']} | {r['outside_band']} | "
                      f"{_pct(r['median_gap'])} | {_pct(r['p90_gap'])} | {_pct(r['time_weighted_gap'])} | "
