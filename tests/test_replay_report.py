@@ -88,7 +88,7 @@ def test_summary_and_gaps_exact(tmp_path):
     assert ("**Replay accuracy** (replay/profile of the profiled rows; summary.json `replay_accuracy.database`): "
             "3 of 4 profiled rows") in report
     assert "(../../../../docs/replay.md#cpu-back-end-accuracy)" in report
-    assert "Why this back end's replay differs from its profile: Measured there: inside the workload" in report
+    assert "Why this back end's replay differs from its profile: Measured there: on an idle 16-core Xeon" in report
     assert "## CPU back end: accuracy" in (REPO / "docs" / "replay.md").read_text()
 
     # The HTML twin for Snakemake's report says the same: the kernel-type table, cells escaped.
@@ -203,7 +203,7 @@ def test_the_html_report_links_nothing_relative_and_its_tables_scroll(tmp_path):
     assert "href=" not in html
     assert ("In the opperf\nrepository: <code>docs/replay.md</code>, section &ldquo;CPU back end: accuracy&rdquo;."
             in html)
-    assert "inside the workload a GEMM&#39;s weights are read cold" in html
+    assert "A reused input (a GEMM&#39;s weight) takes turns" in html
     assert '<div class="table"><table>' in html and "div.table { max-width: 100%; overflow-x: auto; }" in html
     assert "<td><code>16,256;<wbr>256,512</code></td><td>DT_FLOAT;<wbr>DT_FLOAT</td>" in html   # wraps between slots
 

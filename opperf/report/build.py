@@ -421,10 +421,12 @@ class AccuracyExplained:
 ACCURACY_EXPLAINED = {
     "cpu": AccuracyExplained(
         "docs/replay.md", "cpu-back-end-accuracy", "CPU back end: accuracy",
-        "Measured there: inside the workload a GEMM's weights are read cold and mid-size outputs land on fresh "
-        "pages, while replay repeats the call warm (mm, bmm and index_select replay at 0.4-0.6 of the profile); "
-        "a row's profiled mean is of 1-20 calls of one run, and two runs of the workload differ by about 5 % at "
-        "the median and 17-28 % at p90; on a loaded host a single preempted call moves a row's mean."),
+        "Measured there: on an idle 16-core Xeon the demo replays at 0.77-0.94 of its profile at the median over "
+        "four settled runs (49 of 94 rows inside 0.8-1.2 at best). A reused input (a GEMM's weight) takes turns "
+        "over copies at its profiled reuse distance, which makes decode GEMVs over small weights 1.5-2.2x slow on "
+        "that Xeon; ops of a few µs replay at 0.5-0.7 there and 1.4-1.7 on a 2-core VM. A row's profiled mean is "
+        "of 1-20 calls of one run, two runs of the workload differ by about 5 % at the median, and on a loaded "
+        "host a single preempted call moves a row's mean."),
     "cuda": AccuracyExplained(
         "docs/replay.md", "accuracy-cuda-h100", "Accuracy (CUDA, H100)",
         "Measured there: on an H100 with the default cache (insitu) and power policies, replay is within 2.3 % "
