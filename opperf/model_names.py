@@ -21,10 +21,11 @@ def normalise_model_name(name: str) -> str:
 
 
 def is_config_path(name: str) -> bool:
-    """Whether a model name is a transformers config.json (a `.json` path, or a directory or file that exists)
-    rather than a key of models.yaml."""
+    """Whether a model name is a transformers config.json (a `.json` path, a file that exists, or a directory that
+    holds a config.json) rather than a key of models.yaml: a directory that merely shares a model's name (a
+    `qwen3-8b/` of results in the working directory) leaves the name a key."""
     candidate = Path(name)
-    return str(name).endswith(".json") or candidate.is_dir() or candidate.is_file()
+    return str(name).endswith(".json") or candidate.is_file() or (candidate / "config.json").is_file()
 
 
 def config_model_name(name: str) -> str:

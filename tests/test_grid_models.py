@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,19 @@ def test_target_models_match_names_and_aliases_ignoring_case_and_punctuation():
     assert [m.name for m in chosen] == ["DeepSeek-V3", "Qwen3-32B"]
     with pytest.raises(OpperfError, match="unknown target model 'gpt5'.*known:"):
         select_models(MODELS, ["gpt5"])
+
+
+def test_a_directory_named_like_a_model_is_its_key_unless_it_holds_a_config_json(tmp_path, monkeypatch):
+    """A `Qwen3-32B/` of results in the working directory leaves `Qwen3-32B` the models.yaml key; a directory
+    holding a config.json (a downloaded checkpoint) is that config."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen3-32B").mkdir()
+    assert [m.name for m in select_models(MODELS, ["Qwen3-32B"])] == ["Qwen3-32B"]
+    checkpoint = tmp_path / "tiny_mixtral"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(
+        (Path(__file__).parent / "data" / "workload" / "tiny_mixtral.json").read_text())
+    assert [m.name for m in select_models(MODELS, ["tiny_mixtral"])] == ["hf_tiny_mixtral"]
 
 
 def test_a_transformers_config_json_is_a_target_model_with_its_own_dims(tmp_path):
