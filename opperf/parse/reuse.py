@@ -28,10 +28,10 @@ a single-wave GEMM writes its output last, and an elementwise op's output tail i
 charging every op that way made Phi-3-mini's prefill `mean` input cold where the workload read its tail from L2.
 
 A gather (`index_select`, `embedding`, `gather`, `index`) reads only the rows its output holds, not its table: the
-rows read count as that much new data, and the table's blocks keep their last use. At the step's whole-table size
-the opperf-tiny decode step's GEMV weights lay 13-14 MiB behind their previous use, 4 MiB of it the embedding table
-an `index_select` read 4 rows of, and replayed at 1.33-1.60x their profile on the idle Xeon
-(benchmarks/results/cpu_replay/).
+rows read count as that much new data, and the table's blocks keep their last use. Counted whole, the 4 MiB
+embedding table a decode step reads 4 rows of put the opperf-tiny decode GEMVs' weights 13-14 MiB behind their
+previous use instead of 9-10; on the H200 the rule moves no development workload row's resident bytes
+(benchmarks/results/dev_gates_reuse/gather_rule/).
 """
 
 from __future__ import annotations
