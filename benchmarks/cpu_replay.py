@@ -14,13 +14,16 @@ On this host's CPU:
               fresh-pages run of results/cpu_replay/ was `fresh_pages:MALLOC_MMAP_THRESHOLD_=65536`: every tensor
               of 64 KiB or more a fresh mmap, its pages faulted in by the op that writes it first)
   4. phase    with --phase, stage 4b on a copy of that replay: scripts/phase_replay.py --device cpu --apply-to
+  5. profile  once more at the first thread count, after the replays (how far the machine drifted while they ran)
 
 and writes `cpu_replay.json` and `cpu_replay.md` in --output. Gap definitions are those of
 benchmarks/cuda_replay.py (its `analyse_run`, imported): gap of a row = |1 - replay / profiled|, replay =
 `Average Duration(us)`, profiled = `Profiling Average Duration(us)`; time-weighted gap = sum |replay -
 profiled| x calls / sum profiled x calls. "outside band" counts rows whose ratio is outside 0.8–1.2 (the
 report's `duration_gap_band`). The noise floor row compares the second profile with the first, row by
-row (same signature), as if the second were a replay: no replay can be expected to agree better.
+row (same signature), as if the second were a replay: no replay can be expected to agree better; the drift row
+compares the profile after the replays with the first the same way. Either over 30 % of the rows outside marks the
+run not settled.
 """
 
 from __future__ import annotations
@@ -107,17 +110,17 @@ def profile_rows_as_replay(first: list[dict], second: list[dict]) -> list[dict]:
     return rows
 
 
-def row_ratios(work: Path, runs: dict, first: list[dict], after: list[dict]) -> list[dict]:
+def row_ratios(replayed: dict[str, list[dict]], first: list[dict], after: list[dict]) -> list[dict]:
     """Per profiled row: its type, shapes and calls, the profiled mean before and after the replays, and each run's
-    replayed mean (µs), for a look at single rows across runs."""
+    replayed mean (µs; `replayed`: each run's rows), for a look at single rows across runs."""
     key = {id(row): (row["_type"], replay_key(row, row["_type"])) for row in first}
     later = {(r["_type"], replay_key(r, r["_type"])): r.get(contract.PROFILING_AVERAGE) for r in after}
-    replays = {name: {(r["_type"], replay_key(r, r["_type"])): r.get(contract.REPLAY_AVERAGE)
-                      for r in read_rows(database(work, name))} for name in runs}
+    replays = {name: {(r["_type"], replay_key(r, r["_type"])): r.get(contract.REPLAY_AVERAGE) for r in rows}
+               for name, rows in replayed.items()}
     return [{"type": row["_type"], "shapes": row.get(contract.INPUT_SHAPES, ""),
              "calls": row.get(contract.PROFILING_SAMPLE_COUNT, ""), "profiled_us": row.get(contract.PROFILING_AVERAGE),
              "profiled_after_us": later.get(key[id(row)]),
-             **{f"{name}_us": replays[name].get(key[id(row)]) for name in runs}} for row in first]
+             **{f"{name}_us": replays[name].get(key[id(row)]) for name in replayed}} for row in first]
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -164,7 +167,7 @@ def main() -> int:
     for threads in args.threads:
         profile(f"profile_t{threads}", threads)
     profile(f"profile_t{args.threads[0]}_again", args.threads[0])
-    runs = {}
+    runs, replayed = {}, {}
 
     def measure(name: str, source: str, log: str, command, env: dict | None = None, **fields) -> None:
         """`command(target)` run on a copy of `source`'s database at `target`, its rows summarised into runs[name]
@@ -174,7 +177,7 @@ def main() -> int:
         shutil.copytree(database(work, source), target)
         print(f"== {log} {name}", flush=True)
         wall[name] = run(command(target), work / f"{log}_{name}.log", env)
-        rows = read_rows(target)
+        rows = replayed[name] = read_rows(target)
         runs[name] = {**fields, "method": next((r.get(contract.REPLAY_TIMING_METHOD) for r in rows
                                                  if r.get(contract.REPLAY_TIMING_METHOD)), ""),
                       "replay_wall_s": wall[name], **summarise(rows)}
@@ -221,7 +224,7 @@ def main() -> int:
               "repeat_count": args.repeat_count, "profile_iterations": args.profile_iterations,
               "workload": " ".join(WORKLOAD), "band": BAND, "runs": runs,
               "noise_floor": {"threads": args.threads[0], **floor}, "drift": {"threads": args.threads[0], **drift},
-              "settled": settled, "stage_wall_s": wall, "rows": row_ratios(work, runs, first, after)}
+              "settled": settled, "stage_wall_s": wall, "rows": row_ratios(replayed, first, after)}
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "cpu_replay.json").write_text(json.dumps(report, indent=1))
     text = markdown(report)
