@@ -24,7 +24,7 @@ How it measures (one method each, the one the measurements chose; docs/replay.md
     (benchmarks/results/cpu_replay/: median gap 27.5 %, wall clock 40.0 %)
   cpu cache state: an input the profile saw reused D MiB later takes turns over 1 + D/size copies (a first use,
     or a profile without distances: the definition's cold inputs over twice the last-level cache), the rest warm
-    (benchmarks/results/cpu_replay/: idle Xeon mm 1.06 of profiled, 1.18 always cold; EPYC VM 0.66 warm)
+    (benchmarks/results/cpu_replay/: idle Xeon mm 1.06-1.16 of profiled, 1.18 always cold; EPYC VM 0.66 warm)
 """
 
 import argparse

@@ -120,11 +120,12 @@ def cpu_cold_turns(case: ReplayCase, cache_bytes: int) -> tuple[list[ReplayCase]
 
     Where the profile measured the inputs' reuse distances (`case.reuse`: the MiB the workload touched since each
     input was last used), the calls take turns over as many copies of the reused inputs as put that distance
-    between two calls of one copy: the caches then hold of each input what they held in the workload, whatever
-    their size and policy, with no model of either. On the idle 16-core Xeon (300 MiB L3; benchmarks/results/
-    cpu_replay/) the demo's GEMMs replay this way at a median 1.06 of their profile and its lm_head bmm at 1.03,
-    against 1.18 and 0.69 with the weight always cold (copies spanning twice the last-level cache: the weights'
-    10-16 MiB distance fits that cache); warm (one copy) the GEMMs ran at 0.66 on the 2-core EPYC VM. An input first
+    between two calls of one copy: an LRU cache of any size then holds of each input what it held in the workload.
+    Real CPU caches are not LRU and learn a cycle of copies over tens of calls (benchmarks/results/cpu_replay/
+    copies_in_turn/). On the idle 16-core Xeon (300 MiB L3) the demo's GEMMs replay this way at a median 1.06-1.16
+    of their profile over two runs and its lm_head bmm at 1.03-1.35, against 1.18 and 0.69 with the weight always
+    cold (copies spanning twice the last-level cache: the weights' 10-16 MiB distance fits that cache); warm (one
+    copy) the GEMMs ran at 0.66 on the 2-core EPYC VM. An input first
     used in the step (distance inf), or one past twice the cache, is cold. Without distances (a profile with no
     execution trace) the inputs the definition marks `cache: cold` (F.linear's weight) take turns over copies
     spanning twice the last-level cache. Inputs with no distance to cover (under half their size) stay shared: the
