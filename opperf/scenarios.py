@@ -4,6 +4,7 @@ costs nothing at start-up; the steps themselves are recorded in opperf.database.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,42 @@ if TYPE_CHECKING:
     from opperf.database.consumer_queries import Scenario
 
 DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[1] / "config" / "scenarios.yaml"
+SCENARIO_FORMS = "prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, decode:16x1024"
+_SCENARIO_TEXT = re.compile(r"^(prefill):(\d+)$|^(decode):(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class ScenarioText:
+    """A scenario as a user writes it (`prefill:TOKENS`, `decode:BATCHxCONTEXT`), before it names a model."""
+
+    phase: str            # prefill | decode
+    batch: int
+    tokens: int
+    context: int = 0
+
+    @property
+    def positions(self) -> int:
+        """The positions the step reaches: its tokens after the context in the KV cache."""
+        return self.context + self.tokens
+
+
+def parse_scenario_text(text: str) -> ScenarioText:
+    """`prefill:TOKENS` (batch 1) or `decode:BATCHxCONTEXT` (one token per sequence over CONTEXT cached tokens),
+    every count >= 1: the one reading of a scenario, for scripts/predict.py and the workflow's config check
+    (predict.scenarios) alike. Errors are one line quoting the text."""
+    match = _SCENARIO_TEXT.match(str(text).strip())
+    if match is None:
+        raise OpperfError(f"not a scenario: {text!r} ({SCENARIO_FORMS})")
+    if match.group(1):
+        scenario = ScenarioText("prefill", 1, int(match.group(2)))
+        counts = {"TOKENS": scenario.tokens}
+    else:
+        scenario = ScenarioText("decode", int(match.group(4)), 1, int(match.group(5)))
+        counts = {"BATCH": scenario.batch, "CONTEXT": scenario.context}
+    empty = [name for name, value in counts.items() if value < 1]
+    if empty:
+        raise OpperfError(f"{text!r}: {empty[0]} must be >= 1, got 0 ({SCENARIO_FORMS})")
+    return scenario
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,13 @@ from pathlib import Path
 from opperf.devices import Device, load_catalog
 from opperf.errors import OpperfError
 from opperf.io import not_utf8_error
-from opperf.model_names import is_config_path, model_key
+from opperf.model_names import model_reference
 from opperf.versions import parse_version_dir
 from opperf.yaml_files import check_schema, located_error, read_yaml_mapping
 
 CONFIG_SCHEMA = "config.schema.yaml"
+# The workflow's own configuration: its values are also the by-hand scripts' defaults (workflow_defaults).
+WORKFLOW_CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 SOURCE_COLUMNS = ("device", "stack", "version_dir", "path")
 
 
@@ -38,6 +40,15 @@ def check_config_file(path: str | Path) -> None:
     valid JSON or YAML", without the line). A missing file is Snakemake's to report (--configfile may stand in)."""
     if Path(path).is_file():
         read_yaml_mapping(path, "workflow config")
+
+
+def workflow_defaults(section: str, path: str | Path = WORKFLOW_CONFIG) -> dict:
+    """One section of the workflow's config/config.yaml, the schema's defaults filled in: what a script run by
+    hand takes as its defaults, so that it measures as the workflow does and each value is chosen (and its
+    reason written) in one place."""
+    config = read_yaml_mapping(path, "workflow config")
+    check_schema(config, CONFIG_SCHEMA, path, set_defaults=True)
+    return config[section]
 
 
 def config_files_by_precedence(loaded: Sequence[str | Path], command_line: Sequence[str | Path]) -> list[str]:
@@ -62,7 +73,9 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
         if settings.get("enabled", True) and settings.get("device", "CPU") not in devices:
             raise config_error(f"device {settings.get('device', 'CPU')!r} is not in {config['devices']} "
                                f"(known: {', '.join(sorted(devices))})", [section, "device"])
+    _check_version_dirs(config, config_error)
     _check_models(config, config_error)
+    _check_predict_scenarios(config, config_error)
     replay = config.get("replay") or {}
     if replay.get("time_budget_s") is not None and replay["min_repeat_count"] > replay["repeat_count"]:
         raise config_error(f"must be at most replay.repeat_count ({replay['repeat_count']}), the most timed calls a "
@@ -95,6 +108,23 @@ def _as_given(path: Path) -> Path:
         return path
 
 
+def _check_version_dirs(config: dict, config_error) -> None:
+    """A configured workload.version_dir and comm.version_dir are of their back end's form: refused here, in one
+    line, rather than when the planner first derives a database path from them."""
+    from opperf.comm.collectives import check_comm_version_dir
+    from opperf.versions import check_workload_version_dir
+
+    checks = (("workload", lambda settings: check_workload_version_dir(settings["version_dir"], settings["backend"])),
+              ("comm", lambda settings: check_comm_version_dir(settings["version_dir"], settings["backend"])))
+    for section, check in checks:
+        settings = config.get(section) or {}
+        if settings.get("enabled", True) and settings.get("version_dir"):
+            try:
+                check(settings)
+            except OpperfError as exc:
+                raise config_error(exc.reason, [section, "version_dir"]) from None
+
+
 def _check_models(config: dict, config_error) -> None:
     """models.yaml in full (the grid's checks too), and every model the config names is in it or is a readable
     transformers config.json."""
@@ -114,16 +144,32 @@ def _check_models(config: dict, config_error) -> None:
         else:
             named += [(name, ["grid", "target_models", i]) for i, name in enumerate(targets)]
     for name, keys in named:
-        if is_config_path(name):
+        try:
+            reference = model_reference(name, models)
+        except OpperfError as exc:
+            raise config_error(exc.reason.replace(f"{name!r};", f"{name!r} in {config['models']};", 1),
+                               keys) from None
+        if reference.is_config:
             try:
-                model_from_config_json(name)           # the grid's reading of it, and the workload's
+                model_from_config_json(reference)      # the grid's reading of it, and the workload's
             except OpperfError as exc:
                 raise config_error(str(exc), keys) from None
-            continue
+
+
+def _check_predict_scenarios(config: dict, config_error) -> None:
+    """Every entry of predict.scenarios as scripts/predict.py reads a --scenario (one parser: the same scenarios
+    refused in the same words), the error at the entry."""
+    from opperf.scenarios import parse_scenario_text
+
+    scenarios = (config.get("predict") or {}).get("scenarios") or []
+    entries = ([(["predict", "scenarios", key, i], text) for key, texts in scenarios.items()
+                for i, text in enumerate(texts)] if isinstance(scenarios, dict)
+               else [(["predict", "scenarios", i], text) for i, text in enumerate(scenarios)])
+    for keys, text in entries:
         try:
-            model_key(models, name)
+            parse_scenario_text(text)
         except OpperfError as exc:
-            raise config_error(exc.reason.replace("; known:", f" in {config['models']}; known:", 1), keys) from None
+            raise config_error(exc.reason, keys) from None
 
 
 def _check_definitions(config: dict, sources: list[dict[str, str]], devices: dict[str, Device],

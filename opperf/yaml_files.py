@@ -97,6 +97,15 @@ def field_keys(field: str) -> list[str | int]:
     return keys
 
 
+def field_name(keys: Sequence[str | int]) -> str:
+    """The dotted field of a node's keys, list entries by index: ['predict', 'scenarios', 0] ->
+    `predict.scenarios[0]` (field_keys' inverse)."""
+    name = ""
+    for key in keys:
+        name += f"[{key}]" if isinstance(key, int) else (f".{key}" if name else str(key))
+    return name
+
+
 def field_error(message: str, path: str | Path, field: str) -> OpperfError:
     """An error about a dotted field of a YAML file, at the line YAML gives for it (or its nearest parent)."""
     return OpperfError(message, path=path, row=line_of(path, field_keys(field)), field=field)
@@ -189,8 +198,28 @@ def _schema_problem(error) -> tuple[list[str | int], str]:
         return path, f"{_short(value)} does not match {expected}"
     if kind in ("oneOf", "anyOf"):
         described = error.schema.get("description")
-        return path, f"{_short(value)} fits none of the allowed forms" + (f" ({described})" if described else "")
+        forms = " fits none of the allowed forms" + (f" ({described})" if described else "")
+        inner = _error_inside_the_form(error)
+        if inner is None:
+            return path, f"{_short(value)}{forms}"
+        if inner.validator == "pattern":      # a regex says less than the field's description
+            return list(inner.absolute_path), f"{_short(inner.instance)}{forms}"
+        return _schema_problem(inner)
     return path, error.message.splitlines()[0]
+
+
+def _error_inside_the_form(error):
+    """Of a oneOf/anyOf error, the first, deepest error of the one alternative whose type the value has (a list
+    for a list form): it names the entry that is wrong (`predict.scenarios[0]`), not the whole value. None where
+    no alternative, or several, have the value's type."""
+    by_alternative: dict = {}
+    for inner in error.context or ():
+        by_alternative.setdefault(inner.relative_schema_path[0], []).append(inner)
+    fitting = [errors for errors in by_alternative.values()
+               if not any(e.validator == "type" and not e.relative_path for e in errors)]
+    if len(fitting) != 1:
+        return None
+    return max(fitting[0], key=lambda e: len(e.relative_path))
 
 
 def schema_errors(data: Any, schema_name: str, *, set_defaults: bool = False) -> list[tuple[list, str]]:
@@ -221,7 +250,7 @@ def located_error(reason: str, keys: Sequence[str | int], files: Sequence[str | 
                   overrides: Mapping | None = None) -> OpperfError:
     """An error about the node at `keys`: naming `--config` if the command line set it, else the last of
     `files` that has it (or, for a missing key, its deepest existing parent) with that node's line."""
-    field = ".".join(str(k) for k in keys) or None
+    field = field_name(keys) or None
     if overrides and has_node(overrides, keys):
         return OpperfError(reason, path="--config", field=field)
     loaded = [(f, _load_quietly(f)) for f in files]

@@ -41,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "heads, intermediate widths and vocabulary (default: %(default)s)")
     parser.add_argument("--num-layers", type=positive_int, default=None,
                         help="decoder layers of the step (default: the model's own)")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
-                        help="activation dtype (default: %(default)s)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                        help="the model's dtype, its queries recorded in it (default: the database's, op_mapping.yaml "
+                             "opperf.dtype; needed where the database holds several; a dtype the database holds no "
+                             "rows of is refused)")
     parser.add_argument("--attention", choices=["cpu", "cuda", "math"], default=None,
                         help="the kernel scaled_dot_product_attention dispatches to (default: the database's back "
                              "end)")
@@ -61,9 +63,10 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from opperf.database.check import load_op_mapping
-    from opperf.database.model_queries import model_source, parse_scenario
-    from opperf.database.predict import predict, prediction_table
+    from opperf.database.model_queries import model_source, parse_scenario, position_limit_warning
+    from opperf.database.predict import predict, prediction_dtype, prediction_table
     from opperf.io import write_text_atomic
+    from opperf.log import get_logger
 
     database = Path(args.database)
     if not (database / "op_mapping.yaml").is_file():
@@ -71,11 +74,19 @@ def main(args: argparse.Namespace) -> int:
     backend = (load_op_mapping(database).get("opperf") or {}).get("backend", "cuda")
     attention = args.attention or ("cpu" if backend == "cpu" else "cuda")
     answerer = "msmodeling's runtime" if args.msmodeling else "opperf's model of msmodeling's runtime"
+    for text in args.scenario:
+        parse_scenario(text, "", args.tp)           # every scenario read before any model is built
+    dtype = prediction_dtype(database, args.dtype)
+    print(dtype.said)
     documents, pages = [], []
     for name in ([args.transformers_config] if args.transformers_config else args.model):
         source = model_source(name, args.models, num_layers=args.num_layers)
         scenarios = [parse_scenario(text, source.name, args.tp) for text in args.scenario]
-        predictions = predict(database, source, scenarios, dtype=getattr(torch, args.dtype), attention=attention,
+        for scenario in scenarios:
+            warning = position_limit_warning(scenario, source.max_positions)
+            if warning:
+                get_logger("predict").warning("%s: %s", source.name, warning)
+        predictions = predict(database, source, scenarios, dtype=getattr(torch, dtype.name), attention=attention,
                               msmodeling_dir=args.msmodeling)
         print(f"{source.name} from {database} (answered by {answerer}; MISS = the device's roofline)")
         table = prediction_table(predictions, args.top)
@@ -85,10 +96,10 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         models = [d["model"] for d in documents]
         document = {"database": str(database), "model": models[0] if len(set(models)) == 1 else sorted(set(models)),
-                    "answered_by": answerer, "tp": args.tp, "dtype": args.dtype, "scenarios": documents}
+                    "answered_by": answerer, "tp": args.tp, "dtype": dtype.name, "scenarios": documents}
         write_text_atomic(args.json, json.dumps(document, indent=1) + "\n")
     if args.markdown:
-        write_text_atomic(args.markdown, f"# Predicted steps from {database}\n\nAnswered by {answerer}, {args.dtype}, "
+        write_text_atomic(args.markdown, f"# Predicted steps from {database}\n\nAnswered by {answerer}, {dtype.name}, "
                           f"TP {args.tp}; MISS is priced at the device's roofline. Per scenario: the step's predicted "
                           "device time (Σ answer × calls), the share of it answered EXACT / INTERPOLATED / ILLEGAL / "
                           "MISS, then its largest kernel types (docs/grid.md, \"A prediction\").\n\n"

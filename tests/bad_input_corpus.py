@@ -333,16 +333,23 @@ def _cases() -> list[Case]:
              f"{CFG}, field 'sources': missing (required)"),
         Case("config: unknown workload.model", "config", edit(CFG, "model: opperf-tiny ", "model: opperf-tiney "),
              at(CFG, "model: opperf-tiney", f"field 'workload.model': unknown model 'opperf-tiney' in {MOD}; "
-                f"known: {MODELS_KNOWN} (or their aliases; case and punctuation are ignored)")),
+                f"closest: opperf-tiny; known: {MODELS_KNOWN} (or their aliases; case and punctuation are ignored)")),
         Case("config: unknown grid target model", "config", edit(CFG, "cuda: [Llama-3-70B,", "cuda: [Llama-3-7B,"),
-             at(CFG, "cuda: [Llama-3-7B", f"field 'grid.target_models.cuda.0': unknown model 'Llama-3-7B' in "
-                f"{MOD}; known: {MODELS_KNOWN} (or their aliases; case and punctuation are ignored)")),
+             at(CFG, "cuda: [Llama-3-7B", f"field 'grid.target_models.cuda[0]': unknown model 'Llama-3-7B' in "
+                f"{MOD}; closest: Llama-3-70B; known: {MODELS_KNOWN} (or their aliases; case and punctuation are "
+                "ignored)")),
         Case("config: a predicted scenario that is no scenario", "config",
              edit(CFG, "cpu: [prefill:16, prefill:32,", "cpu: [prefill:16k, prefill:32,"),
-             at(CFG, "  scenarios:                 #", "field 'predict.scenarios': {'cpu': ['prefill:16k', 'prefill:32', "
-                "'prefill:64', 'deco... fits none of the allowed forms (a list of "
-                "prefill:TOKENS and decode:BATCHxCONTEXT (e.g. prefill:1024, decode:16x4096), or a mapping from a "
-                "device key or back end to such a list)")),
+             at(CFG, "cpu: [prefill:16k", "field 'predict.scenarios.cpu[0]': not a scenario: 'prefill:16k' "
+                "(prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, decode:16x1024)")),
+        Case("config: a predicted scenario of no tokens", "config",
+             write("my.yaml", "predict:\n  scenarios: [prefill:16, decode:4x0]\n"),
+             "my.yaml, line 2, field 'predict.scenarios[1]': 'decode:4x0': CONTEXT must be >= 1, got 0 "
+             "(prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, decode:16x1024)", configfiles=("my.yaml",)),
+        Case("config: a list entry of the wrong type", "config",
+             write("my.yaml", "grid:\n  target_models:\n    - opperf-tiny\n    - {cpu: opperf-tiny}\n"),
+             "my.yaml, line 4, field 'grid.target_models[1]': must be a string, got {'cpu': 'opperf-tiny'}",
+             configfiles=("my.yaml",)),
         Case("config: unknown workload device", "config", edit(CFG, "  device: CPU           #", "  device: GPU    #"),
              at(CFG, "device: GPU", f"field 'workload.device': device 'GPU' is not in {DEV} (known: {DEVICES_KNOWN})")),
         Case("config: unknown comm device", "config", edit(CFG, "  device: CPU                #", "  device: CPUS #"),
@@ -358,6 +365,15 @@ def _cases() -> list[Case]:
              write("my.yaml", "grid:\n  target_model: [opperf-tiny]\n"),
              f"my.yaml, line 2, field 'grid.target_model': unknown key 'target_model'; allowed: {GRID_KEYS}",
              configfiles=("my.yaml",)),
+        Case("config: workload.version_dir of another form", "config",
+             write("my.yaml", "workload:\n  version_dir: torch2.13_cpu-mine\n"),
+             "my.yaml, line 2, field 'workload.version_dir': version directory 'torch2.13_cpu-mine' is not of the form "
+             "vllm<v>_torch<t>_cann<c>, vllm<v>_torch<t>_cuda<c> or torch<t>_cpu (optionally with _<suffix>)",
+             configfiles=("my.yaml",)),
+        Case("config: comm.version_dir of another back end", "config",
+             write("my.yaml", "comm:\n  version_dir: nccl2.28.9_torch2.11.0_cuda13.0\n"),
+             "my.yaml, line 2, field 'comm.version_dir': gloo version directory 'nccl2.28.9_torch2.11.0_cuda13.0' is "
+             "not of the form torch<t> (gloo ships inside torch), e.g. torch2.13.0", configfiles=("my.yaml",)),
         Case("config: devices file missing", "config", edit(CFG, "devices: config/devices.yaml", "devices: config/device.yaml"),
              "config/device.yaml: the device catalog does not exist"),
         # --- the device catalog ---
@@ -469,6 +485,13 @@ def _script_cases() -> list[Case]:
              both(parsed_a3(), lambda root: not_utf8(KERNEL_CSV, root / KERNEL_CSV, 2, "AI_CORE")(root)),
              f"{KERNEL_CSV}, line 2, field 'Accelerator Core': not UTF-8 text: byte 0xe9 in column 2",
              command=kernel),
+        Case("database: a directory over an existing database", "csv",
+             both(copy_in(REPO / "tests/data/database/cpu_replayed/mm.csv", "rows/mm.csv"),
+                  write("data/CPU/torch/torch2.13.0_cpu/bmm.csv", "Input Shapes\n")),
+             "data/CPU/torch/torch2.13.0_cpu, field '--overwrite': already holds a database of 1 kernel type; give "
+             "--overwrite to replace it (kernel types the new build lacks are removed), or another --output",
+             command=("scripts/build_database.py", "directory", "--rows-dir", "rows", "--device", "CPU",
+                      "--output", "data/CPU/torch/torch2.13.0_cpu")),
         Case("replay: rows CSV not UTF-8", "csv",
              both(replay_rows(), definition("defs/mm.yaml"),
                   lambda root: not_utf8("in/mm.csv", root / "in/mm.csv", 2, "dynamic")(root)),
@@ -500,8 +523,8 @@ def _script_cases() -> list[Case]:
              at(MOD, "num_key_value_heads: -4", "field 'opperf-tiny.num_key_value_heads': must be >= 1, got -4"),
              command=workload),
         Case("workload: unknown model", "models", nothing,
-             f"{MOD}, field '--model': unknown model 'opperf-tinyy'; known: {MODELS_KNOWN} (or their aliases; case "
-             "and punctuation are ignored)",
+             f"{MOD}, field '--model': unknown model 'opperf-tinyy'; closest: opperf-tiny; known: {MODELS_KNOWN} "
+             "(or their aliases; case and punctuation are ignored)",
              command=tuple("opperf-tinyy" if a == "opperf-tiny" else a for a in workload)),
         Case("grid: devices memory_gb: -16", "catalog", both(parsed_a3(), edit(DEV, "memory_gb: 64          #",
                                                                                "memory_gb: -16          #")),

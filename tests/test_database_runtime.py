@@ -238,7 +238,7 @@ def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
     assert result["passed"]
     holdout = result["totals"].pop("holdout")
     assert result["totals"] == {"rows": 102, "rows_with_duration": 102, "findable": 102, "answered_scaled": 0,
-                                "not_modelled": 0, "unmapped": 0, "duplicate_runtime_keys": 0}
+                                "not_modelled": 0, "unmapped": 0, "dtype_unmapped": 0, "duplicate_runtime_keys": 0}
     # The demo's replayed CPU rows (a loaded 2-core VM): 14 interior points, errors as printed (the elementwise
     # kernel types are interpolated by the elements they read and write, query_mode: elementwise). Four of them
     # are mm rows predicted with a neighbour whose weight is read transposed (Input Strides `;1,256`): another

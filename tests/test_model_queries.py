@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, built_experts
 from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, parse_shapes
-from opperf.database.model_queries import model_queries, model_source, parse_scenario, rank_config, scenario_name
+from opperf.database.model_queries import (model_queries, model_source, parse_scenario, rank_config, scenario_name,
+                                           scenario_tp_sizes)
 from opperf.errors import OpperfError
 from opperf.grid.queries import query_rows, record_consumer_queries
 from opperf.scenarios import load_scenario_space
@@ -27,6 +28,8 @@ from opperf.scenarios import load_scenario_space
 pytest.importorskip("transformers")
 
 TINY_QWEN3 = REPO / "benchmarks" / "workloads" / "tiny" / "qwen3.json"
+TINY_OLMOE = REPO / "tests" / "data" / "workload" / "tiny_olmoe.json"      # OLMoE: num_experts x intermediate_size
+TINY_MISTRAL = REPO / "tests" / "data" / "workload" / "tiny_mistral.json"
 MODELS = REPO / "config" / "models.yaml"
 SPACE = "spaces:\n  t:\n    prefill_tokens: [8, 32]\n    decode_batches: [2, 4, 8]\n    decode_contexts: [16, 32]\n"
 
@@ -110,12 +113,16 @@ def space_database(tmp_path_factory):
     """The tiny qwen3's query rows over a small scenario space, each given a latency that grows with the
     elements it reads and writes (1 µs + 1 ns each; replay is not what is tested), built as the workflow builds a
     database."""
+    return _query_database(tmp_path_factory.mktemp("space"), TINY_QWEN3)
+
+
+def _query_database(work, config_json, dtype="float32"):
+    """A database of the rows of `config_json`'s queries over SPACE (space_database)."""
     from opperf.database.build import build_database_directory
 
-    work = tmp_path_factory.mktemp("space")
     space = work / "scenarios.yaml"
     space.write_text(SPACE)
-    recorded = record_consumer_queries(MODELS, [str(TINY_QWEN3)], "cpu", "float32", space, "t")
+    recorded = record_consumer_queries(MODELS, [str(config_json)], "cpu", dtype, space, "t")
     rows = work / "rows" / "CPU" / "torch" / "torch2.13.0_cpu"
     rows.mkdir(parents=True)
     for kernel_type, generated in query_rows(recorded, "CPU").rows.items():
@@ -167,3 +174,243 @@ def test_predict_reads_a_prediction_and_writes_its_json(space_database, tmp_path
     bad = subprocess.run([sys.executable, "scripts/predict.py", "--database", str(tmp_path), "--model",
                           "opperf-tiny", "--scenario", "prefill:8"], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "not a database directory (no op_mapping.yaml)" in bad.stderr
+
+
+def _predict_cli(*argv: str):
+    """scripts/predict.py as a user runs it: (exit code, stdout, stderr)."""
+    done = subprocess.run([sys.executable, "scripts/predict.py", *argv], cwd=REPO, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "OPPERF_MSMODELING_DIR"})
+    return done.returncode, done.stdout, done.stderr
+
+
+def _gemm_rows(database) -> int:
+    from opperf.database.build import layouts_path
+
+    return sum(len(pd.read_csv(layouts_path(database / f"{kernel}.csv")))
+               for kernel in ("mm", "addmm", "bmm") if (database / f"{kernel}.csv").is_file())
+
+
+def test_the_database_records_its_dtype_and_predict_uses_it(space_database, tmp_path):
+    """A float32 database (the tiny qwen3's queries in float32): op_mapping.yaml says so with its GEMM rows'
+    count; predict.py without --dtype records its queries in float32 (every one EXACT: in bfloat16 none would be)
+    and says where the dtype came from; a --dtype the database holds no rows of is refused in one line."""
+    import yaml
+
+    block = yaml.safe_load((space_database / "op_mapping.yaml").read_text())["opperf"]
+    assert (block["dtype"], block["dtype_rows"], block["dtype_counted"]) == (
+        "float32", {"float32": _gemm_rows(space_database)}, "GEMM rows")
+    out = tmp_path / "prediction.json"
+    code, stdout, stderr = _predict_cli("--database", str(space_database), "--transformers-config", str(TINY_QWEN3),
+                                        "--scenario", "decode:4x16", "--json", str(out))
+    assert code == 0, stderr
+    assert stdout.splitlines()[0] == "database dtype: float32 (op_mapping.yaml)"
+    document = json.loads(out.read_text())
+    assert document["dtype"] == "float32" and document["scenarios"][0]["status_time_share"]["EXACT"] == 1.0
+    code, stdout, stderr = _predict_cli("--database", str(space_database), "--model", "opperf-tiny", "--scenario",
+                                        "prefill:8", "--dtype", "bfloat16")
+    assert (code, stdout) == (2, "") and stderr.splitlines() == [
+        f"error: field '--dtype': bfloat16: the database holds {_gemm_rows(space_database)} float32 GEMM rows "
+        "(op_mapping.yaml): every bfloat16 GEMM query would miss its rows and fall to the roofline; predict in "
+        "float32, or build a bfloat16 database"]
+
+
+def test_an_older_database_without_a_dtype_is_read_from_its_rows(space_database, tmp_path):
+    import shutil
+
+    import yaml
+
+    from opperf.database.predict import prediction_dtype
+
+    older = tmp_path / "torch2.13.0_cpu"
+    shutil.copytree(space_database, older)
+    document = yaml.safe_load((older / "op_mapping.yaml").read_text())
+    for key in ("dtype", "dtype_rows", "dtype_counted"):
+        del document["opperf"][key]
+    (older / "op_mapping.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    chosen = prediction_dtype(older)
+    assert (chosen.name, chosen.said) == (
+        "float32", "database dtype: float32 (read from its rows: op_mapping.yaml records none, an older build)")
+
+
+def test_a_database_of_two_dtypes_needs_dtype(tmp_path):
+    """GEMM rows in float32 and bfloat16 (a float32 profile beside bfloat16 query rows): no single dtype is
+    recorded, predict.py refuses to choose, and --dtype chooses one the database holds."""
+    from opperf.database.build import build_database_directory
+    from opperf.database.predict import prediction_dtype
+
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    float32 = pd.read_csv(REPO / "tests/data/database/cpu_replayed/mm.csv", dtype=str, keep_default_na=False)
+    bfloat16 = float32.replace({"Input Data Types": {"DT_FLOAT;DT_FLOAT": "DT_BF16;DT_BF16"},
+                                "Output Data Types": {"DT_FLOAT": "DT_BF16"}})
+    pd.concat([float32, bfloat16]).to_csv(rows / "mm.csv", index=False)
+    database = tmp_path / "data" / "CPU" / "torch" / "torch2.13.0_cpu"
+    build_database_directory(rows, "CPU", database, devices_path=REPO / "config" / "devices.yaml",
+                             definitions_dir=REPO / "config" / "kernels")
+    n = len(float32)
+    code, stdout, stderr = _predict_cli("--database", str(database), "--model", "opperf-tiny", "--scenario",
+                                        "prefill:8")
+    assert (code, stdout) == (2, "") and stderr.splitlines() == [
+        f"error: {database}/op_mapping.yaml, field 'opperf.dtype': the database holds several dtypes: {n} float32 "
+        f"and {n} bfloat16 GEMM rows (op_mapping.yaml); say which to predict in with --dtype (bfloat16, float16, "
+        "float32)"]
+    chosen = prediction_dtype(database, "float32")
+    assert chosen.name == "float32" and chosen.said.endswith("(op_mapping.yaml); predicting in float32 (--dtype)")
+
+
+@pytest.mark.parametrize("scenario, message", [
+    ("prefill:0", "'prefill:0': TOKENS must be >= 1, got 0"),
+    ("decode:0x64", "'decode:0x64': BATCH must be >= 1, got 0"),
+    ("decode:4x0", "'decode:4x0': CONTEXT must be >= 1, got 0")])
+@pytest.mark.parametrize("model", [("--transformers-config", str(TINY_QWEN3)), ("--model", "opperf-tiny")],
+                         ids=["config.json", "models.yaml"])
+def test_a_scenario_of_nothing_is_refused_in_one_line(space_database, scenario, message, model):
+    code, stdout, stderr = _predict_cli("--database", str(space_database), *model, "--scenario", "prefill:8",
+                                        "--scenario", scenario)
+    assert (code, stdout) == (2, "") and stderr.splitlines() == [
+        f"error: field '--scenario': {message} (prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, "
+        "decode:16x1024)"]
+
+
+def test_a_scenario_past_the_model_positions_is_answered_with_a_warning(space_database, tmp_path):
+    """The tiny qwen3 is built for 512 positions: prefill:600 and decode:2x512 (position 513) are predicted, and
+    each says in one line which limit it passes; prefill:512 says nothing. A models.yaml entry names its limit
+    with the same field."""
+    from opperf.database.model_queries import position_limit_warning
+
+    code, stdout, stderr = _predict_cli("--database", str(space_database), "--transformers-config", str(TINY_QWEN3),
+                                        "--scenario", "prefill:512", "--scenario", "prefill:600", "--scenario",
+                                        "decode:2x512", "--top", "0")
+    assert code == 0, stderr
+    assert [line.split(" ", 1)[1] for line in stderr.splitlines() if "WARNING" in line] == [
+        "WARNING opperf.predict: hf_qwen3: prefill:600 reaches position 600, past the model's "
+        "max_position_embeddings 512: predicted as asked, but the model serves no such step",
+        "WARNING opperf.predict: hf_qwen3: decode:2x512 reaches position 513, past the model's "
+        "max_position_embeddings 512: predicted as asked, but the model serves no such step"]
+    assert [line.split()[0] for line in stdout.splitlines()[3:]] == ["prefill:512", "prefill:600", "decode:2x512"]
+    assert model_source("Llama-3-70B", MODELS).max_positions == 8192
+    assert model_source("opperf-tiny", MODELS).max_positions is None
+    assert position_limit_warning(parse_scenario("prefill:100000", "Llama-3-70B", tp=8), 8192) == (
+        "prefill:100000@tp8 reaches position 100,000, past the model's max_position_embeddings 8,192: predicted as "
+        "asked, but the model serves no such step")
+
+
+def test_a_query_of_a_dtype_the_runtime_cannot_spell_is_reported_not_fatal(space_database, tmp_path):
+    """A complex rotary's mul (complex64: no spelling in msmodeling's DTYPE_MAP): the check passes and lists the
+    query with the dtype and slots the runtime cannot represent; the prediction prices it at the device's
+    roofline as a MISS, with the same reason. A database row of that dtype is listed, not failed."""
+    import shutil
+
+    from opperf.database.check import check_findable, load_database
+    from opperf.database.consumer_queries import RecordedQuery, answer, modelled_exact_lookup
+    from opperf.database.interpolation import Database, Query, TensorSpec
+    from opperf.database.predict import database_roofline, predict_step
+    from opperf.database.report import check_database
+
+    complex_mul = RecordedQuery(Query("aten.mul.Tensor", (TensorSpec((1, 8, 2, 8), torch.complex64),
+                                                          TensorSpec((1, 8, 1, 8), torch.complex64)),
+                                      (TensorSpec((1, 8, 2, 8), torch.complex64),)), 4, ["hf_x TP1 prefill 8 tokens"])
+    float_mul = RecordedQuery(Query("aten.mul.Tensor", (TensorSpec((8, 64), torch.float32),
+                                                        TensorSpec((8, 64), torch.float32)),
+                                    (TensorSpec((8, 64), torch.float32),)), 2, ["hf_x TP1 prefill 8 tokens"])
+    database = tmp_path / "torch2.13.0_cpu"
+    shutil.copytree(space_database, database)
+    mul = pd.read_csv(database / "mul.csv", dtype=str, keep_default_na=False)
+    row = mul.iloc[[0]].replace({"Input Data Types": {mul.iloc[0]["Input Data Types"]: "COMPLEX64;COMPLEX64"},
+                                 "Output Data Types": {mul.iloc[0]["Output Data Types"]: "COMPLEX64"}})
+    pd.concat([mul, row]).to_csv(database / "mul.csv", index=False)
+    reason = ("complex64 (inputs 0, 1, output 0): no spelling in the runtime's DTYPE_MAP, so it never finds a row "
+              "and prices the call at its roofline")
+
+    result = check_database(database, consumer_queries=[complex_mul, float_mul])
+    assert result["passed"] and result["consumer"]["ok"]
+    assert [(q["op"], q["status"], q["reason"]) for q in result["consumer"]["dtype_unmapped"]] == [
+        ("aten.mul.Tensor", "DTYPE_UNMAPPED", reason)]
+    assert result["kernel_types"]["mul"]["dtype_unmapped"] == [{"line": len(mul) + 2, "dtypes": ["COMPLEX64"]}]
+    assert "aten.mul.Tensor [[[1, 8, 2, 8], 'complex64'], [[1, 8, 1, 8], 'complex64']] (4 calls; hf_x TP1 prefill 8 " \
+           "tokens): complex64 (inputs 0, 1, output 0)" in result["table"]
+    assert check_findable(*load_database(database))["mul"].misses == []
+
+    answers = answer([complex_mul], database, modelled_exact_lookup)
+    roofline = database_roofline(database)
+    step = predict_step("prefill:8", None, [complex_mul], answers, Database.load(database), roofline)
+    (_, status, latency_us, why), = step.answers
+    assert (status, why) == ("MISS", reason)
+    assert latency_us == pytest.approx(roofline.latency_us(complex_mul.query)) and latency_us > 0
+    assert step.predicted_us == pytest.approx(4 * latency_us)
+
+
+def test_a_scenario_space_shards_a_model_only_as_far_as_it_divides(tmp_path, caplog):
+    """The default space's TP sizes 1/4/8 and a 4-head model: TP 8 is left out (and said once, naming the model
+    and the size), TP 4 kept; OLMoE's query norm spans all heads, so its code does not run at TP 4 either. A
+    models.yaml entry keeps its own tp_sizes."""
+    default = load_scenario_space().tp_sizes
+    assert default == (1, 4, 8)
+    mistral = model_source(str(TINY_MISTRAL), MODELS)
+    assert scenario_tp_sizes(mistral, default, dtype=torch.float32, attention="cpu") == (
+        (1, 4), {8: "TP size 8 does not divide num_attention_heads 4"})
+    kept, left_out = scenario_tp_sizes(model_source(str(TINY_OLMOE), MODELS), default, attention="cpu")
+    assert kept == (1,) and list(left_out) == [4, 8]
+    assert left_out[4].startswith("its code does not run on one rank's share of the config (RuntimeError: ")
+    assert scenario_tp_sizes(model_source("opperf-tiny", MODELS), default) == ((1, 2), {})
+
+    space = tmp_path / "scenarios.yaml"
+    space.write_text("spaces:\n  t:\n    prefill_tokens: [8]\n    decode_batches: [2]\n    decode_contexts: [16]\n"
+                     "    tp_sizes: [1, 4, 8]\n")
+    with caplog.at_level("INFO", logger="opperf"):
+        recorded = record_consumer_queries(MODELS, [str(TINY_MISTRAL)], "cpu", "float32", space, "t")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("opperf")] == [
+        "scenario space 't': hf_tiny_mistral is recorded at TP 1, 4; left out: TP 8 (TP size 8 does not divide "
+        "num_attention_heads 4)"]
+    labels = {label for item in recorded for label in item.scenarios}
+    assert {label.split()[1] for label in labels} == {"TP1", "TP4"}
+
+
+def test_an_olmoe_config_goes_through_the_grid_with_the_experts_of_its_built_model(cpu_parsed, tmp_path):
+    """OLMoE's convention (num_experts x intermediate_size, no moe_intermediate_size) as --target-models and
+    --consumer-models on the cpu back end: its expert GEMMs are rows of the built model's expert weights (8 experts,
+    [hidden, 2 x 48] and [48, hidden]); the TP sizes it does not split are said, not fatal."""
+    experts = built_experts(TINY_OLMOE)
+    space = tmp_path / "scenarios.yaml"
+    space.write_text(SPACE.replace("decode_contexts: [16, 32]\n", "decode_contexts: [16]\n    tp_sizes: [1, 4, 8]\n"))
+    out = tmp_path / "grid"
+    done = subprocess.run([sys.executable, "scripts/generate_shape_grid.py", "--input-dir", str(cpu_parsed),
+                           "--output-dir", str(out), "--backend", "cpu", "--max-hbm-gb", "16", "--models", str(MODELS),
+                           "--target-models", str(TINY_OLMOE), "--consumer-models", str(TINY_OLMOE),
+                           "--scenarios", str(space), "--scenario-space", "t"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert "scenario space 't': hf_tiny_olmoe is recorded at TP 1; left out: TP 4 (its code does not run" in done.stderr
+    grouped = pd.read_csv(out / "_grouped_mm.csv", dtype=str)
+    weights = {tuple(int(d) for d in shapes.split(";")[1].split(",")) for shapes in grouped[INPUT_SHAPES]}
+    assert weights == {tuple(experts.gate_up_proj.transpose(-2, -1).shape),
+                       tuple(experts.down_proj.transpose(-2, -1).shape)} == {(8, 64, 96), (8, 48, 64)}
+    tokens = {int(shapes.split(";")[0].split(",")[0]) for shapes in grouped[INPUT_SHAPES]}
+    assert tokens == {16, 64, 4, 8}            # top-2 of each token: prefill 8 and 32, decode batches 2, 4 and 8
+
+
+@pytest.fixture(scope="module")
+def olmoe_database(tmp_path_factory):
+    """The tiny OLMoE's query rows over SPACE in float32 (the cpu back end's dtype), as space_database."""
+    return _query_database(tmp_path_factory.mktemp("olmoe"), TINY_OLMOE)
+
+
+def test_predict_answers_an_olmoe_config_from_its_database(olmoe_database, tmp_path):
+    """predict.py takes the OLMoE config as it takes any: every query of a listed scenario EXACT, its expert GEMMs
+    those of the built model's expert weights, in float32 (torch's meta kernel of grouped_mm takes bfloat16 only)."""
+    experts = built_experts(TINY_OLMOE)
+    out = tmp_path / "prediction.json"
+    done = subprocess.run([sys.executable, "scripts/predict.py", "--database", str(olmoe_database),
+                           "--transformers-config", str(TINY_OLMOE), "--dtype", "float32", "--scenario",
+                           "decode:4x16", "--scenario", "prefill:32", "--json", str(out)], cwd=REPO,
+                          capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "OPPERF_MSMODELING_DIR"})
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert document["model"] == "hf_tiny_olmoe"
+    for scenario in document["scenarios"]:
+        assert scenario["status_time_share"]["EXACT"] == pytest.approx(1.0)
+        grouped = [q for q in scenario["queries"] if q["op"] == "aten._grouped_mm.default"]
+        assert {tuple(q["inputs"][1][0]) for q in grouped} == {tuple(experts.gate_up_proj.transpose(-2, -1).shape),
+                                                               tuple(experts.down_proj.transpose(-2, -1).shape)}
+        assert {q["inputs"][1][1] for q in grouped} == {"float32"}

@@ -81,7 +81,8 @@ def main() -> int:
         statuses[status] += 1
         calls[status] += item.calls
         by_op.setdefault(item.query.op_name, Counter())[status] += 1
-        modelled = {"ZERO_COST": "EXACT", "ILLEGAL": "INTERPOLATED"}.get(mine.status, mine.status)
+        modelled = {"ZERO_COST": "EXACT", "ILLEGAL": "INTERPOLATED",
+                    "DTYPE_UNMAPPED": "MISS"}.get(mine.status, mine.status)
         if modelled != status:
             disagree.append({"op": item.query.op_name, "inputs": [query_spec(t) for t in item.query.inputs],
                              "msmodeling": status, "opperf": mine.status, "miss_reason": full.get("miss_reason")})

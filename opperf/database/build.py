@@ -7,6 +7,7 @@ present and in order, every shape/dtype field parseable, no row dropped, written
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -82,19 +83,21 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
         result["rows"] = len(every_row)
         result["runtime_rows"] = len(view)
     if len(view) < len(every_row):
+        shown = layouts.relative_to(output.parent) if layouts.is_relative_to(output.parent) else layouts
         log.info("%s: %d rows, %d runtime keys (rows sharing a key: the dominant layout is in %s, all in %s)",
-                 kernel_type, len(every_row), len(view), output.name, layouts)
+                 kernel_type, len(every_row), len(view), output.name, shown)
     return len(every_row)
 
 
-def _runtime_traits(definition_path: str | Path | None) -> tuple[tuple[int, ...], bool]:
-    """(input slots that are `out=` arguments, queried elementwise?) from a kernel definition file."""
+def _runtime_traits(definition_path: str | Path | None) -> tuple[dict[int, tuple[int, ...]], bool]:
+    """(input slots that are `out=` arguments by a row's slot count, queried elementwise?) from a kernel
+    definition file."""
     if not definition_path:
-        return (), False
+        return {}, False
     from opperf.replay.definitions import load_definition
 
     definition = load_definition(definition_path)
-    out_slots = tuple(i for i, spec in enumerate(definition.inputs) if spec.name == "out")
+    out_slots = {count: definition.out_slots(count) for layout in definition.layouts for count in layout.slot_counts}
     return out_slots, definition.op_mapping.get("query_mode") == "elementwise"
 
 
@@ -162,7 +165,7 @@ COMM_DIRECTORY = {"npu": "hccl"}
 
 def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: str | Path,
                      definitions_dir: str | Path, output: str | Path, collected_at: str | None = None,
-                     not_replayed_path: str | Path | None = None) -> dict:
+                     not_replayed_path: str | Path | None = None, database_dir: str | Path | None = None) -> dict:
     """op_mapping.yaml in the peer runtime's contract, generated from the kernel definitions.
 
     Top-level keys the runtime reads or audits (`version`, `device`, `cann_version`, `pytorch_version`,
@@ -170,11 +173,15 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     everything of opperf's own (device alias, stack versions, per-type replay API, kernel types that are
     not replayed and why) lives under the one key `opperf`, which the runtime ignores.
     `kernel_csvs` are the database's kernel CSVs (all in one data/{device}/{stack}/{version_dir}/).
+    `database_dir` is where the database will live when it is built elsewhere first (a staging directory);
+    its stack and version_dir are recorded (default: `output`'s directory).
     """
     from opperf.coverage import load_not_replayed
+    from opperf.database.dtype import count_activation_dtypes, op_mapping_fields
 
     kernel_files = sorted(Path(p) for p in kernel_csvs)
-    database_path, definitions_dir = Path(output).parent, Path(definitions_dir)
+    database_path = Path(database_dir) if database_dir is not None else Path(output).parent
+    definitions_dir = Path(definitions_dir)
     catalog = load_catalog(devices_path)
     if device not in catalog:
         raise OpperfError(f"unknown device {device!r}", path=devices_path)
@@ -183,6 +190,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     definitions = _load_definitions(definitions_dir, entry.backend)
     not_replayed = load_not_replayed(not_replayed_path).get(entry.backend, {})
     kernel_types = {}
+    every_row_tables: dict[str, pd.DataFrame] = {}     # kernel type -> every row (the database's dtype)
     queried: dict[str, tuple] = {}    # kernel type -> (the framework ops its consumer-query rows answer, query mode)
     silent: set[str] = set()          # kernel types every replayed call of which ran no device work
     from opperf.replay.definitions import definition_for
@@ -197,6 +205,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         # answers with another row of its key (arange.default by the profiled arange.start_out) is mapped too.
         layouts = layouts_path(csv_path)
         every_row = read_database_csv(layouts) if layouts.is_file() else frame
+        every_row_tables[kernel] = every_row
         # On cuda CUPTI attributes every kernel a call launches; on npu no samples can mean msprof did not match
         # the call's signature, so only cuda reads "nothing measured" as "nothing ran".
         if entry.backend == "cuda" and len(every_row) and contract.REPLAY_STATUS in every_row.columns and (
@@ -211,7 +220,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             "rows": rows,
             "replay_api": (definition.api or f"{definition.hook}.build_case") if definition else None,
             "category": definition.category if definition else None,
-            "definition": str(definition.path) if definition else None,
+            "definition": definition.source if definition else None,
         }
         if definition is not None and definition.memcpy_when_dense:
             kernel_types[kernel]["memcpy_when_dense"] = True
@@ -282,6 +291,9 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         "stack": database_path.parent.name,
         "version_dir": database_path.name,
         "versions": versions,
+        # The activation dtype of the GEMM rows (opperf.database.dtype): what scripts/predict.py records queries in.
+        **op_mapping_fields(count_activation_dtypes(every_row_tables, {k: v["category"]
+                                                                       for k, v in kernel_types.items()})),
         "generated_by": f"opperf {__version__}",
         "kernel_types": kernel_types,
         "framework_ops_left_out": left_out,
@@ -294,15 +306,72 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     return document
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """What building a database over an existing one changed: its kernel types whose CSV and layouts file were
+    rewritten, added, and removed (the new build lacks them), and any other files the old directory held."""
+
+    database: Path
+    rewritten: list[str]
+    added: list[str]
+    removed: list[str]
+    other_files: list[str]
+
+    def summary(self) -> str:
+        lines = [f"replaced the database in {self.database}: {len(self.rewritten)} kernel types rewritten, "
+                 f"{len(self.added)} added, {len(self.removed)} removed"]
+        for what, names in (("rewritten", self.rewritten), ("added", self.added),
+                            ("removed (CSV and layouts file)", self.removed), ("other files removed", self.other_files)):
+            if names:
+                lines.append(f"  {what}: {', '.join(names)}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BuiltDatabase:
+    files: list[Path]                   # every file written, under the database directory
+    replaced: Replacement | None        # None: the directory was new (or empty)
+
+
+def _database_entries(directory: Path) -> tuple[list[str], list[str]]:
+    """(kernel types, other files) an existing database directory holds: its {KernelType}.csv files, and every
+    file that is none of those, their layouts/{KernelType}.csv or op_mapping.yaml (paths relative to it)."""
+    kernel_types = sorted(p.stem for p in directory.glob("*.csv") if p.is_file())
+    database_files = {f"{k}.csv" for k in kernel_types} | {f"layouts/{k}.csv" for k in kernel_types}
+    database_files.add("op_mapping.yaml")
+    others = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
+                    if not p.is_dir() and str(p.relative_to(directory)) not in database_files)
+    return kernel_types, others
+
+
 def build_database_directory(rows_dir: str | Path, device: str, output_dir: str | Path,
                              devices_path: str | Path = "config/devices.yaml",
-                             definitions_dir: str | Path = "config/kernels") -> list[Path]:
+                             definitions_dir: str | Path = "config/kernels", *,
+                             overwrite: bool = False) -> BuiltDatabase:
     """A whole database from a directory of last-stage rows (one `{KernelType}.csv` each), as the workflow
     builds it: every kernel CSV and layouts file, then op_mapping.yaml. For replays run by hand or by a
-    benchmark outside Snakemake. Returns the files written."""
+    benchmark outside Snakemake.
+
+    The database is built in a temporary sibling of `output_dir` and renamed into place, so a reader sees the
+    old database or the new one, never a mix. An `output_dir` that holds files already is another database:
+    refused unless `overwrite`, and then replaced whole: kernel types the new build lacks are gone with it
+    (left behind, a stale CSV would be counted by the check and answer the runtime's queries).
+    """
+    from opperf.io import staged_directory
     from opperf.replay.definitions import definition_for
 
     rows_dir, output_dir = Path(rows_dir), Path(output_dir)
+    try:
+        parse_version_dir(output_dir.name)
+    except OpperfError as exc:
+        raise OpperfError(f"{exc.reason}: the database directory's name is the version directory op_mapping.yaml "
+                          "records (data/{device}/{stack}/{version_dir})", path=output_dir, field="--output") from None
+    old_types, old_others = _database_entries(output_dir) if output_dir.is_dir() else ([], [])
+    if (old_types or old_others) and not overwrite:
+        held = (f"a database of {len(old_types)} kernel type{'s' * (len(old_types) != 1)}" if old_types
+                else f"{len(old_others)} file{'s' * (len(old_others) != 1)}")
+        raise OpperfError(f"already holds {held}; give --overwrite to replace it (kernel types the new build lacks "
+                          "are removed), or another --output", path=output_dir, field="--overwrite")
     catalog = load_catalog(devices_path)
     if device not in catalog:
         raise OpperfError(f"unknown device {device!r} (known: {', '.join(sorted(catalog))})", path=devices_path)
@@ -311,16 +380,22 @@ def build_database_directory(rows_dir: str | Path, device: str, output_dir: str 
     rows_files = sorted(p for p in rows_dir.glob("*.csv"))
     if not rows_files:
         raise OpperfError("no {KernelType}.csv in this directory", path=rows_dir)
-    written = []
-    for rows in rows_files:
-        definition = definition_for(definitions, rows.stem, backend)
-        output = output_dir / rows.name
-        finalise_kernel_csv(rows, rows.stem, output, backend=backend,
-                            definition_path=definition.path if definition else None)
-        written += [output, layouts_path(output)]
-    mapping = output_dir / "op_mapping.yaml"
-    build_op_mapping([output_dir / r.name for r in rows_files], device, devices_path, definitions_dir, mapping)
-    return [*written, mapping]
+    with staged_directory(output_dir, replace_whole=True) as staging:
+        for rows in rows_files:
+            definition = definition_for(definitions, rows.stem, backend)
+            finalise_kernel_csv(rows, rows.stem, staging / rows.name, backend=backend,
+                                definition_path=definition.path if definition else None)
+        build_op_mapping([staging / r.name for r in rows_files], device, devices_path, definitions_dir,
+                         staging / "op_mapping.yaml", database_dir=output_dir)
+    new_types = [r.stem for r in rows_files]
+    written = [path for kernel in new_types for path in (output_dir / f"{kernel}.csv",
+                                                         layouts_path(output_dir / f"{kernel}.csv"))]
+    replaced = None
+    if old_types or old_others:
+        replaced = Replacement(output_dir, rewritten=sorted(set(old_types) & set(new_types)),
+                               added=sorted(set(new_types) - set(old_types)),
+                               removed=sorted(set(old_types) - set(new_types)), other_files=old_others)
+    return BuiltDatabase(files=[*written, output_dir / "op_mapping.yaml"], replaced=replaced)
 
 
 def write_manifest(files: list[str | Path], output: str | Path) -> None:

@@ -36,7 +36,7 @@ TP_SIZES = (1, 4, 8)
 PREFILL_TOKENS = (1, 2, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 3000, 4096, 6000, 8192)
 DECODE_BATCHES = (1, 2, 3, 4, 8, 16, 32, 48, 64)
 DECODE_CONTEXT_TOKENS = (1024, 4096)
-STATUSES = ("EXACT", "ZERO_COST", "INTERPOLATED", "ILLEGAL", "MISS", "RAISES", "UNMODELLED")
+STATUSES = ("EXACT", "ZERO_COST", "INTERPOLATED", "ILLEGAL", "MISS", "DTYPE_UNMAPPED", "RAISES", "UNMODELLED")
 
 
 # --- recording --------------------------------------------------------------------------------------------
@@ -288,7 +288,8 @@ InterpolateLookup = Callable[[Path, Query], Interpolation]
 @dataclass(frozen=True)
 class Answer:
     """How the runtime answers one recorded query: EXACT, ZERO_COST (op_mapping says no kernel runs),
-    INTERPOLATED (legally), ILLEGAL (interpolated across buckets), MISS (roofline fallback), RAISES or
+    INTERPOLATED (legally), ILLEGAL (interpolated across buckets), MISS (roofline fallback), DTYPE_UNMAPPED (a
+    roofline fallback no database can prevent: the query carries a dtype the runtime cannot spell), RAISES or
     UNMODELLED (a runtime path opperf's model does not follow)."""
 
     recorded: RecordedQuery
@@ -333,6 +334,44 @@ def _skips_zero_cost(mapping: dict) -> bool:
     return bool(mapping.get("composite") or mapping.get("category") == "communication" or mapping.get("query_mode"))
 
 
+def unspelled_dtypes(query: Query, mapping: dict | None = None) -> str:
+    """The dtypes of `query` that msmodeling's DTYPE_MAP cannot spell (complex64 from a complex rotary `mul`,
+    float64), among the tensors its lookup compares (the inputs; the output too in `query_mode: elementwise`):
+    `complex64 (inputs 0, 1)`; '' when it can spell them all. The runtime turns such a tensor's dtype into None,
+    matches no row and falls back to its roofline model, whatever the database holds."""
+    compared = [(f"input {i}", t.dtype) for i, t in enumerate(query.inputs)]
+    if (mapping or {}).get("query_mode") == "elementwise" and query.outputs:
+        compared.append(("output 0", query.outputs[0].dtype))
+    slots: dict[str, list[str]] = {}
+    for slot, dtype in compared:
+        if query_dtype(dtype) is None:
+            slots.setdefault(str(dtype).removeprefix("torch."), []).append(slot)
+    return "; ".join(f"{dtype} ({_slot_list(names)})" for dtype, names in slots.items())
+
+
+def _slot_list(slots: Sequence[str]) -> str:
+    """['input 0', 'input 1', 'output 0'] -> `inputs 0, 1, output 0`."""
+    by_kind: dict[str, list[str]] = {}
+    for slot in slots:
+        kind, index = slot.split()
+        by_kind.setdefault(kind, []).append(index)
+    return ", ".join(f"{kind}{'s' if len(indices) > 1 else ''} {', '.join(indices)}"
+                     for kind, indices in by_kind.items())
+
+
+def mark_dtype_unmapped(answers: Sequence[Answer], operator_mappings: dict) -> list[Answer]:
+    """Each MISS whose query carries a dtype the runtime cannot spell as DTYPE_UNMAPPED: the same roofline price,
+    but no row could have answered it, so it says nothing about the database (check and predict name it apart)."""
+    marked = []
+    for item in answers:
+        query = item.recorded.query
+        unspelled = unspelled_dtypes(query, operator_mappings.get(query.op_name)) if item.status == "MISS" else ""
+        marked.append(Answer(item.recorded, "DTYPE_UNMAPPED", None,
+                             f"{unspelled}: no spelling in the runtime's DTYPE_MAP, so it never finds a row and "
+                             f"prices the call at its roofline") if unspelled else item)
+    return marked
+
+
 def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_lookup: ExactLookup,
            interpolate: InterpolateLookup | None = None, database: Database | None = None) -> list[Answer]:
     """Each query as the runtime answers it from `database_dir`: `exact_lookup(database_dir, op_name,
@@ -363,7 +402,7 @@ def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_loo
         hint = " (a view: zero_cost in op_mapping answers it)" if recorded.view and result.status == "MISS" else ""
         answers.append(Answer(recorded, result.status, result.latency_us,
                               f"exact: {reason}; interpolation: {result.reason}{hint}"))
-    return answers
+    return mark_dtype_unmapped(answers, mappings)
 
 
 def answer_summary(answers: Sequence[Answer]) -> dict[str, dict[str, int]]:

@@ -26,33 +26,40 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, Scenario,
                                               merge_scenario_queries, rank_dims, scenario_queries)
 from opperf.errors import OpperfError
 from opperf.log import get_logger
-from opperf.model_names import config_model_name, is_config_path
+from opperf.model_names import model_reference
+from opperf.scenarios import parse_scenario_text
 
 log = get_logger("queries")
 
-_SCENARIO_TEXT = re.compile(r"^(prefill):(\d+)$|^(decode):(\d+)x(\d+)$")
-
-
 def parse_scenario(text: str, model: str, tp: int = 1) -> Scenario:
-    """`prefill:TOKENS` or `decode:BATCHxCONTEXT` as a Scenario of `model` at TP `tp`."""
-    match = _SCENARIO_TEXT.match(text.strip())
-    if match is None:
-        raise OpperfError(f"not a scenario: {text!r} (prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, "
-                          "decode:16x1024)", field="--scenario")
-    if match.group(1):
-        return Scenario(model, tp, "prefill", 1, int(match.group(2)))
-    return Scenario(model, tp, "decode", int(match.group(4)), 1, int(match.group(5)))
+    """`prefill:TOKENS` or `decode:BATCHxCONTEXT` (opperf.scenarios.parse_scenario_text) as a Scenario of `model`
+    at TP `tp`."""
+    try:
+        parsed = parse_scenario_text(text)
+    except OpperfError as exc:
+        raise OpperfError(exc.reason, field="--scenario") from None
+    return Scenario(model, tp, parsed.phase, parsed.batch, parsed.tokens, parsed.context)
+
+
+def position_limit_warning(scenario: Scenario, max_positions: int | None) -> str | None:
+    """One line when a scenario's step reaches past the positions the model was built for (its
+    max_position_embeddings): the step is still recorded and answered, but no such request reaches the model."""
+    positions = scenario.context + scenario.tokens
+    if not max_positions or positions <= max_positions:
+        return None
+    return (f"{scenario_name(scenario)} reaches position {positions:,}, past the model's max_position_embeddings "
+            f"{max_positions:,}: predicted as asked, but the model serves no such step")
 
 
 def scenario_name(scenario: Scenario) -> str:
@@ -117,6 +124,25 @@ def _attention_as(attention: str):
         torch.nn.functional.scaled_dot_product_attention = original
 
 
+class _GroupedMmOnMeta(TorchDispatchMode):
+    """A MoE step on meta in any float dtype: torch's meta kernel of `_grouped_mm` (transformers' experts path) takes
+    bfloat16 only, as the CUDA kernel does, where the cpu kernel takes float32 too; the output's shape is the same,
+    so it is computed in bfloat16 and given the call's dtype. The recorded query keeps the call's own dtypes."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if (func is not torch.ops.aten._grouped_mm.default or args[0].device.type != "meta"
+                or args[0].dtype == torch.bfloat16):
+            return func(*args, **kwargs)
+        args = list(args)
+        out_dtype = args[4] if len(args) > 4 else kwargs.get("out_dtype")
+        if len(args) > 4:
+            args[4] = None
+        kwargs.pop("out_dtype", None)
+        cast = [a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        return func(*cast, **kwargs).to(out_dtype or args[0].dtype)
+
+
 class MetaTransformersModel:
     """A transformers causal LM built on meta from a config dict (one per TP size and depth), stepped through a
     scenario under a QueryRecorder."""
@@ -134,15 +160,15 @@ class MetaTransformersModel:
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     def step(self, scenario: Scenario, attention: str) -> QueryRecorder:
-        """The queries of one forward step; a decode step's KV cache comes from an unrecorded prefill of its
-        context (on meta: shapes only)."""
+        """The queries of one forward step; a decode step's KV cache is written unrecorded, as the workload writes
+        it (transformers_model.written_kv_cache; on meta: shapes only)."""
+        from opperf.workload.transformers_model import written_kv_cache
+
         recorder = QueryRecorder()
-        with torch.no_grad(), _attention_as(attention):
+        with torch.no_grad(), _attention_as(attention), _GroupedMmOnMeta():
             cache = {}
             if scenario.phase == "decode":
-                context = torch.zeros(scenario.batch, scenario.context, dtype=torch.long, device="meta")
-                cache = {self._cache_argument: self.model(input_ids=context, use_cache=True,
-                                                          logits_to_keep=1).past_key_values}
+                cache = {self._cache_argument: written_kv_cache(self.model, scenario.batch, scenario.context)[0]}
             ids = torch.zeros(scenario.batch, scenario.tokens, dtype=torch.long, device="meta")
             with recorder:
                 self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache)
@@ -177,6 +203,22 @@ class ModelSource:
         return load_model_dims(self.models_path, self.name).num_hidden_layers
 
     @property
+    def max_positions(self) -> int | None:
+        """The positions the model is built for (`max_position_embeddings`, a multimodal config's text model's
+        where it has one), or None where its config names none."""
+        if self.config is not None:
+            text_config = self.config.get("text_config")
+            for config in (self.config, text_config if isinstance(text_config, dict) else {}):
+                if isinstance(config.get("max_position_embeddings"), int):
+                    return config["max_position_embeddings"]
+            return None
+        from opperf.model_names import model_key, read_models
+
+        models = read_models(self.models_path)
+        value = models[model_key(models, self.name, path=self.models_path)].get("max_position_embeddings")
+        return value if isinstance(value, int) else None
+
+    @property
     def tp_sizes(self) -> tuple[int, ...]:
         if self.config is not None:
             return ()
@@ -187,15 +229,41 @@ class ModelSource:
 
 
 def model_source(model: str, models_path: str | Path, num_layers: int | None = None) -> ModelSource:
-    """A config.json path (file or directory holding one) or a name/alias of `models_path`."""
-    if is_config_path(model):
+    """A config.json path (file or directory holding one) or a name/alias of `models_path` (model_reference)."""
+    from opperf.grid.models import load_models
+
+    reference = model_reference(model, models_path)
+    if reference.is_config:
         from opperf.workload.transformers_model import read_config
 
-        return ModelSource(config_model_name(model), read_config(model), model, num_layers=num_layers)
-    from opperf.grid.models import load_models, select_models
+        return ModelSource(reference.name, read_config(reference.config_path), str(reference.config_path),
+                           num_layers=num_layers)
+    load_models(models_path)             # every entry checked, as the grid reads them
+    return ModelSource(reference.name, models_path=str(models_path), num_layers=num_layers)
 
-    resolved = select_models(load_models(models_path), [model], path=models_path)[0]
-    return ModelSource(resolved.name, models_path=str(models_path), num_layers=num_layers)
+
+def scenario_tp_sizes(source: ModelSource, space_tp_sizes: Sequence[int], *, dtype: torch.dtype = torch.bfloat16,
+                      attention: str = "cuda") -> tuple[tuple[int, ...], dict[int, str]]:
+    """(the TP sizes `source`'s scenarios are recorded at, {each size of the space left out: why}). A models.yaml
+    entry's own tp_sizes win over the space's. A transformers config is sharded only as far as it divides (heads, KV
+    heads, the MLP and expert widths: ModelConfig.tp_size_problem) and as far as its code runs on one rank's share of
+    its config (OLMoE's and OLMo-2's query norm spans every head: it does not at TP > 1)."""
+    if source.config is None:
+        return source.tp_sizes, {}
+    from opperf.grid.models import model_from_config_json
+
+    kept, left_out = model_from_config_json(source.path).splitting_tp_sizes(space_tp_sizes)
+    record = _recorder_for(source, dtype, attention)
+    for tp in kept:
+        if tp == 1:
+            continue
+        try:
+            record(Scenario(source.name, tp, "prefill", 1, 1), 1)
+        except (RuntimeError, ValueError) as exc:      # the model code's own shape checks, on meta
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            left_out[tp] = (f"one rank's share of the config does not run through its code at TP {tp} "
+                            f"({type(exc).__name__}: {first_line[:200]})")
+    return tuple(tp for tp in kept if tp not in left_out), dict(sorted(left_out.items()))
 
 
 def _recorder_for(source: ModelSource, dtype: torch.dtype, attention: str) -> Callable[[Scenario, int],

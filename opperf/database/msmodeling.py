@@ -39,7 +39,11 @@ def ask_runtime(database: str | Path, queries, msmodeling: str | Path, python: s
 def runtime_answers(database: str | Path, recorded: Sequence[RecordedQuery], msmodeling: str | Path,
                     python: str | None = None) -> list[Answer]:
     """The recorded queries as msmodeling's runtime answers them, in `consumer_queries.Answer` form: EXACT,
-    INTERPOLATED (the runtime does not say whether legally), MISS (roofline), RAISES."""
+    INTERPOLATED (the runtime does not say whether legally), MISS (roofline), DTYPE_UNMAPPED (roofline: a dtype it
+    cannot spell), RAISES."""
+    from opperf.database.check import load_op_mapping
+    from opperf.database.consumer_queries import mark_dtype_unmapped
+
     answers = []
     for item, theirs in zip(recorded, ask_runtime(database, [r.query for r in recorded], msmodeling, python)):
         if theirs.get("raised"):
@@ -51,4 +55,4 @@ def runtime_answers(database: str | Path, recorded: Sequence[RecordedQuery], msm
                                   f"msmodeling {theirs.get('method')} over {theirs.get('axes')}"))
         else:
             answers.append(Answer(item, "MISS", None, f"msmodeling: {theirs.get('miss_reason')}"))
-    return answers
+    return mark_dtype_unmapped(answers, load_op_mapping(database).get("operator_mappings") or {})

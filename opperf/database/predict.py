@@ -19,11 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opperf.database.consumer_queries import Answer, RecordedQuery, Scenario
+from opperf.database.dtype import GEMM_ROWS, DatabaseDtype, count_activation_dtypes
 from opperf.database.interpolation import Query
+from opperf.errors import OpperfError
 
 PREDICTION_STATUSES = ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS")
+# A query of a dtype the runtime cannot spell (DTYPE_UNMAPPED) is a MISS priced at the roofline, as the runtime
+# prices it; its reason names the dtype.
 _STATUS_GROUP = {"EXACT": "EXACT", "ZERO_COST": "EXACT", "INTERPOLATED": "INTERPOLATED", "ILLEGAL": "ILLEGAL",
-                 "MISS": "MISS", "RAISES": "MISS", "UNMODELLED": "MISS"}
+                 "MISS": "MISS", "DTYPE_UNMAPPED": "MISS", "RAISES": "MISS", "UNMODELLED": "MISS"}
 _MATMULS = {"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "matmul", "linear"}
 
 
@@ -93,7 +97,7 @@ def predict_step(name: str, scenario: Scenario, recorded: Sequence[RecordedQuery
     """Σ answer × calls of one step's queries, grouped by kernel type and status; a MISS costs its roofline."""
     prediction = ScenarioPrediction(name, scenario)
     for item, answered in zip(recorded, answers):
-        if item.view and answered.status in ("MISS", "ZERO_COST"):
+        if item.view and answered.status in ("MISS", "DTYPE_UNMAPPED", "ZERO_COST"):
             continue                 # a view: no kernel runs; the runtime's analytic fallback counts it free
         status = _STATUS_GROUP[answered.status]
         latency = answered.latency_us
@@ -126,10 +130,68 @@ def database_roofline(database_dir: str | Path, devices_path: str | Path | None 
     return Roofline(device.memory_bandwidth_gbps, dict(device.peak_tflops))
 
 
+PREDICTION_DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class PredictionDtype:
+    """The dtype a prediction records its queries in, and the line that says where it came from."""
+
+    name: str
+    said: str
+
+
+def database_dtypes(database_dir: str | Path) -> DatabaseDtype:
+    """What op_mapping.yaml records; for a database built before it did, counted from its rows (layouts/ where
+    kept) with the categories its `opperf.kernel_types` records."""
+    from opperf.database.build import layouts_path
+    from opperf.database.check import load_op_mapping
+    from opperf.io import read_database_csv
+
+    database_dir = Path(database_dir)
+    block = load_op_mapping(database_dir).get("opperf") or {}
+    if isinstance(block.get("dtype_rows"), dict):
+        return DatabaseDtype({str(k): int(v) for k, v in block["dtype_rows"].items()},
+                             block.get("dtype_counted") or GEMM_ROWS, "op_mapping.yaml")
+    tables = {}
+    for path in sorted(database_dir.glob("*.csv")):
+        every_row = layouts_path(path)
+        tables[path.stem] = read_database_csv(every_row if every_row.is_file() else path)
+    categories = {k: (v or {}).get("category") for k, v in (block.get("kernel_types") or {}).items()}
+    return count_activation_dtypes(tables, categories,
+                                   source="read from its rows: op_mapping.yaml records none, an older build")
+
+
+def prediction_dtype(database_dir: str | Path, requested: str | None = None) -> PredictionDtype:
+    """The database's dtype (op_mapping.yaml `opperf.dtype`, opperf.database.dtype), or `requested` where the
+    database holds it. Refused (one line): a database of several dtypes without `requested`, and a `requested`
+    dtype the database holds no row of: every GEMM query would fall to the roofline, and the number would be the
+    roofline model's, not the database's (a float32 step predicted from a bfloat16 database: 12x off)."""
+    held = database_dtypes(database_dir)
+    mapping = Path(database_dir) / "op_mapping.yaml"
+    if requested is not None:
+        if held.rows and requested not in held.rows:
+            raise OpperfError(f"{requested}: the database holds {held.describe()} ({held.source}): every {requested} "
+                              f"GEMM query would miss its rows and fall to the roofline; predict in "
+                              f"{' or '.join(held.rows)}, or build a {requested} database", field="--dtype")
+        said = f"database dtype: {held.dtype}" if held.dtype else f"database dtypes: {held.describe()}"
+        return PredictionDtype(requested, f"{said} ({held.source})" + (f"; predicting in {requested} (--dtype)"
+                                                                        if held.dtype != requested else ""))
+    if held.dtype is None:
+        raise OpperfError(f"the database holds {'several dtypes' if held.rows else 'no dtype'}: {held.describe()} "
+                          f"({held.source}); say which to predict in with --dtype ({', '.join(PREDICTION_DTYPES)})",
+                          path=mapping, field="opperf.dtype")
+    if held.dtype not in PREDICTION_DTYPES:
+        raise OpperfError(f"the database's dtype is {held.dtype}, which a prediction does not record (one of "
+                          f"{', '.join(PREDICTION_DTYPES)})", path=mapping, field="opperf.dtype")
+    return PredictionDtype(held.dtype, f"database dtype: {held.dtype} ({held.source})")
+
+
 def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, dtype=None, attention: str = "cuda",
             msmodeling_dir: str | Path | None = None, msmodeling_python: str | None = None) -> list[ScenarioPrediction]:
-    """Each scenario's predicted step from `database_dir`, its queries answered by opperf's model of the runtime or,
-    given `msmodeling_dir`, by msmodeling's own runtime."""
+    """Each scenario's predicted step from `database_dir`, its queries recorded in `dtype` (a torch dtype; default:
+    the database's, prediction_dtype) and answered by opperf's model of the runtime or, given `msmodeling_dir`, by
+    msmodeling's own runtime."""
     import torch
 
     from opperf.database.consumer_queries import answer, modelled_exact_lookup
@@ -139,7 +201,8 @@ def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, 
     database = Database.load(database_dir)
     roofline = database_roofline(database_dir)
     predictions = []
-    for scenario, recorded in step_queries(source, scenarios, dtype=dtype or torch.bfloat16, attention=attention):
+    dtype = dtype or getattr(torch, prediction_dtype(database_dir).name)
+    for scenario, recorded in step_queries(source, scenarios, dtype=dtype, attention=attention):
         if msmodeling_dir:
             from opperf.database.msmodeling import runtime_answers
 

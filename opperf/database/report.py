@@ -53,12 +53,14 @@ def check_database(database: str | Path, density_standard: str | Path | None = N
         "answered_scaled": sum(c.scaled for c in checks.values()),
         "not_modelled": sum(c.not_modelled for c in checks.values()),
         "unmapped": sum(c.unmapped for c in checks.values()),
+        "dtype_unmapped": sum(len(c.dtype_unmapped) for c in checks.values()),
         "duplicate_runtime_keys": sum(len(c.duplicate_key_lines) for c in checks.values()),
     }
     # Rows of kernel types no op the runtime receives maps to (a training kernel, an engine-internal one) are
     # listed, not failed: no query of the performance model can reach them, whatever the database says.
+    # Rows of a dtype the runtime cannot spell (complex64) are listed, not failed: it never asks for them.
     passed = (totals["findable"] + totals["answered_scaled"] + totals["not_modelled"] + totals["unmapped"]
-              == totals["rows_with_duration"]
+              + totals["dtype_unmapped"] == totals["rows_with_duration"]
               and totals["duplicate_runtime_keys"] == 0)
     totals["holdout"] = holdout_summary(all_errors)
     totals["holdout"]["cross_branch"] = holdout_summary(all_crossing)
@@ -94,13 +96,17 @@ def _consumer(database: Path, recorded) -> dict:
 
     answers = answer(recorded, database, modelled_exact_lookup)
     summary = answer_summary(answers)
-    failing = [a for a in answers if a.status in CONSUMER_FAILURES]
-    failing.sort(key=lambda a: -a.recorded.calls)
+    failing = sorted((a for a in answers if a.status in CONSUMER_FAILURES), key=lambda a: -a.recorded.calls)
+    # A dtype the runtime cannot spell: priced at its roofline whatever the database holds; named, not failed.
+    unspellable = sorted((a for a in answers if a.status == "DTYPE_UNMAPPED"), key=lambda a: -a.recorded.calls)
+
+    def listed(answered) -> dict:
+        return {"op": answered.recorded.query.op_name, "status": answered.status, "calls": answered.recorded.calls,
+                "inputs": [[list(t.shape), str(t.dtype).removeprefix("torch.")]
+                           for t in answered.recorded.query.inputs],
+                "scenarios": answered.recorded.scenarios[:3], "reason": answered.reason}
     return {"ok": not failing, "queries": len(answers), **summary,
-            "failing": [{"op": a.recorded.query.op_name, "status": a.status, "calls": a.recorded.calls,
-                         "inputs": [[list(t.shape), str(t.dtype).removeprefix("torch.")]
-                                    for t in a.recorded.query.inputs],
-                         "scenarios": a.recorded.scenarios[:3], "reason": a.reason} for a in failing]}
+            "failing": [listed(a) for a in failing], "dtype_unmapped": [listed(a) for a in unspellable]}
 
 
 def _crossing_cell(summary: dict | None) -> str:
@@ -126,6 +132,7 @@ def format_table(result: dict[str, Any]) -> str:
     for kernel_type, k in result["kernel_types"].items():
         findable = f"{k['findable']}" + (f" (+{k['not_modelled']} not modelled)" if k["not_modelled"] else "")
         findable += " (unmapped)" if k["unmapped"] else ""
+        findable += f" (+{len(k['dtype_unmapped'])} dtype unmapped)" if k.get("dtype_unmapped") else ""
         holdout = k["holdout"]
         lines.append(f"| {kernel_type} | {k['rows']} | {k['layout_rows'] if k['layout_rows'] is not None else '-'} "
                      f"| {k['rows_with_duration']} | {findable} | {k['duplicate_runtime_keys']} "
@@ -139,6 +146,8 @@ def format_table(result: dict[str, Any]) -> str:
                  "scaled by the dtypes' bytes: interpolation points of their dtype)" if t.get("answered_scaled") else "")
               + (f" (+{t['not_modelled']} under query modes this check does not model)" if t["not_modelled"] else "")
               + (f" ({t['unmapped']} of kernel types no op the runtime receives maps to)" if t["unmapped"] else "")
+              + (f" ({t['dtype_unmapped']} of a dtype the runtime's DTYPE_MAP cannot spell, "
+                 f"{', '.join(_unspelled_dtypes(result))}: it never asks for them)" if t.get("dtype_unmapped") else "")
               + f"; duplicate runtime keys: {t['duplicate_runtime_keys']}; "
               + ("PASSED" if result["passed"] else "FAILED"),
               "", f"Holdout interpolation error (each interior replayed row predicted from its neighbours by the "
@@ -167,6 +176,11 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _unspelled_dtypes(result: dict[str, Any]) -> list[str]:
+    return sorted({d for k in result["kernel_types"].values() for row in k.get("dtype_unmapped", [])
+                   for d in row["dtypes"]})
+
+
 def _density_cell(density: dict | None, checked: bool) -> str:
     if not checked:
         return "not checked"
@@ -181,13 +195,23 @@ def _consumer_lines(consumer: dict) -> list[str]:
     counts = ", ".join(f"{status} {v['queries']} ({v['calls']} calls)"
                        for status, v in consumer["by_status"].items() if v["queries"])
     lines = [f"The consumer's queries ({consumer['queries']} distinct), as the runtime answers them: {counts}; "
-             + ("none falls back to roofline" if consumer["ok"] else
+             + (("none falls back to roofline" + (" for want of a row" if consumer.get("dtype_unmapped") else ""))
+                if consumer["ok"] else
                 f"{len(consumer['failing'])} would fall back to roofline, interpolate across buckets or raise")]
     for item in consumer["failing"][:20]:
         lines.append(f"- {item['op']} {item['inputs']}: {item['status']} ({item['calls']} calls; "
                      f"{item['scenarios'][0]}): {item['reason']}")
     if len(consumer["failing"]) > 20:
         lines.append(f"- … and {len(consumer['failing']) - 20} more (see the JSON)")
+    unspellable = consumer.get("dtype_unmapped") or []
+    if unspellable:
+        lines += ["", f"{len(unspellable)} queries ({sum(i['calls'] for i in unspellable)} calls) carry a dtype the "
+                  "runtime's DTYPE_MAP cannot spell: no row can answer them, so the runtime prices them at its "
+                  "roofline, and so does scripts/predict.py (as MISS); not a failure of the database:"]
+        lines += [f"- {item['op']} {item['inputs']} ({item['calls']} calls; {item['scenarios'][0]}): "
+                  f"{item['reason'].split(':', 1)[0]}" for item in unspellable[:20]]
+        if len(unspellable) > 20:
+            lines.append(f"- … and {len(unspellable) - 20} more (see the JSON)")
     return lines
 
 

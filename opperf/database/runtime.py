@@ -78,7 +78,7 @@ def _slots(value: object) -> list[str]:
     return contract.split_slots(contract.strip_profiler_quotes(value))
 
 
-def runtime_row(row: Mapping[str, str], backend: str, out_slots: Sequence[int] = (),
+def runtime_row(row: Mapping[str, str], backend: str, out_slots: Mapping[int, Sequence[int]] | None = None,
                 aligned: bool = True) -> dict[str, str]:
     """One row in the runtime's text.
 
@@ -87,12 +87,14 @@ def runtime_row(row: Mapping[str, str], backend: str, out_slots: Sequence[int] =
     recorded), the dtype and format of a slot that is no rank >= 1 tensor for the runtime (a scalar, a 0-d
     tensor, an `out=` argument the functional call does not have) left empty, so that its shape and dtype
     lists stay aligned. The slot's shape is emptied too for `out=` slots; slot positions (and so Input
-    Scalars / Input Strides) are unchanged. NPU rows keep the profiler's text.
+    Scalars / Input Strides) are unchanged. NPU rows keep the profiler's text. `out_slots`: a row's `out=` slots
+    by its input slot count (each of an op's overloads lays its arguments out in its own count).
     """
     result = dict(row)
     if backend in TORCH_TRACE_BACKENDS:
+        hidden_inputs = set((out_slots or {}).get(contract.input_slot_count(row), ()))
         for shapes_col, dtypes_col, formats_col, hidden in (
-                (contract.INPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS, set(out_slots)),
+                (contract.INPUT_SHAPES, contract.INPUT_DTYPES, contract.INPUT_FORMATS, hidden_inputs),
                 (contract.OUTPUT_SHAPES, contract.OUTPUT_DTYPES, contract.OUTPUT_FORMATS, set())):
             shapes = _slots(row.get(shapes_col, ""))
             dtypes = _slots(row.get(dtypes_col, ""))
@@ -200,7 +202,7 @@ def _calls(row: Mapping[str, str]) -> int:
         return 0
 
 
-def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Sequence[int] = (),
+def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Mapping[int, Sequence[int]] | None = None,
                  elementwise: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the runtime's CSV, every row): one row per runtime key, and all rows in the runtime's text.
 
@@ -469,6 +471,14 @@ def find(tables: Mapping[str, pd.DataFrame | None], mapping: Mapping, query: Run
     if best is None:
         return None
     return kernel_types[best[1]], best[2]
+
+
+def unspelled_input_dtypes(record: Mapping[str, str]) -> list[str]:
+    """The known input dtypes of a row that the runtime's DTYPE_MAP cannot spell (COMPLEX64, DOUBLE): it never
+    asks for such a row, whatever the database does with it."""
+    shapes, dtypes = _shapes(record.get(contract.INPUT_SHAPES, "")), _names(record.get(contract.INPUT_DTYPES, ""))
+    return sorted({name for name in dtypes[:len(shapes)]
+                   if contract.is_known_dtype(name) and contract.canonical_dtype(name) not in RUNTIME_QUERY_DTYPE})
 
 
 def row_query(record: Mapping[str, str]) -> tuple[RuntimeQuery | None, str]:
