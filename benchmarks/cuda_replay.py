@@ -71,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf import contract  # noqa: E402
+from opperf.model_names import config_model_name  # noqa: E402
 from opperf.power_samples import OLD_SAMPLE_FIELDS, POWER_SAMPLES, THROTTLED_MHZ, reason_shares  # noqa: E402
 from opperf.replay.phase_table import PHASE_CALLS, PHASE_METHOD, applied_time_ratio, read_phase_table  # noqa: E402
 from opperf.replay.methods import CACHE_POLICY, DEFAULT_HEATER_MIN_POWER_W, POWER_POLICY  # noqa: E402
@@ -126,7 +127,8 @@ REPEAT_RUN = f"{DEFAULT_CACHE_POLICY}-repeat"
 
 
 def config_workloads(paths: list[Path], smoke: bool) -> dict[str, Workload]:
-    """`hf_<file stem>` for each transformers config.json named (a file, or a directory's *.json), planned as the
+    """Each transformers config.json named (a file, or a directory's *.json), under the name predictions give it
+    (`hf_<file stem>`, or `hf_<folder>` for a checkpoint's config.json: config_model_name), planned as the
     back end's transformers workloads are (hf_mistral's plan; the smoke plan on cpu), with the config's own layer
     count (a hybrid model needs its attention layer)."""
     template = (SMOKE_WORKLOADS if smoke else WORKLOADS)["hf_mistral"]
@@ -135,7 +137,7 @@ def config_workloads(paths: list[Path], smoke: bool) -> dict[str, Workload]:
     for path in files:
         layers = int(json.loads(path.read_text(encoding="utf-8")).get("num_hidden_layers") or template.layers)
         model = str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.resolve())
-        workloads[f"hf_{path.stem}"] = replace(template, model=model, layers=layers, unseen=True)
+        workloads[config_model_name(path)] = replace(template, model=model, layers=layers, unseen=True)
     return workloads
 
 

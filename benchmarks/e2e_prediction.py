@@ -51,6 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from opperf.model_names import config_model_name  # noqa: E402
+
 STAGES = ("workflow", "grid", "replay", "profile", "predict", "report")
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
 HELD_OUT_DECODE = {1024: (12, 24), 1536: (8,)}           # context -> batches: one axis off the grid at a time
@@ -480,7 +482,7 @@ def main() -> int:
     state_path = args.work_dir / "state.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {"workloads": {}}
     for config in args.configs:
-        name = f"hf_{config.stem}"
+        name = config_model_name(config)
         work = args.work_dir / name
         record = state["workloads"].setdefault(name, {"name": name, "unseen": True, "config": str(config)})
         if "workflow" in args.stages:
@@ -503,7 +505,7 @@ def main() -> int:
         document = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "device": state.get("device", {}), "scenario_space": args.scenario_space,
                     "num_layers": args.num_layers, "dtype": args.dtype,
-                    "workloads": [state["workloads"][f"hf_{c.stem}"] for c in args.configs]}
+                    "workloads": [state["workloads"][config_model_name(c)] for c in args.configs]}
         write_report(args.output, document)
         print((args.output / "README.md").read_text())
     return 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
-from opperf.model_names import is_config_path, model_key
+from opperf.model_names import model_reference, read_models
 from opperf.versions import workload_version_dir
 from opperf.workflow_config import check_workflow, config_files_by_precedence
 
@@ -54,16 +54,13 @@ def phase_conda_env(wildcards):
 def workload_model_dims(wildcards):
     """The workload model's own entry of models.yaml, or its config.json's content: editing another model must not
     re-profile, editing this one must."""
-    import yaml
-
-    name = config["workload"]["model"]
-    if is_config_path(name):
+    models = read_models(config["models"])
+    model = model_reference(config["workload"]["model"], models, path=config["models"], field="workload.model")
+    if model.is_config:
         from opperf.workload.transformers_model import read_config
 
-        return read_config(name, num_layers=config["workload"]["num_layers"])
-    with open(config["models"], encoding="utf-8") as handle:
-        models = yaml.safe_load(handle) or {}
-    return models[model_key(models, name, path=config["models"], field="workload.model")]
+        return read_config(model.config_path, num_layers=config["workload"]["num_layers"])
+    return models[model.name]
 
 
 def workload_model_option(wildcards):
@@ -71,7 +68,7 @@ def workload_model_option(wildcards):
     decode batches where the config sets them."""
     workload = config["workload"]
     name = workload["model"]
-    if is_config_path(name):
+    if model_reference(name, config["models"], field="workload.model").is_config:
         option = f"--transformers-config {shlex.quote(name)}"
     else:
         option = f"--models {shlex.quote(config['models'])} --model {shlex.quote(name)}"
@@ -388,7 +385,9 @@ def grid_consumer_option(wildcards):
 def grid_model_configs(wildcards):
     """The transformers config.json files among the grid's target models and, where the grid records their queries,
     the scenario spaces: editing one re-runs the grid."""
-    configs = [m for m in per_device(config["grid"]["target_models"], wildcards.device) if is_config_path(m)]
+    models = read_models(config["models"])
+    references = [model_reference(m, models) for m in per_device(config["grid"]["target_models"], wildcards.device)]
+    configs = [str(reference.config_path) for reference in references if reference.is_config]
     return configs + ([config["grid"]["scenarios"]] if consumer_queries_apply(wildcards.device) else [])
 
 

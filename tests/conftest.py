@@ -52,3 +52,16 @@ def cpu_parsed(tmp_path_factory):
                     "tests/data/parse/cpu_decoder_trace.json", "--database-path", str(out)],
                    check=True, capture_output=True)
     return out
+
+
+def built_experts(config_path):
+    """The experts module of the first MoE layer of the model transformers builds from a config.json, on meta: what
+    a MoE model's expert dims are checked against."""
+    import torch
+
+    from opperf.workload.transformers_model import hf_config_of, read_config
+
+    transformers, hf_config = hf_config_of(read_config(config_path))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    return next(module for name, module in model.named_modules() if name.endswith("mlp.experts"))

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import built_experts
 from opperf.density import load_standard
 from opperf.errors import OpperfError
 from opperf.grid.models import load_models, select_models
 from opperf.grid.values import ValueGrids, token_counts
 
 MODELS = load_models("config/models.yaml")
+CONFIGS = Path(__file__).parent / "data" / "workload"
 STANDARD = load_standard()
 
 
@@ -121,6 +123,84 @@ def test_a_transformers_config_json_is_a_target_model_with_its_own_dims(tmp_path
                    '"shared_expert_intermediate_size": 48}')
     with pytest.raises(OpperfError, match="odd.json.*shared_expert_intermediate_size 48 is not a whole number"):
         select_models(MODELS, [str(odd)])
+
+
+def test_an_olmoe_config_has_the_experts_its_built_model_has():
+    """OLMoE's convention (`num_experts` x `intermediate_size`, no moe_intermediate_size): its experts are those of
+    the model transformers builds, 8 of width 48, top-2, and no layer runs a dense MLP of its intermediate_size."""
+    pytest.importorskip("transformers")
+    (olmoe,) = select_models(MODELS, [f"{CONFIGS}/tiny_olmoe.json"])
+    experts = built_experts(CONFIGS / "tiny_olmoe.json")
+    assert tuple(experts.down_proj.shape) == (8, 64, 48) and tuple(experts.gate_up_proj.shape) == (8, 96, 64)
+    assert (olmoe.name, olmoe.num_experts, olmoe.moe_intermediate_size, olmoe.num_experts_per_tok,
+            olmoe.n_shared_experts, olmoe.has_dense_mlp) == ("hf_tiny_olmoe", 8, 48, 2, 0, False)
+    assert olmoe.expert_layouts() == [(1, 8, 2, 64, 48)]
+    assert [name for name, _, _ in olmoe.gemm_projections(1)] == ["qkv_proj", "o_proj", "router_gate", "lm_head"]
+
+
+def test_experts_come_from_the_built_model_not_from_key_names():
+    """ERNIE-4.5-MoE's two shared experts come from transformers' default (no key in the file says so); Gemma-4's
+    `num_experts` without its MoE block builds no experts (a dense model); DeepSeek-V2-Lite's first layer is dense."""
+    pytest.importorskip("transformers")
+    ernie, gemma4, deepseek = select_models(MODELS, ["benchmarks/workloads/tiny/ernie4_5_moe.json",
+                                                     "benchmarks/workloads/tiny/gemma4_text.json",
+                                                     "benchmarks/workloads/deepseek_v2_lite.json"])
+    assert (ernie.num_experts, ernie.moe_intermediate_size, ernie.n_shared_experts) == (4, 32, 2)
+    assert not gemma4.is_moe and gemma4.has_dense_mlp and gemma4.intermediate_size == 128
+    assert (deepseek.num_experts, deepseek.num_experts_per_tok, deepseek.moe_intermediate_size,
+            deepseek.n_shared_experts, deepseek.has_dense_mlp) == (64, 6, 1408, 2, True)
+
+
+def test_a_checkpoints_config_json_is_named_after_its_folder(tmp_path, monkeypatch):
+    """`my_model/config.json` is hf_my_model (not hf_config), so two checkpoints' configs keep apart; a named file
+    keeps its stem; two files that would share a name are refused rather than merged."""
+    from opperf.model_names import model_reference
+
+    monkeypatch.chdir(tmp_path)
+    mistral = (CONFIGS / "tiny_mistral.json").read_text()
+    for folder in ("a", "b", "my_model", "x/qwen", "y/qwen"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text(mistral)
+    (tmp_path / "qwen3_8b.json").write_text(mistral)
+    assert [model_reference(name, MODELS).name for name in ("my_model/config.json", "my_model", "qwen3_8b.json")] == [
+        "hf_my_model", "hf_my_model", "hf_qwen3_8b"]
+    assert [m.name for m in select_models(MODELS, ["a/config.json", "b/config.json"])] == ["hf_a", "hf_b"]
+    reference = model_reference("my_model", MODELS)
+    assert (reference.is_config, reference.config_path, reference.given) == (True, Path("my_model/config.json"),
+                                                                             "my_model")
+    assert model_reference("dsv3", MODELS).name == "DeepSeek-V3" and not model_reference("dsv3", MODELS).is_config
+    with pytest.raises(OpperfError, match=r"'x/qwen/config.json' and 'y/qwen' both go by 'hf_qwen'.*rename one"):
+        select_models(MODELS, ["x/qwen/config.json", "y/qwen"])
+
+
+def test_a_mistyped_model_gets_the_closest_name_or_path(tmp_path, monkeypatch):
+    from opperf.model_names import model_reference
+    from opperf.workload.transformers_model import read_config
+
+    with pytest.raises(OpperfError, match=r"unknown target model 'qwen3-32'; closest: Qwen3-32B; known: "):
+        select_models(MODELS, ["qwen3-32"])
+    with pytest.raises(OpperfError, match=r"unknown model 'qwen3-mo'; closest: qwen3-moe \(Qwen3-235B-A22B\); known"):
+        model_reference("qwen3-mo", "config/models.yaml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_model").mkdir()
+    (tmp_path / "my_model" / "config.json").write_text((CONFIGS / "tiny_mistral.json").read_text())
+    with pytest.raises(OpperfError) as raised:
+        read_config(model_reference("my_modle/config.json", MODELS).config_path)
+    assert str(raised.value) == ("my_modle/config.json: cannot read the model config: No such file or directory; "
+                                 "closest: my_model/config.json")
+    with pytest.raises(OpperfError, match=r"unknown model 'my_modle'; closest: my_model; known: "):
+        model_reference("my_modle", MODELS)
+    with pytest.raises(OpperfError, match=r"No such file or directory$"):       # nothing close: no hint
+        read_config("elsewhere/config.json")
+
+
+def test_a_tp_size_splits_a_model_only_where_it_divides_it():
+    model = MODELS["Qwen3-235B-A22B"]              # 64 heads, 4 KV heads, experts of 1536
+    assert model.splitting_tp_sizes((1, 4, 8, 3, 128)) == ((1, 4, 8), {
+        3: "TP size 3 does not divide num_attention_heads 64", 128: "TP size 128 does not divide num_attention_heads 64"})
+    narrow = dataclasses.replace(model, num_attention_heads=96, moe_intermediate_size=1540)
+    assert narrow.tp_size_problem(3) == "TP size 3 neither divides nor is a multiple of num_key_value_heads 4"
+    assert narrow.tp_size_problem(8) == "TP size 8 does not divide moe_intermediate_size 1540"
 
 
 @pytest.mark.parametrize("field, value, message, named_field", [

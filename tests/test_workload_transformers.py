@@ -85,6 +85,34 @@ def test_a_config_without_model_type_is_refused(tmp_path):
         read_config(tmp_path / "bad.json")
 
 
+def _check_workflow_with_model(tmp_path, model: str) -> None:
+    """The workflow's load-time check (rules/common.smk) of config/config.yaml with `model` as the workload and the
+    cpu grid's target."""
+    import yaml
+
+    from opperf.workflow_config import check_workflow
+    from opperf.yaml_files import read_yaml
+
+    config = read_yaml(REPO / "config" / "config.yaml", "workflow config")
+    config["workload"]["model"] = model
+    config["grid"]["target_models"] = {"cpu": [model]}
+    path = tmp_path / "my_model.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    check_workflow(config, config_files=[path], definitions_root=REPO / "config" / "kernels")
+
+
+def test_an_olmoe_config_passes_the_workflows_model_check(tmp_path, monkeypatch):
+    """OLMoE's convention (num_experts x intermediate_size, no moe_intermediate_size) is a MoE model the workflow
+    takes; a mistyped path beside it is refused with the closest config.json."""
+    monkeypatch.chdir(REPO)
+    _check_workflow_with_model(tmp_path, "tests/data/workload/tiny_olmoe.json")
+    with pytest.raises(OpperfError) as raised:
+        _check_workflow_with_model(tmp_path, "tests/data/workload/tiny_olmo.json")
+    assert str(raised.value).endswith(
+        "field 'workload.model': tests/data/workload/tiny_olmo.json: cannot read the model config: No such file or "
+        "directory; closest: tests/data/workload/tiny_olmoe.json")
+
+
 def test_num_layers_cuts_per_layer_lists(tmp_path):
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "qwen2_moe", "num_hidden_layers": 4, "layer_types": ["full_attention", '

@@ -7,10 +7,11 @@ the `model.*` value grids of `config/grid.yaml` and the function generators.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from opperf.model_names import config_model_name, is_config_path, model_key, read_models
+from opperf.model_names import ModelReference, check_distinct_names, model_reference, read_models
 from opperf.yaml_files import field_error
 
 _REQUIRED = ("hidden_size", "num_attention_heads", "vocab_size", "tp_sizes")
@@ -20,6 +21,10 @@ _POSITIVE_INTEGER_FIELDS = (
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
 )
 _NON_NEGATIVE_INTEGER_FIELDS = ("n_shared_experts", "first_k_dense_replace")
+# What a config.json's experts are is read from the model transformers builds (expert_layout), not from these keys:
+# each model family names them its own way.
+_EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+                  "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -44,7 +49,7 @@ class ModelConfig:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     n_shared_experts: int = 0
-    first_k_dense_replace: int = 0       # leading dense-MLP layers of a MoE model (DeepSeek)
+    first_k_dense_replace: int = 0       # dense-MLP layers of a MoE model (DeepSeek's leading ones)
     q_lora_rank: int = 0                 # MLA (DeepSeek); 0 = no query compression
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
@@ -142,6 +147,33 @@ class ModelConfig:
         """The expert layout at every EP size."""
         return [self.expert_layout(ep) for ep in self.ep_sizes] if self.is_moe else []
 
+    # --- which parallel sizes split it ---------------------------------------------------------
+
+    def tp_size_problem(self, tp: int) -> str | None:
+        """Why TP size `tp` does not split this model evenly, as the serving engine (and the queries' ranks) need:
+        attention heads, KV heads (divided, or replicated a whole number of times), the TP-sharded MLP and expert
+        widths; None where it does."""
+        kv_heads = self.num_key_value_heads
+        if self.num_attention_heads % tp:
+            return f"TP size {tp} does not divide num_attention_heads {self.num_attention_heads}"
+        if not self.is_mla and (kv_heads % tp if tp <= kv_heads else tp % kv_heads):
+            return f"TP size {tp} neither divides nor is a multiple of num_key_value_heads {kv_heads}"
+        if self.has_dense_mlp and self.intermediate_size % tp:
+            return f"TP size {tp} does not divide intermediate_size {self.intermediate_size}"
+        if self.is_moe and self.moe_intermediate_size % tp:
+            return f"TP size {tp} does not divide moe_intermediate_size {self.moe_intermediate_size}"
+        if self.is_moe and self.n_shared_experts and self.moe_intermediate_size * self.n_shared_experts % tp:
+            return (f"TP size {tp} does not divide the shared experts' width "
+                    f"{self.moe_intermediate_size * self.n_shared_experts}")
+        return None
+
+    def splitting_tp_sizes(self, sizes: Sequence[int]) -> tuple[tuple[int, ...], dict[int, str]]:
+        """(the sizes of `sizes` that split this model, {each other size: why not}): a scenario space's TP sizes
+        shard a model only as far as it divides."""
+        problems = {tp: self.tp_size_problem(tp) for tp in sizes}
+        return (tuple(tp for tp, problem in problems.items() if problem is None),
+                {tp: problem for tp, problem in problems.items() if problem is not None})
+
 
 def _model_from_entry(name: str, entry: object, path: Path) -> ModelConfig:
     if not isinstance(entry, dict):
@@ -196,14 +228,10 @@ def _check_divisibility(model: ModelConfig, path: Path) -> None:
         fail("kv_lora_rank", "an MLA model (kv_lora_rank) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
     if model.intermediate_size == 0 and not model.is_moe:
         fail("intermediate_size", "a dense model needs intermediate_size")
-    kv_heads = model.num_key_value_heads
     for tp in model.tp_sizes:
-        if model.num_attention_heads % tp:
-            fail("tp_sizes", f"TP size {tp} does not divide num_attention_heads {model.num_attention_heads}")
-        if not model.is_mla and (kv_heads % tp if tp <= kv_heads else tp % kv_heads):
-            fail("tp_sizes", f"TP size {tp} neither divides nor is a multiple of num_key_value_heads {kv_heads}")
-        if model.has_dense_mlp and model.intermediate_size % tp:
-            fail("tp_sizes", f"TP size {tp} does not divide intermediate_size {model.intermediate_size}")
+        problem = model.tp_size_problem(tp)
+        if problem:
+            fail("tp_sizes", problem)
     for ep in model.ep_sizes:
         if model.is_moe and model.num_experts % ep:
             fail("ep_sizes", f"EP size {ep} does not divide the {model.num_experts} routed experts")
@@ -214,40 +242,50 @@ def load_models(path: str | Path) -> dict[str, ModelConfig]:
     return {str(name): _model_from_entry(str(name), entry, Path(path)) for name, entry in read_models(path).items()}
 
 
-def model_from_config_json(path: str | Path) -> ModelConfig:
-    """A transformers config.json as a models.yaml entry (the same Hugging Face fields), so that the grid's patterns
-    serve a model nobody listed: its text config's dims, TP 1 and EP 1. Mixtral's `num_local_experts` are its routed
-    experts and its `intermediate_size` each expert's width; Qwen2-MoE's `shared_expert_intermediate_size` is
-    whole shared experts of `moe_intermediate_size`."""
-    from opperf.workload.transformers_model import read_config
+def model_from_config_json(config: str | Path | ModelReference) -> ModelConfig:
+    """A transformers config.json (a path or a ModelReference) as a models.yaml entry, so that the grid's patterns
+    serve a model nobody listed: its text config's attention and vocabulary dims (the same Hugging Face fields), TP 1
+    and EP 1. Its experts are those of the model transformers builds from it on meta (expert_layout: the expert
+    weights' shapes and the router's top-k), whatever the config calls them: Mixtral's `num_local_experts` x
+    `intermediate_size`, OLMoE's `num_experts` x `intermediate_size`, Qwen2-MoE's shared expert (whole experts of
+    the routed ones' width). Its `intermediate_size` is a dense MLP's only where some layers hold no experts."""
+    from opperf.workload.transformers_model import expert_layout, read_config
 
+    reference = config if isinstance(config, ModelReference) else model_reference(str(config), {})
+    path = reference.config_path
     document = read_config(path)
     text = document.get("text_config") if isinstance(document.get("text_config"), dict) else document
     fields = _POSITIVE_INTEGER_FIELDS + _NON_NEGATIVE_INTEGER_FIELDS
-    entry: dict[str, object] = {k: v for k, v in text.items() if k in fields and v is not None}
-    if text.get("num_local_experts"):
-        entry["num_experts"] = text["num_local_experts"]
-        entry.setdefault("moe_intermediate_size", entry.pop("intermediate_size", 0))
-    shared = text.get("shared_expert_intermediate_size")
-    if shared and entry.get("moe_intermediate_size"):
-        if shared % entry["moe_intermediate_size"]:
-            raise field_error(f"shared_expert_intermediate_size {shared} is not a whole number of experts of "
-                              f"moe_intermediate_size {entry['moe_intermediate_size']}", Path(path),
+    entry: dict[str, object] = {k: v for k, v in text.items()
+                                if k in fields and k not in _EXPERT_FIELDS and v is not None}
+    experts = expert_layout(document, path)
+    if experts is not None:
+        entry.update(num_experts=experts.num_experts, num_experts_per_tok=experts.experts_per_token,
+                     moe_intermediate_size=experts.intermediate_size)
+        if experts.shared_intermediate_size % experts.intermediate_size:
+            raise field_error(f"shared_expert_intermediate_size {experts.shared_intermediate_size} is not a whole "
+                              f"number of experts of moe_intermediate_size {experts.intermediate_size} (the widths "
+                              "of the built model's shared and routed experts)", path,
                               "shared_expert_intermediate_size")
-        entry["n_shared_experts"] = shared // entry["moe_intermediate_size"]
+        entry["n_shared_experts"] = experts.shared_intermediate_size // experts.intermediate_size
+        if experts.dense_layers:
+            entry["first_k_dense_replace"] = experts.dense_layers
+        else:
+            entry.pop("intermediate_size", None)       # Mixtral's and OLMoE's: each expert's, no dense MLP's
     entry["tp_sizes"] = [1]
-    return _model_from_entry(config_model_name(str(path)), entry, Path(path))
+    return _model_from_entry(reference.name, entry, path)
 
 
 def select_models(models: dict[str, ModelConfig], names: list[str], *, path: str | Path | None = None
                   ) -> list[ModelConfig]:
-    """The models named by --target-models (name or alias, case/punctuation-insensitive), in the given order."""
+    """The models named by --target-models (name or alias, case/punctuation-insensitive, or a transformers
+    config.json; model_reference), in the given order."""
+    references = [model_reference(name, models, path=path, field="--target-models", what="target model")
+                  for name in names]
+    check_distinct_names(references, field="--target-models")
     chosen: list[ModelConfig] = []
-    for name in names:
-        if is_config_path(name):
-            model = model_from_config_json(name)
-        else:
-            model = models[model_key(models, name, path=path, field="--target-models", what="target model")]
+    for reference in references:
+        model = model_from_config_json(reference) if reference.is_config else models[reference.name]
         if model not in chosen:
             chosen.append(model)
     return chosen

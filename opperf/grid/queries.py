@@ -53,7 +53,8 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
     import torch
 
     from opperf.database.consumer_queries import merge_scenario_queries
-    from opperf.database.model_queries import model_source, model_steps
+    from opperf.database.model_queries import model_source, model_steps, scenario_tp_sizes
+    from opperf.model_names import check_distinct_names, model_reference
     from opperf.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
 
     if backend not in ATTENTION_BY_BACKEND:
@@ -62,10 +63,20 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
     if dtype not in DTYPES:
         raise OpperfError(f"unknown consumer dtype {dtype!r}; one of {', '.join(DTYPES)}", field="--consumer-dtype")
     scenario_space = load_scenario_space(scenario_space or DEFAULT_SCENARIO_SPACE, space)
+    check_distinct_names([model_reference(model, models_path) for model in models], field="--consumer-models")
     def steps():                 # every model's scenarios: a query two models issue is one query
         for model in models:
             source = model_source(model, models_path, num_layers=num_layers)
-            chosen = scenario_space.scenarios(source.name, source.tp_sizes)
+            tp_sizes, left_out = scenario_tp_sizes(source, scenario_space.tp_sizes, dtype=getattr(torch, dtype),
+                                                   attention=ATTENTION_BY_BACKEND[backend])
+            if left_out:
+                log.warning("scenario space %r: %s is recorded at TP %s; left out: %s", space, source.name,
+                            ", ".join(map(str, tp_sizes)),
+                            "; ".join(f"TP {tp} ({reason})" for tp, reason in left_out.items()))
+            if not tp_sizes:
+                raise OpperfError(f"no TP size of scenario space {space!r} splits {source.name}: "
+                                  + "; ".join(left_out.values()), field="tp_sizes")
+            chosen = scenario_space.scenarios(source.name, tp_sizes)
             log.info("recording the consumer's queries: %d scenarios of %s (%s, attention %s)", len(chosen),
                      source.name, dtype, ATTENTION_BY_BACKEND[backend])
             yield from model_steps(source, chosen, dtype=getattr(torch, dtype), attention=ATTENTION_BY_BACKEND[backend])

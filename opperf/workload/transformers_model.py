@@ -10,13 +10,16 @@ imported only here.
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from opperf.errors import OpperfError
 from opperf.log import get_logger
+from opperf.model_names import closest_config_path
 
 log = get_logger("workload")
 
@@ -32,7 +35,9 @@ def read_config(path: str | Path, num_layers: int | None = None) -> dict:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise OpperfError(f"cannot read the model config: {exc.strerror}", path=path) from exc
+        closest = closest_config_path(path) if isinstance(exc, FileNotFoundError) else None
+        raise OpperfError(f"cannot read the model config: {exc.strerror}"
+                          + (f"; closest: {closest}" if closest else ""), path=path) from exc
     except json.JSONDecodeError as exc:
         raise OpperfError(f"not valid JSON: {exc.msg}", path=path, row=exc.lineno) from exc
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
@@ -117,3 +122,76 @@ class TransformersCausalLM:
         """One prefill (no cache) or decode step over `cache`; logits of the last position only, as serving does."""
         output = self.model(input_ids=token_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return output.logits, output.past_key_values
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """A MoE model's experts as transformers builds them (its expert weights' shapes), whatever its config calls
+    them: Mixtral's `num_local_experts` x `intermediate_size`, OLMoE's `num_experts` x `intermediate_size`,
+    Qwen2-MoE's `moe_intermediate_size` and `shared_expert_intermediate_size`, DeepSeek's `n_routed_experts` and
+    `n_shared_experts` …"""
+
+    num_experts: int                  # routed experts of one MoE layer
+    intermediate_size: int            # each routed expert's width
+    experts_per_token: int            # the router's top-k
+    shared_intermediate_size: int     # the width of the shared expert(s) beside them; 0 without
+    dense_layers: int                 # decoder layers without experts (they run a dense MLP)
+
+
+def expert_layout(config: dict, path: str | Path = "") -> ExpertLayout | None:
+    """The experts of the model transformers builds from `config` (on meta: no memory, nothing computed), or None
+    for a model without any.
+
+    An experts module holds 3-D weights, one slice per expert (transformers >= 5: `gate_up_proj`, `down_proj`,
+    plain or transposed); its width is the smallest of their dims other than the hidden size (`down_proj`'s). The
+    top-k is the `top_k` of its MoE block's router, the config's `num_experts_per_tok` where none has one; a shared
+    expert is a module beside the experts with linear layers, its width that of the one back to the hidden size."""
+    return _expert_layout(json.dumps(config, sort_keys=True), str(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _expert_layout(config_text: str, path: str) -> ExpertLayout | None:
+    config = json.loads(config_text)
+    transformers, hf_config = hf_config_of(config, path)
+    try:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16)
+    except Exception as exc:           # transformers' own checks of a config: ValueError, TypeError, AttributeError …
+        raise OpperfError(f"transformers {transformers.__version__} cannot build this model_type "
+                          f"{config.get('model_type')!r}: {exc}", path=path) from exc
+    hidden = int(model.get_input_embeddings().weight.shape[-1])
+    layouts = set()
+    moe_layers = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.conv._ConvNd):
+            continue
+        weights = [p.shape for p in module.parameters(recurse=False) if p.dim() == 3 and hidden in p.shape[1:]]
+        if not weights:
+            continue
+        width = min(min((d for d in shape[1:] if d != hidden), default=hidden) for shape in weights)
+        block = model.get_submodule(name.rpartition(".")[0])
+        top_k = next((m.top_k for m in block.modules() if isinstance(getattr(m, "top_k", None), int)),
+                     config.get("num_experts_per_tok") or 0)
+        shared = sum(_down_projection_width(child, hidden) for child in block.children() if child is not module)
+        layouts.add((int(weights[0][0]), width, int(top_k), shared))
+        moe_layers += 1
+    if not layouts:
+        return None
+    if len(layouts) > 1:
+        raise OpperfError(f"the model's MoE layers hold experts of different shapes (experts, width, top-k, shared "
+                          f"width: {sorted(layouts)}); the grid describes one layout per model", path=path)
+    (num_experts, width, top_k, shared), = layouts
+    if not top_k:
+        raise OpperfError(f"the MoE blocks of model_type {config.get('model_type')!r} name no top-k: set "
+                          "num_experts_per_tok", path=path, field="num_experts_per_tok")
+    layers = int(getattr(hf_config.get_text_config(), "num_hidden_layers", 0) or moe_layers)
+    return ExpertLayout(num_experts, width, top_k, shared, max(0, layers - moe_layers))
+
+
+def _down_projection_width(module: torch.nn.Module, hidden: int) -> int:
+    """The width of an MLP (a shared expert): the input of its linear layer back to the hidden size; 0 for a module
+    of fewer than two linear layers (a router, a gate of one output)."""
+    linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+    if len(linears) < 2:
+        return 0
+    return next((m.in_features for m in linears if m.out_features == hidden), 0)
