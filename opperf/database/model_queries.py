@@ -261,8 +261,8 @@ def scenario_tp_sizes(source: ModelSource, space_tp_sizes: Sequence[int], *, dty
             record(Scenario(source.name, tp, "prefill", 1, 1), 1)
         except (RuntimeError, ValueError) as exc:      # the model code's own shape checks, on meta
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            left_out[tp] = (f"one rank's share of the config does not run through its code at TP {tp} "
-                            f"({type(exc).__name__}: {first_line[:200]})")
+            left_out[tp] = (f"its code does not run on one rank's share of the config ({type(exc).__name__}: "
+                            f"{first_line[:200]})")
     return tuple(tp for tp in kept if tp not in left_out), dict(sorted(left_out.items()))
 
 
