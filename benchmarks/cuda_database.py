@@ -126,7 +126,7 @@ def main() -> int:
                              args.backend, "--device", device, "--repeat-count", str(args.repeat_count),
                              "--reports-dir", str(work / "reports")])
     stage("database", [python, "scripts/build_database.py", "directory", "--rows-dir", str(rows_dir),
-                               "--device", device, "--output", str(database)])
+                               "--device", device, "--output", str(database), "--overwrite"])
     if "check" not in args.stages:
         return 0
     check_json, check_md = args.output_dir / "check.json", args.output_dir / "check.md"

@@ -97,7 +97,7 @@ def stage_replay(work: Path, args) -> dict:
                   work / "logs" / "replay.log")
     database = work / "database" / args.device / "torch" / args.version_dir
     run([sys.executable, "scripts/build_database.py", "directory", "--rows-dir", str(rows), "--device", args.device,
-         "--output", str(database)], work / "logs" / "build.log")
+         "--output", str(database), "--overwrite"], work / "logs" / "build.log")
     return {"replay_s": round(seconds, 1)}
 
 
@@ -138,7 +138,10 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
     (root / "config" / "e2e_sources.tsv").write_text("device\tstack\tversion_dir\tpath\n")
     shutil.copy2(args.scenarios, root / "config" / "scenarios.yaml")
     (root / "e2e.yaml").write_text(yaml.safe_dump(workflow_config(config, args), sort_keys=False))
-    target = f"{args.device}/torch/{args.version_dir}"
+    from opperf.versions import workload_database_version_dir
+
+    # The workflow's folder for the model's database ({stack}_{model}); copied below to where `predict` reads it.
+    target = f"{args.device}/torch/{workload_database_version_dir(args.version_dir, str(config.resolve()), {})}"
     targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json",
                f"reports/{target}/predictions.json"]
     began = time.perf_counter()
@@ -154,7 +157,7 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
     if not (root / "results" / target / "database_manifest.tsv").is_file():
         tail = log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
         raise SystemExit(f"the workflow built no database ({done.returncode}) for {config}:\n{tail}")
-    destination = work / "database" / target
+    destination = work / "database" / args.device / "torch" / args.version_dir
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(database, destination)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from opperf.errors import OpperfError
 
@@ -100,10 +102,7 @@ def workload_version_dir(backend: str, configured: str | None = None) -> str:
     whose stack differs. Otherwise it is read from this host: cuda from torch's metadata, npu from CANN.
     """
     if configured:
-        wanted = parse_version_dir(configured)
-        if backend in VERSION_DIR_RUNTIME and wanted.runtime != VERSION_DIR_RUNTIME[backend]:
-            raise OpperfError(f"{configured!r} is a {wanted.runtime} version directory, but the workload runs on "
-                              f"back end {backend!r} (expected torch<t>_{VERSION_DIR_RUNTIME[backend]}…)")
+        check_workload_version_dir(configured, backend)
         return configured
     if backend == "cpu":
         return cpu_version_dir()
@@ -115,6 +114,38 @@ def workload_version_dir(backend: str, configured: str | None = None) -> str:
     if backend == "npu":
         return running_stack("npu").version_dir
     raise OpperfError(f"unknown back end {backend!r} (expected cpu, cuda or npu)")
+
+
+def check_workload_version_dir(configured: str, backend: str) -> StackVersions:
+    """A configured workload.version_dir: it parses, and names the runtime the workload's back end measures on."""
+    wanted = parse_version_dir(configured)
+    if backend in VERSION_DIR_RUNTIME and wanted.runtime != VERSION_DIR_RUNTIME[backend]:
+        raise OpperfError(f"{configured!r} is a {wanted.runtime} version directory, but the workload runs on "
+                          f"back end {backend!r} (expected torch<t>_{VERSION_DIR_RUNTIME[backend]}…)")
+    return wanted
+
+
+# The workload model of the shipped demo (config.schema.yaml's default): its database keeps the stack's own name.
+DEMO_MODEL = "opperf-tiny"
+
+
+def workload_database_version_dir(stack_version_dir: str, model: str, models: Mapping[str, object] | str | Path) -> str:
+    """The version_dir of the database profiled from workload `model`: the stack's (`torch2.13.0_cpu`) for the
+    demo's model, else the stack's followed by the model's name (`torch2.13.0_cpu_hf_my_model`,
+    `torch2.11.0_cuda13.0_Qwen3_32B`), so that a user's model never lands in, and writes over, the demo's database.
+
+    `model` is a key or alias of `models` (models.yaml's mapping or path) or a transformers config.json, named as
+    databases and reports name it (opperf.model_names.model_reference). A stack version_dir that carries a suffix already (workload.version_dir
+    `torch2.13.0_cpu_mine`) is the user's name for the folder: kept as it is.
+    """
+    from opperf.model_names import model_reference
+
+    if parse_version_dir(stack_version_dir).suffix:
+        return stack_version_dir
+    name = model_reference(model, models).name
+    if name == DEMO_MODEL:
+        return stack_version_dir
+    return f"{stack_version_dir}_{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}"
 
 
 def running_stack(backend: str) -> StackVersions:

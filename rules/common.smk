@@ -7,7 +7,7 @@ from pathlib import Path
 from opperf.contract import KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
 from opperf.model_names import model_reference, read_models
-from opperf.versions import workload_version_dir
+from opperf.versions import workload_database_version_dir, workload_version_dir
 from opperf.workflow_config import check_workflow, config_files_by_precedence
 
 # Config, catalog, models, definitions and sources sheet checked before any job: a mistake is one line
@@ -99,13 +99,24 @@ def version_dir_from_config_or_host(key, version_dir_for):
 
 
 def workload_database():
-    """(device, stack, version_dir) of the database the reference workload feeds, or None."""
+    """(device, stack, version_dir) of the database the reference workload feeds, or None. Its version_dir is the
+    stack's (config workload.version_dir, else this host's), and the model's name for a model other than the
+    demo's (workload_database_version_dir): a user's model gets its own database, beside the demo's."""
     workload = config.get("workload", {})
     if not workload.get("enabled", True):
         return None
     backend = workload.get("backend", "cpu")
-    version_dir = version_dir_from_config_or_host("workload", lambda given: workload_version_dir(backend, given))
-    return (workload.get("device", "CPU"), "torch", version_dir)
+    stack = version_dir_from_config_or_host("workload", lambda given: workload_version_dir(backend, given))
+    return (workload.get("device", "CPU"), "torch", workload_model_version_dir(stack))
+
+
+def workload_model_version_dir(stack_version_dir):
+    """workload_database_version_dir of the configured model (worked out once per run)."""
+    cache = workload_model_version_dir.__dict__.setdefault("cache", {})
+    if stack_version_dir not in cache:
+        model = config["workload"]["model"]
+        cache[stack_version_dir] = workload_database_version_dir(stack_version_dir, model, config["models"])
+    return cache[stack_version_dir]
 
 
 def databases():

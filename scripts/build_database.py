@@ -46,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     directory.add_argument("--definitions", default="config/kernels", help="kernel definitions root")
     directory.add_argument("--output", required=True,
                            help="the database directory, data/{device}/{stack}/{version_dir} (its name is the "
-                                "version directory op_mapping.yaml records)")
+                                "version directory op_mapping.yaml records); built beside it, then renamed into "
+                                "place. A directory that holds files already is refused without --overwrite")
+    directory.add_argument("--overwrite", action="store_true",
+                           help="replace the database --output holds: printed, kernel type by kernel type; the CSVs "
+                                "and layouts files of kernel types the new build lacks are removed with it")
     manifest = sub.add_parser("manifest", help="list a database's files with row counts")
     manifest.add_argument("--files", nargs="+", required=True)
     manifest.add_argument("--output", required=True)
@@ -63,7 +67,10 @@ def main(args: argparse.Namespace) -> int:
     elif args.command == "op-mapping":
         build_op_mapping(args.kernels, args.device, args.devices, args.definitions, args.output)
     elif args.command == "directory":
-        build_database_directory(args.rows_dir, args.device, args.output, args.devices, args.definitions)
+        built = build_database_directory(args.rows_dir, args.device, args.output, args.devices, args.definitions,
+                                         overwrite=args.overwrite)
+        if built.replaced is not None:
+            print(built.replaced.summary())
     else:
         write_manifest(args.files, args.output)
     return 0

@@ -33,13 +33,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opperf.cli import add_logging_args, run_cli  # noqa: E402
-from opperf.replay.engine import DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, UPDATE_MODES  # noqa: E402
-from opperf.replay.methods import DEFAULT_HEATER_MIN_POWER_W, DEFAULT_MIN_REPEAT_COUNT  # noqa: E402
+from opperf.cli import EXIT_BAD_INPUT, add_logging_args, run_cli  # noqa: E402
+from opperf.errors import OpperfError  # noqa: E402
+from opperf.replay.engine import UPDATE_MODES  # noqa: E402
+from opperf.replay.methods import DEFAULT_HEATER_MIN_POWER_W  # noqa: E402
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
+from opperf.workflow_config import WORKFLOW_CONFIG, workflow_defaults  # noqa: E402
+
+WORKFLOW = f"{Path(WORKFLOW_CONFIG).parent.name}/{Path(WORKFLOW_CONFIG).name}"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # By hand as in the workflow: the options that config/config.yaml's replay section sets default to its values.
+    try:
+        workflow = workflow_defaults("replay")
+    except OpperfError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_argument_group("which rows (workflow form)")
     where.add_argument("--rows", help="a kernel type's CSV (the grid or parse stage's output)")
@@ -70,28 +80,35 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--definitions", default="config/kernels", help="kernel definitions root (default: %(default)s)")
     how.add_argument("--definition", help="workflow form: the one definition file of --kernel ('' = none exists: "
                                           "every row is recorded no_definition); overrides --definitions")
-    how.add_argument("--repeat-count", type=int, default=DEFAULT_REPEAT_COUNT,
-                     help="timed calls per row after the warm-up (default: %(default)s; benchmarks/results/cuda_replay/: "
-                          "two H100 replays at 30 differ by 0.3 %% at the median, 1.1 %% at p90)")
-    how.add_argument("--time-budget-s", type=float, metavar="S",
+    how.add_argument("--repeat-count", type=int, default=workflow["repeat_count"],
+                     help=f"timed calls per row after the warm-up (default: %(default)s, {WORKFLOW} "
+                          "replay.repeat_count; benchmarks/results/cuda_replay/: two H100 replays at 30 differ by "
+                          "0.3 %% at the median, 1.1 %% at p90)")
+    how.add_argument("--time-budget-s", type=float, metavar="S", default=workflow["time_budget_s"],
                      help="time per row: after --min-repeat-count timed calls, a row stops once its calls took S "
                           "seconds, and at --repeat-count calls at the latest (cpu: decided after each call; cuda: "
                           "the count is set from the warm-up's time per call). Recorded per row in Replay Timing "
-                          "Method. Default: off, every row gets --repeat-count calls "
-                          "(benchmarks/results/e2e_prediction/: the H200 query databases, 0.02 s, at most 30 calls)")
-    how.add_argument("--min-repeat-count", type=int, default=DEFAULT_MIN_REPEAT_COUNT,
-                     help="with --time-budget-s: the fewest timed calls a row gets (default: %(default)s; "
-                          "benchmarks/results/e2e_prediction/)")
-    how.add_argument("--warmup-count", type=int, default=DEFAULT_WARMUP_COUNT,
-                     help="untimed calls first, the first of them verified (default: %(default)s; "
-                          "benchmarks/results/cuda_replay/: the H100 accuracy, 2.3 / 9.8 / 4.3 %%, measured with 3)")
-    how.add_argument("--update-mode", choices=UPDATE_MODES, default="all",
-                     help="all: replay every row; missing-only: only rows without an Average Duration(us)")
-    how.add_argument("--timeout-s", type=float, default=600.0,
-                     help="a row running longer is killed and recorded failed_timeout (default: %(default)s)")
-    how.add_argument("--max-restarts", type=int, default=3,
+                          f"Method. Default: {WORKFLOW} replay.time_budget_s, "
+                          + (f"{workflow['time_budget_s']} s" if workflow["time_budget_s"] else
+                             "off (every row gets --repeat-count calls)")
+                          + " (benchmarks/results/e2e_prediction/: the H200 query databases, 0.02 s, at most 30 "
+                          "calls)")
+    how.add_argument("--min-repeat-count", type=int, default=workflow["min_repeat_count"],
+                     help=f"with --time-budget-s: the fewest timed calls a row gets (default: %(default)s, {WORKFLOW} "
+                          "replay.min_repeat_count; benchmarks/results/e2e_prediction/)")
+    how.add_argument("--warmup-count", type=int, default=workflow["warmup_count"],
+                     help=f"untimed calls first, the first of them verified (default: %(default)s, {WORKFLOW} "
+                          "replay.warmup_count; benchmarks/results/cuda_replay/: the H100 accuracy, 2.3 / 9.8 / "
+                          "4.3 %%, measured with 3)")
+    how.add_argument("--update-mode", choices=UPDATE_MODES, default=workflow["update_mode"],
+                     help="all: replay every row; missing-only: only rows without an Average Duration(us) "
+                          f"(default: %(default)s, {WORKFLOW} replay.update_mode)")
+    how.add_argument("--timeout-s", type=float, default=float(workflow["timeout_s"]),
+                     help="a row running longer is killed and recorded failed_timeout (default: %(default)s, "
+                          f"{WORKFLOW} replay.timeout_s)")
+    how.add_argument("--max-restarts", type=int, default=workflow["max_restarts"],
                      help="fresh replay processes after crashes/timeouts before the rest is not_run "
-                          "(default: %(default)s)")
+                          f"(default: %(default)s, {WORKFLOW} replay.max_restarts)")
     how.add_argument("--fail-fast", action="store_true", help="stop at the first failed row, exit 2, write nothing")
     how.add_argument("--prune-invalid-rows", action="store_true",
                      help="drop rows that could not be built, run or verified (listed in the BACKFILL trace)")
@@ -109,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--persistent-worker", action=argparse.BooleanOptionalAction, default=None,
                      help="replay in the device slot's long-lived replay process, which keeps torch imported and "
                           "the profiler started between jobs (default: on for cuda, off for cpu; never under msprof)")
-    how.add_argument("--cpu-threads", type=int, help="cpu: torch intra-op threads per replay (default: torch's "
-                                                      "default; the rule passes its `threads`)")
-    how.add_argument("--memory-fraction", type=float, default=0.8,
-                     help="rows whose tensors exceed this fraction of device memory are skipped (default: 0.8)")
+    how.add_argument("--cpu-threads", type=int, default=workflow["cpu_threads"],
+                     help=f"cpu: torch intra-op threads per replay (default: %(default)s, {WORKFLOW} "
+                          "replay.cpu_threads; recorded in Replay Timing Method)")
+    how.add_argument("--memory-fraction", type=float, default=workflow["memory_fraction"],
+                     help="rows whose tensors exceed this fraction of device memory are skipped (default: "
+                          f"%(default)s, {WORKFLOW} replay.memory_fraction)")
     how.add_argument("--device-ids", help="devices concurrent jobs share, e.g. 0,1,2,3 (default: all visible)")
     how.add_argument("--slots-dir", default=str(DEFAULT_SLOTS_DIR), help="device-slot lock files (default: %(default)s)")
     how.add_argument("--devices-catalog", default="config/devices.yaml")

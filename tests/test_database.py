@@ -82,6 +82,60 @@ def test_existing_database_file_survives_a_failed_rewrite(tmp_path):
     assert out.read_text() == "old complete content\n"
 
 
+def _build_directory(repo, rows_dir, output, *flags):
+    """scripts/build_database.py directory, in process: (exit code, stdout, stderr)."""
+    import contextlib
+    import importlib.util
+    import io
+
+    from opperf.cli import run_cli
+
+    spec = importlib.util.spec_from_file_location("build_database_script", repo / "scripts" / "build_database.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(script.build_parser(), script.main,
+                       ["directory", "--rows-dir", str(rows_dir), "--device", "CPU", "--output", str(output),
+                        "--devices", str(repo / "config" / "devices.yaml"),
+                        "--definitions", str(repo / "config" / "kernels"), *flags])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_database_is_written_over_another_only_with_overwrite_and_then_keeps_no_stale_file(tmp_path, repo):
+    import shutil
+
+    replayed = repo / "tests" / "data" / "database" / "cpu_replayed"       # add, cat, copy_, mm, sum
+    database = tmp_path / "data" / "CPU" / "torch" / "torch2.13.0_cpu"
+    assert _build_directory(repo, replayed, database)[0] == 0
+    (database / "reports").mkdir()
+    (database / "reports" / "replay_report.md").write_text("the old database's report\n")
+    before = {p: p.read_bytes() for p in database.rglob("*") if p.is_file()}
+    smaller = tmp_path / "rows"                                            # another build: add and mm only
+    smaller.mkdir()
+    for kernel in ("add", "mm"):
+        shutil.copy(replayed / f"{kernel}.csv", smaller / f"{kernel}.csv")
+
+    code, out, err = _build_directory(repo, smaller, database)
+    assert code == 2 and out == ""
+    assert err == (f"error: {database}, field '--overwrite': already holds a database of 5 kernel types; give "
+                   "--overwrite to replace it (kernel types the new build lacks are removed), or another --output\n")
+    assert {p: p.read_bytes() for p in database.rglob("*") if p.is_file()} == before
+
+    code, out, err = _build_directory(repo, smaller, database, "--overwrite")
+    assert code == 0
+    assert out.splitlines() == [
+        f"replaced the database in {database}: 2 kernel types rewritten, 0 added, 3 removed",
+        "  rewritten: add, mm",
+        "  removed (CSV and layouts file): cat, copy_, sum",
+        "  other files removed: reports/replay_report.md"]
+    assert sorted(str(p.relative_to(database)) for p in database.rglob("*") if p.is_file()) == [
+        "add.csv", "layouts/add.csv", "layouts/mm.csv", "mm.csv", "op_mapping.yaml"]
+    mapping = yaml.safe_load((database / "op_mapping.yaml").read_text())
+    assert mapping["version"] == "torch2.13.0_cpu" and set(mapping["opperf"]["kernel_types"]) == {"add", "mm"}
+    assert [p.name for p in database.parent.iterdir()] == ["torch2.13.0_cpu"]    # no staging directory left
+
+
 def test_op_mapping_is_generated_from_kernel_definitions(tmp_path, repo):
     database = tmp_path / "data" / "CPU" / "torch" / "torch2.13.0_cpu"
     rows = write(tmp_path / "in.csv", [HEADER, ROWS[0]])

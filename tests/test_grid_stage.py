@@ -208,3 +208,21 @@ def test_a_database_directory_without_a_manifest_is_extended_in_place(parsed, tm
     empty.mkdir()
     failed = run_script("--data-dir", str(empty))
     assert failed.returncode == 2 and "neither kernel_types.txt nor any kernel CSV here" in failed.stderr
+
+
+def test_the_grid_by_hand_defaults_to_the_workflows_values():
+    """generate_shape_grid.py's defaults are the grid section of config/config.yaml, so the by-hand route of
+    docs/grid.md records the rows the workflow would."""
+    import importlib.util
+
+    import yaml
+
+    from opperf.workflow_config import WORKFLOW_CONFIG
+
+    spec = importlib.util.spec_from_file_location("grid_script", REPO_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = script.build_parser().parse_args([])
+    grid = yaml.safe_load(WORKFLOW_CONFIG.read_text())["grid"]
+    assert (args.rows, args.seed, args.consumer_dtype, args.scenario_space) == (
+        grid["rows"], grid["seed"], grid["consumer_dtype"], grid["scenario_space"])

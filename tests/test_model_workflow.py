@@ -71,6 +71,28 @@ def test_the_workflow_builds_checks_and_predicts_a_database_for_a_transformers_c
     assert {"profile_workload", "generate_shape_grid", "predict_steps"} <= plan
 
 
+def test_a_second_models_database_never_lands_in_the_demos_folder(tmp_path):
+    """The workflow's database of a user's model is {stack}_{model}, beside the demo's {stack}, never in it."""
+    from opperf.versions import cpu_version_dir
+
+    workdir = copy_workflow(tmp_path / "wf")
+    (workdir / CONFIG_JSON).write_text((REPO / "tests" / "data" / "workload" / "tiny_mistral.json").read_text())
+    scenarios = workdir / "config" / "scenarios.yaml"
+    spaces = yaml.safe_load(scenarios.read_text())
+    spaces["spaces"]["test"] = SPACE
+    scenarios.write_text(yaml.safe_dump(spaces, sort_keys=False))
+
+    def cpu_databases(config):
+        plan = run_workflow(workdir, dry_run=True, config=config)
+        return {wildcards["version_dir"] for _, wildcards in plan if wildcards.get("device") == "CPU"}
+
+    assert cpu_databases({"comm": {"enabled": False}}) == {cpu_version_dir()}
+    assert cpu_databases(model_config()) == {f"{cpu_version_dir()}_hf_my_model"}
+    # workload.version_dir names the stack (a submit host plans with it): the model's name still follows it.
+    stack = {"workload": {**model_config()["workload"], "version_dir": cpu_version_dir()}}
+    assert cpu_databases({**model_config(), **stack}) == {f"{cpu_version_dir()}_hf_my_model"}
+
+
 @pytest.mark.parametrize("change, messages", [
     ({"grid": {"consumer_queries": False, "queries_only": True}},
      ["field 'grid.queries_only': needs grid.consumer_queries: true"]),

@@ -53,6 +53,30 @@ def test_wrong_stack_is_refused_with_one_line_and_no_output(tmp_path, capsys):
     assert error.count("\n") == 1 and "refusing to write into torch0.0.1_cpu" in error
 
 
+def test_by_hand_replay_measures_as_the_workflow_does(tmp_path):
+    """scripts/replay.py's defaults are the workflow's replay section of config/config.yaml (one place chooses
+    them): on cpu 1 thread and 10 timed calls per row, not torch's default threads and 30."""
+    import yaml
+
+    from opperf.replay.cli import settings_from_args
+
+    workflow = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["replay"]
+    assert (workflow["cpu_threads"], workflow["repeat_count"]) == (1, 10)
+    args = replay_script.build_parser().parse_args([])
+    for option in ("repeat_count", "cpu_threads", "warmup_count", "timeout_s", "max_restarts", "memory_fraction",
+                   "update_mode", "time_budget_s", "min_repeat_count"):
+        assert getattr(args, option) == workflow[option], option
+    settings = settings_from_args(args, None)
+    assert (settings.backend, settings.repeat_count, settings.cpu_threads) == ("cpu", 10, 1)
+    rows, output = mm_csv(tmp_path / "mm.csv", [""]), tmp_path / "out.csv"
+    assert replay("--rows", str(rows), "--kernel", "mm", "--output", str(output), "--version-dir", cpu_version_dir(),
+                  "--definitions", str(REPO / "config" / "kernels")) == 0
+    row = pd.read_csv(output, dtype=str, keep_default_na=False).iloc[0]
+    # Samples: the timed calls the profiler attributed the op to, of the 10 made (30 before, by hand).
+    assert row[contract.REPLAY_STATUS] == "ok" and 0 < int(row[contract.REPLAY_SAMPLE_COUNT]) <= 10
+    assert row[contract.REPLAY_TIMING_METHOD].endswith(", 1 threads")
+
+
 def test_workflow_form_needs_kernel_and_output(tmp_path, capsys):
     assert replay("--rows", str(tmp_path / "x.csv")) == 2
     assert "--kernel" in capsys.readouterr().err

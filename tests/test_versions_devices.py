@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from opperf import versions
 from opperf.devices import load_catalog, resolve_device
 from opperf.errors import OpperfError
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name, parts", [
@@ -30,6 +34,20 @@ def test_npu_version_dir_from_seed_flags():
 def test_bad_version_dir():
     with pytest.raises(OpperfError, match="not of the form"):
         versions.parse_version_dir("latest")
+
+
+@pytest.mark.parametrize("stack, model, version_dir", [
+    ("torch2.13.0_cpu", "opperf-tiny", "torch2.13.0_cpu"),               # the demo's database keeps the stack's name
+    ("torch2.13.0_cpu", "OPPERF_tiny", "torch2.13.0_cpu"),               # any spelling of the demo's model
+    ("torch2.13.0_cpu", "qwen3-32b", "torch2.13.0_cpu_Qwen3_32B"),       # a models.yaml model: its key
+    ("torch2.13.0_cpu", "tests/data/workload/tiny_mistral.json", "torch2.13.0_cpu_hf_tiny_mistral"),
+    ("torch2.13.0_cpu", "my_model/config.json", "torch2.13.0_cpu_hf_my_model"),   # named after its folder
+    ("torch2.11.0_cuda13.0", "dsv3", "torch2.11.0_cuda13.0_DeepSeek_V3"),
+    ("torch2.13.0_cpu_mine", "qwen3-32b", "torch2.13.0_cpu_mine"),      # a suffix of the user's own: as given
+])
+def test_a_model_other_than_the_demos_gets_a_database_of_its_own(stack, model, version_dir):
+    assert versions.workload_database_version_dir(stack, model, REPO / "config" / "models.yaml") == version_dir
+    versions.parse_version_dir(version_dir)               # a form every reader of a version_dir accepts
 
 
 def test_replay_refuses_another_stacks_version_dir():

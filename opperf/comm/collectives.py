@@ -102,6 +102,25 @@ def comm_version_dir(backend: str) -> str:
     return f"nccl{nccl}_torch{running_stack('cuda').torch}_cuda{torch.version.cuda}"
 
 
+# What comm_version_dir gives on each back end, for a configured comm.version_dir (planned on another host).
+COMM_VERSION_DIR_FORMS = {
+    "gloo": (r"torch[0-9][0-9A-Za-z.+]*", "torch<t> (gloo ships inside torch), e.g. torch2.13.0"),
+    "nccl": (r"nccl[0-9][0-9.]*_torch[0-9][0-9A-Za-z.+]*_cuda[0-9][0-9.]*",
+             "nccl<v>_torch<t>_cuda<c>, e.g. nccl2.28.9_torch2.11.0_cuda13.0"),
+    "hccl": (r"v[0-9][0-9A-Za-z.]*", "v<CANN version>, e.g. v8.5"),
+}
+
+
+def check_comm_version_dir(version_dir: str, backend: str) -> None:
+    """A configured comm.version_dir is of the form comm_version_dir gives on `backend`."""
+    import re
+
+    check_backend(backend)
+    pattern, form = COMM_VERSION_DIR_FORMS[backend]
+    if not re.fullmatch(pattern, version_dir):
+        raise OpperfError(f"{backend} version directory {version_dir!r} is not of the form {form}")
+
+
 # --- a runnable, checkable case -----------------------------------------------------------------
 
 def reduction_modulus(num_devices: int, dtype: CommDtype) -> int:
