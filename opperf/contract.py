@@ -298,6 +298,12 @@ def parse_names(field_value: str) -> list[str]:
     return [s.strip() for s in split_slots(field_value)]
 
 
+def input_slot_count(row: Mapping[str, object]) -> int:
+    """A row's input slots, one per argument of its call: the longer of `Input Shapes` and `Input Data Types` (a
+    lone 0-d tensor has no shape text but has its dtype)."""
+    return max(len(split_slots(str(row.get(INPUT_SHAPES, "")))), len(split_slots(str(row.get(INPUT_DTYPES, "")))))
+
+
 def fractal_nz_to_nd(storage_shape: Sequence[int]) -> Shape:
     """FRACTAL_NZ storage (..., a, b, c, d) is the ND matrix (..., b*c, a*d)."""
     if len(storage_shape) < 4:

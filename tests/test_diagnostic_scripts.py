@@ -49,3 +49,26 @@ def test_row_history_groups_one_calls_profiles_and_replays_across_chains(tmp_pat
             (2.2018, 5.0, [2.605833]), (2.2594, 5.0, [2.527067])]
         assert row_history.main(["cat", "9,9,9;", "--sources", *sources]) == 1
         assert "no cat row with Input Shapes '9,9,9;' in 2 source(s)" in capsys.readouterr().err
+
+
+def test_the_chain_script_passes_only_options_its_scripts_accept():
+    """benchmarks/lib/chain_run.sh calls benchmarks/cuda_replay.py and scripts/replay.py: every option it can pass is
+    one they have (it passed --power-policy after cuda_replay.py lost it), and a POWER_POLICY left set stops it."""
+    import re
+    import subprocess
+
+    chain = REPO / "benchmarks" / "lib" / "chain_run.sh"
+    commands = chain.read_text().replace("\\\n", " ").splitlines()
+    for script in ("benchmarks/cuda_replay.py", "scripts/replay.py"):
+        accepted = set(re.findall(r"add_argument\(\s*\"(--[a-z][a-z0-9-]*)\"", (REPO / script).read_text()))
+        if script == "scripts/replay.py":           # its parser is built by opperf.replay.cli's helpers too
+            accepted |= set(re.findall(r"add_argument\(\s*\"(--[a-z][a-z0-9-]*)\"",
+                                       (REPO / "opperf" / "replay" / "cli.py").read_text()))
+        passed = {option for line in commands if f"python {script}" in line
+                  for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line.split(f"python {script}", 1)[1])}
+        assert passed, script
+        unknown = {o for o in passed if o not in accepted and o.replace("--no-", "--", 1) not in accepted}
+        assert not unknown, (script, sorted(unknown))
+    stopped = subprocess.run(["bash", str(chain)], env={"POWER_POLICY": "cooldown", "PATH": "/usr/bin:/bin"},
+                             cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert stopped.returncode == 2 and "replay has one power state, after-gemm" in stopped.stderr

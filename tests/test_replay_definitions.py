@@ -59,6 +59,16 @@ GOOD = {"type": "Foo", "backends": ["cpu"], "category": "matmul", "api": "torch.
     ({"memcpy_when_dense": "yes"}, "memcpy_when_dense"),
     ({"alternate_kernel_types": ["Foo"]}, "alternate_kernel_types"),
     ({"surprise": 1}, "surprise"),
+    # overloads: each its own slot counts (a row's count picks its layout), its own inputs, never with a hook
+    ({"overloads": [{"inputs": [{"role": "tensor"}, {"role": "tensor"}]}]}, "overloads[0].inputs"),
+    ({"overloads": [{"inputs": [{"role": "tensor"}]},
+                    {"inputs": [{"role": "tensor"}, {"role": "tensor", "optional": True}]}]}, "overloads[1].inputs"),
+    ({"overloads": [{"api": "torch.mm"}]}, "overloads[0].inputs"),
+    ({"overloads": [{"inputs": [{"role": "tensor"}], "colour": 1}]}, "overloads[0].colour"),
+    ({"overloads": [{"inputs": [{"role": "weights"}]}]}, "overloads[0].inputs[0].role"),
+    ({"overloads": [{"api": "torch.mm(x)", "inputs": [{"role": "tensor"}]}]}, "overloads[0].api"),
+    ({"overloads": []}, "overloads"),
+    ({"hook": "opperf.replay.schema", "overloads": [{"inputs": [{"role": "tensor"}]}]}, "overloads"),
 ])
 def test_schema_errors_name_file_and_field(tmp_path, change, field):
     path = write(tmp_path, "Foo", yaml.safe_dump({**GOOD, **change}))

@@ -17,7 +17,8 @@
 #      removing the column from them (so run it last), into <variant>/ and databases_<variant>.tar.gz; with
 #      REPEAT set, each replayed twice (another seed) for issue 18's repeatability; RUNS (e.g. "insitu", then
 #      "insitu-repeat" with SKIP_PROFILE in the next call) splits the two replays of a workload too long for one call;
-#      HEATER_MIN_POWER (W) passes --heater-min-power (benchmarks/results/heater_ab/), POWER_POLICY --power-policy.
+#      HEATER_MIN_POWER (W) passes --heater-min-power (benchmarks/results/heater_ab/). The power state is after-gemm,
+#      the one replay keeps since b6b197b (issue 42): a POWER_POLICY still set stops the script before it starts.
 #      PHASE=1 then runs stage 4b (scripts/phase_replay.py, folded into the same replays; PHASE_ITERATIONS passes
 #      --phase-iterations, PHASE_COLD_COPIES=1 --phase-cold-copies) and reports it apart in
 #      <variant>_phase/. TAG is appended to the packed file's name, so that several calls in one device command keep theirs.
@@ -26,6 +27,11 @@
 # variant of three MoE workloads; run the other variant with SKIP_PROFILE in the next call:
 #   DEV=H200 VARIANTS=recorded bash benchmarks/lib/chain_run.sh
 #   DEV=H200 SKIP_PROFILE=1 TYPES="_grouped_mm histc" VARIANTS=balanced bash benchmarks/lib/chain_run.sh
+if [ -n "${POWER_POLICY:-}" ]; then
+  echo "chain_run.sh: POWER_POLICY=$POWER_POLICY: replay has one power state, after-gemm (--power-policy went in" \
+       "b6b197b, issue 42); unset POWER_POLICY" >&2
+  exit 2
+fi
 . benchmarks/lib/device_setup.sh
 W=/tmp/iv; DEV=${DEV:-H100}; RES=${RES:-/tmp/ivres}
 rm -rf $RES && mkdir -p $RES     # W stays for SKIP_PROFILE; RES holds only this call's results (no stale report packed)
@@ -71,7 +77,6 @@ for variant in $VARIANTS; do
   timeout ${REPLAY_TIMEOUT:-400} python benchmarks/cuda_replay.py --workloads $WORKLOADS --device $DEV --policies insitu \
       $([ -n "${REPEAT:-}" ] && echo --repeat || echo --no-repeat) $([ -n "${RUNS:-}" ] && echo --replay-runs $RUNS) \
       $([ -n "${HEATER_MIN_POWER:-}" ] && echo --heater-min-power $HEATER_MIN_POWER) \
-      $([ -n "${POWER_POLICY:-}" ] && echo --power-policy $POWER_POLICY) \
       --stages replay report --work-dir $W --output $RES/$variant > $RES/replay_$variant.log 2>&1
   echo "$variant: replay exit $?"; sed -n '/Per workload/,/^## Gap/p' $RES/$variant/cuda_replay.md | head -7
   if [ -n "${PHASE:-}" ]; then   # stage 4b on the same replays, reported apart (<variant>_phase/)

@@ -27,8 +27,12 @@ Schema (see docs/replay.md, "Kernel definition reference"):
       - {role: scalar, from: input_scalars}        # the row's `Input Scalars` slot
       - {role: scalar, value: 1.0e-6, name: eps}   # a fixed value, passed as keyword `eps`
       - {role: device, name: device}  # the replay device (factory ops: empty, empty_strided, ...)
+      - {role: dtype, name: dtype}    # the ScalarType the slot recorded (a code: 6 = float32), left out if none
       - {role: none}                  # empty/optional slot: passed as None (omit: true leaves it out)
       - {role: tensor, name: out, optional: true}  # trailing slot a row may lack (`optional` on any role)
+    overloads:                        # the op's other argument layouts rows of this Type are recorded in, each
+      - api: torch.ops.aten.arange.start_out       # told apart by its slot count (`api` defaults to the top one)
+        inputs: [...]
     kwargs: {epsilon: 1.0e-6}         # fixed keyword arguments
     dtype_overrides: {1: DT_INT8}     # slot index -> dtype forced regardless of the row
     outputs: {verify: true}           # verify produced outputs against Output Shapes / Output Data Types
@@ -61,14 +65,14 @@ DEFAULT_DEFINITIONS_DIR = REPOSITORY_ROOT / "config" / "kernels"
 BACKENDS = ("cpu", "cuda", "npu")
 CATEGORIES = ("matmul", "quant", "attention", "norm", "rope", "kv_cache", "activation", "elementwise",
               "memory", "shape", "moe", "sampling", "reduction", "embedding", "communication")
-ROLES = ("tensor", "index", "scalar", "device", "none")
+ROLES = ("tensor", "index", "scalar", "device", "dtype", "none")
 VALUE_KINDS = ("normal", "uniform", "positive", "ones", "zeros")
 # Where an input lives when the kernel runs inside the model: `warm` (an activation just written by the
 # previous kernel: in L2 as far as it fits) or `cold` (a weight, an embedding table: read from memory).
 CACHE_STATES = ("warm", "cold")
 
 _TOP_KEYS = {"type", "backends", "category", "api", "import_modules", "framework_ops", "alternate_kernel_types",
-             "inputs", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description",
+             "inputs", "overloads", "kwargs", "dtype_overrides", "outputs", "hook", "requires_custom_opp", "description",
              "op_mapping", "runtime_policies", "memcpy_when_dense"}
 # Per-mapping fields of op_mapping.yaml that the peer runtime (msmodeling tensor_cast ProfilingDataSource) reads
 # and a definition may state: how its rows are matched (elementwise by output shape, FIA by runtime metadata,
@@ -83,8 +87,10 @@ _ROLE_KEYS = {
     "index": _COMMON_KEYS | {"low", "high", "unique", "sorted", "cache"},
     "scalar": _COMMON_KEYS | {"from", "value"},
     "device": _COMMON_KEYS,
+    "dtype": _COMMON_KEYS,
     "none": _COMMON_KEYS | {"omit"},
 }
+_OVERLOAD_KEYS = {"api", "inputs"}
 _OUTPUT_KEYS = {"verify", "extra", "slots"}
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -108,7 +114,7 @@ class IndexBound:
 class InputSpec:
     """How one slot of a row's `Input Shapes` becomes an argument of the call."""
 
-    role: str                                  # tensor | index | scalar | device | none
+    role: str                                  # tensor | index | scalar | device | dtype | none
     name: str | None = None                    # pass as keyword `name` instead of positionally
     transpose: tuple[int, int] | None = None   # tensor: build the slot's shape, then .transpose(a, b) (a view)
     contiguous: bool = False                   # tensor: make the transformed view contiguous
@@ -122,6 +128,21 @@ class InputSpec:
     omit: bool = False                         # none: leave the argument out entirely
     optional: bool = False                     # trailing slot a row may lack (e.g. an `out=` variant's out)
     cache: str = "warm"                        # tensor/index: in-situ cache state (CACHE_STATES)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One argument layout of a definition: the callable and one InputSpec per `Input Shapes` slot. A row takes
+    the layout whose slot count it has (an op's overloads differ in their argument count)."""
+
+    api: str | None
+    inputs: tuple[InputSpec, ...]
+    where: str = "inputs"                      # where the file states it: `inputs`, `overloads[0]`
+
+    @property
+    def slot_counts(self) -> range:
+        """The slot counts this layout takes: its entries, less any trailing optional ones."""
+        return range(sum(not spec.optional for spec in self.inputs), len(self.inputs) + 1)
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,7 @@ class KernelDefinition:
     framework_op_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per-op runtime fields
     alternate_kernel_types: tuple[str, ...] = ()
     inputs: tuple[InputSpec, ...] = ()
+    overloads: tuple[Layout, ...] = ()           # the op's other argument layouts (told apart by slot count)
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     dtype_overrides: Mapping[int, str] = field(default_factory=dict)
     outputs: OutputSpec = OutputSpec()
@@ -164,14 +186,41 @@ class KernelDefinition:
         return f"{SCHEMA_PREFIX}{self.schema_op}" if self.schema_op else str(self.path)
 
     @property
+    def source(self) -> str:
+        """The file as a database may name it: by its repository path (the same on every host), else relative to
+        the working directory, else by its name alone; never the builder's absolute directories."""
+        return portable_path(self.path)
+
+    @property
     def recipe(self) -> str:
         """The `Replay Recipe` of rows replayed from it (a schema recipe names its overload once it is chosen)."""
         if self.schema_op:
             return f"schema {self.schema_op}"
-        try:            # the checkout's own files by their repository path, the same on every host
-            return f"definition {self.path.resolve().relative_to(REPOSITORY_ROOT)}"
-        except ValueError:
-            return f"definition {self.path}"
+        return f"definition {self.source}"
+
+    @property
+    def layouts(self) -> tuple[Layout, ...]:
+        """Every argument layout: `inputs` first, then `overloads`; none for a hook that builds its own call."""
+        if not self.inputs:
+            return ()
+        return (Layout(self.api, self.inputs), *self.overloads)
+
+    def layout_for(self, slot_count: int) -> Layout | None:
+        """The layout a row of `slot_count` input slots is built with, or None when none takes that many."""
+        return next((layout for layout in self.layouts if slot_count in layout.slot_counts), None)
+
+    def slot_counts_text(self) -> str:
+        """The input slot counts this definition takes, in words: `2`, `1 to 2`, `5, 6, 7 or 4`."""
+        words = [str(c.start) if len(c) == 1 else f"{c.start} to {c.stop - 1}"
+                 for c in (layout.slot_counts for layout in self.layouts)]
+        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+    def out_slots(self, slot_count: int) -> tuple[int, ...]:
+        """The input slots that are `out=` arguments (named `out`) in a row of `slot_count` slots."""
+        layout = self.layout_for(slot_count)
+        if layout is None:
+            return ()
+        return tuple(i for i, spec in enumerate(layout.inputs[:slot_count]) if spec.name == "out")
 
     @property
     def kernel_types(self) -> tuple[str, ...]:
@@ -180,6 +229,18 @@ class KernelDefinition:
 
     def supports(self, backend: str) -> bool:
         return backend in self.backends
+
+
+def portable_path(path: str | Path) -> str:
+    """`path` as a file written for other hosts names it: relative to the repository, else to the working
+    directory, else its name alone."""
+    resolved = Path(path).resolve()
+    for base in (REPOSITORY_ROOT, Path.cwd().resolve()):
+        try:
+            return str(resolved.relative_to(base))
+        except ValueError:
+            continue
+    return Path(path).name
 
 
 # --- validation helpers -------------------------------------------------------------------------
@@ -254,8 +315,8 @@ def _index_bound(raw: Any, path: Path, field_name: str, slot_count: int) -> Inde
     return IndexBound(slot=slot, dim_from_scalar_slot=scalar_slot)
 
 
-def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
-    field_name = f"inputs[{index}]"
+def _input_spec(raw: Any, index: int, slot_count: int, path: Path, prefix: str = "") -> InputSpec:
+    field_name = f"{prefix}inputs[{index}]"
     if not isinstance(raw, Mapping):
         raise _fail(f"must be a mapping such as {{role: tensor}}, got {raw!r}", path, field_name)
     role = raw.get("role")
@@ -304,7 +365,7 @@ def _input_spec(raw: Any, index: int, slot_count: int, path: Path) -> InputSpec:
             raise _fail(f"must be a number, boolean, string, null or a list of those, got {value!r}", path,
                         f"{field_name}.value")
         return InputSpec(role=role, name=name, optional=optional, scalar_from=raw.get("from"), value=value)
-    if role == "device":
+    if role in ("device", "dtype"):
         return InputSpec(role=role, name=name, optional=optional)
     return InputSpec(role=role, name=name, optional=optional, omit=_boolean(raw.get("omit"), path, f"{field_name}.omit"))
 
@@ -356,18 +417,11 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
         raise _fail(f"{kernel_type!r} lists itself as an alternate", path, "alternate_kernel_types")
 
     raw_inputs = raw.get("inputs", [])
-    if not isinstance(raw_inputs, list):
-        raise _fail("must be a list with one entry per Input Shapes slot", path, "inputs")
     if not raw_inputs and hook is None:
         raise _fail("a declarative definition needs one entry per Input Shapes slot", path, "inputs")
-    inputs = tuple(_input_spec(entry, i, len(raw_inputs), path) for i, entry in enumerate(raw_inputs))
-    for index in range(1, len(inputs)):
-        if inputs[index - 1].optional and not inputs[index].optional:
-            raise _fail("optional entries must come last (a row may only lack trailing slots)", path,
-                        f"inputs[{index}]")
+    inputs = _layout_inputs(raw_inputs, path)
     keyword_names = [spec.name for spec in inputs if spec.name]
-    if len(set(keyword_names)) != len(keyword_names):
-        raise _fail(f"keyword names repeat: {keyword_names}", path, "inputs")
+    overloads = _overloads(raw.get("overloads"), path, api, hook, inputs)
 
     kwargs = raw.get("kwargs") or {}
     if not isinstance(kwargs, Mapping):
@@ -377,17 +431,18 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
             raise _fail(f"keyword {key!r} is not an identifier", path, "kwargs")
         if not _is_plain_literal(value):
             raise _fail(f"value of {key!r} must be a number, boolean, string, null or list", path, f"kwargs.{key}")
-        if key in keyword_names:
+        if key in keyword_names or any(key == spec.name for layout in overloads for spec in layout.inputs):
             raise _fail(f"{key!r} is both a fixed kwarg and an input slot's keyword", path, f"kwargs.{key}")
 
     overrides_raw = raw.get("dtype_overrides") or {}
     if not isinstance(overrides_raw, Mapping):
         raise _fail("must be a mapping of slot index -> dtype", path, "dtype_overrides")
     dtype_overrides = {}
+    widest = max([len(inputs), *(len(layout.inputs) for layout in overloads)])
     for slot, dtype in overrides_raw.items():
         slot = _integer(slot, path, "dtype_overrides")
-        if inputs and not 0 <= slot < len(inputs):
-            raise _fail(f"slot {slot} is not one of the {len(inputs)} input slots", path, "dtype_overrides")
+        if inputs and not 0 <= slot < widest:
+            raise _fail(f"slot {slot} is not one of the {widest} input slots", path, "dtype_overrides")
         if not isinstance(dtype, str) or not is_known_dtype(dtype):
             raise _fail(f"unknown data type {dtype!r}", path, f"dtype_overrides.{slot}")
         dtype_overrides[slot] = canonical_dtype(dtype)
@@ -425,7 +480,7 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
     return KernelDefinition(
         type=kernel_type, backends=backends, category=category, api=api, path=path,
         framework_ops=framework_ops, framework_op_fields=framework_op_fields,
-        alternate_kernel_types=alternates, inputs=inputs, kwargs=dict(kwargs), dtype_overrides=dtype_overrides,
+        alternate_kernel_types=alternates, inputs=inputs, overloads=overloads, kwargs=dict(kwargs), dtype_overrides=dtype_overrides,
         outputs=outputs, hook=hook,
         requires_custom_opp=_boolean(raw.get("requires_custom_opp"), path, "requires_custom_opp"),
         import_modules=_string_list(raw.get("import_modules"), path, "import_modules", pattern=_DOTTED_RE),
@@ -433,6 +488,72 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
         runtime_policies={name: dict(value) for name, value in policies.items()},
         memcpy_when_dense=_boolean(raw.get("memcpy_when_dense"), path, "memcpy_when_dense"),
     )
+
+
+def _layout_inputs(raw_inputs: Any, path: Path, prefix: str = "") -> tuple[InputSpec, ...]:
+    """One layout's `inputs`: one entry per slot, optional ones last, keyword names once each."""
+    if not isinstance(raw_inputs, list):
+        raise _fail("must be a list with one entry per Input Shapes slot", path, f"{prefix}inputs")
+    inputs = tuple(_input_spec(entry, i, len(raw_inputs), path, prefix) for i, entry in enumerate(raw_inputs))
+    for index in range(1, len(inputs)):
+        if inputs[index - 1].optional and not inputs[index].optional:
+            raise _fail("optional entries must come last (a row may only lack trailing slots)", path,
+                        f"{prefix}inputs[{index}]")
+    keyword_names = [spec.name for spec in inputs if spec.name]
+    if len(set(keyword_names)) != len(keyword_names):
+        raise _fail(f"keyword names repeat: {keyword_names}", path, f"{prefix}inputs")
+    return inputs
+
+
+def _overloads(raw: Any, path: Path, api: str | None, hook: str | None,
+               inputs: tuple[InputSpec, ...]) -> tuple[Layout, ...]:
+    """`overloads`: the op's other argument layouts, each taking slot counts no other layout takes (a row's
+    slot count picks its layout)."""
+    if raw is None:
+        return ()
+    if hook is not None or not inputs:
+        raise _fail("overloads extend a declarative definition's `inputs` (a hook builds every layout itself)", path,
+                    "overloads")
+    if not isinstance(raw, list) or not raw:
+        raise _fail("must be a non-empty list such as [{api: torch.ops.aten.sort.stable, inputs: [...]}]", path,
+                    "overloads")
+    layouts = [Layout(api, inputs)]
+    for index, entry in enumerate(raw):
+        where = f"overloads[{index}]"
+        if not isinstance(entry, Mapping):
+            raise _fail(f"must be a mapping such as {{api: ..., inputs: [...]}}, got {entry!r}", path, where)
+        _check_keys(entry, _OVERLOAD_KEYS, path, where)
+        own_api = entry.get("api", api)
+        if not (isinstance(own_api, str) and _DOTTED_RE.match(own_api)):
+            raise _fail(f"must be a dotted Python name, got {own_api!r}", path, f"{where}.api")
+        if not entry.get("inputs"):
+            raise _fail("needs its `inputs`, one entry per Input Shapes slot", path, f"{where}.inputs")
+        layout = Layout(own_api, _layout_inputs(entry["inputs"], path, f"{where}."), where)
+        for other in layouts:
+            shared = sorted(set(layout.slot_counts) & set(other.slot_counts))
+            if shared:
+                raise _fail(f"takes {shared[0]} input slots, as {other.where} does: each layout needs slot counts "
+                            "of its own (a row's count picks its layout)", path, f"{where}.inputs")
+        layouts.append(layout)
+    return tuple(layouts[1:])
+
+
+def check_rows_fit(definition: KernelDefinition, slot_counts: Iterable[int], rows_path: str | Path) -> int:
+    """The rows (their input slot counts) that `definition` builds; an OpperfError naming the file, the kernel type
+    and both counts when it builds none of them (a definition that fits no row of its type is a mistake in it, not
+    a reason to build every row from the op's schema). A hook builds every layout itself: all rows."""
+    counts = list(slot_counts)
+    if not definition.layouts or definition.schema_op:
+        return len(counts)
+    fitting = sum(definition.layout_for(count) is not None for count in counts)
+    if counts and not fitting:
+        seen = sorted(set(counts))
+        rows_text = (f"the {len(counts)} rows of {rows_path} have" if len(counts) > 1 else f"the row of {rows_path} has")
+        raise OpperfError(f"kernel type {definition.type!r}: the definition declares {definition.slot_counts_text()} "
+                          f"input slots, {rows_text} {', '.join(map(str, seen[:-1])) + ' or ' if len(seen) > 1 else ''}"
+                          f"{seen[-1]}; it fits no row (give `inputs`, or an `overloads` entry, one entry per slot)",
+                          path=definition.path, field="inputs")
+    return fitting
 
 
 def _runtime_fields(fields: Any, path: Path, field_name: str) -> dict[str, Any]:

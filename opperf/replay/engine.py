@@ -138,6 +138,17 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
+def row_reason(exc: BaseException) -> str:
+    """What went wrong with a row, in words its own database row can keep: an OpperfError's field and reason
+    without the file and line (the rows file is the job's input, named by its absolute path in the replay
+    process: the row is this row, and a database never holds the builder's directories), else the exception's
+    type and first line, whole."""
+    if isinstance(exc, OpperfError):
+        return f"field {exc.field!r}: {exc.reason}" if exc.field else exc.reason
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 @dataclass
 class PreparedRow:
     """A row whose call was built, run once and verified: ready to time (the case), with what to trace."""
@@ -182,11 +193,11 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     recipe = definition.recipe
     if not definition.supports(backend):
         return RowOutcome(STATUS_UNSUPPORTED_BACKEND, recipe=recipe,
-                          error=f"{definition.path} lists back ends {list(definition.backends)}, not {backend}")
+                          error=f"{definition.source} lists back ends {list(definition.backends)}, not {backend}")
     try:
         slots = parse_row_slots(row, path=path, line=line)
     except OpperfError as exc:
-        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc), recipe=recipe)
+        return RowOutcome(STATUS_FAILED_BUILD, error=row_reason(exc), recipe=recipe)
     needed = row_tensor_bytes(slots)
     if memory_budget_bytes is not None and needed > memory_budget_bytes:
         return RowOutcome(STATUS_SKIPPED_MEMORY, recipe=recipe,
@@ -204,10 +215,10 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
         except Exception as final:      # the definition's own failure is the news, unless there was none
             no_recipe = fallback is None and type(final).__name__ == "NoSchemaError"
             return RowOutcome(STATUS_NO_DEFINITION if no_recipe else STATUS_FAILED_BUILD,
-                              error=str(final) if no_recipe else _error_text(exc), recipe=recipe)
+                              error=str(final) if no_recipe else row_reason(exc), recipe=recipe)
         # The definition refines the common case (an out= variant, another overload did not fit): the schema
-        # builds this row; the recipe says so.
-        case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {_error_text(exc)[:160]})"
+        # builds this row; the recipe says so, whole.
+        case.recipe = f"{case.recipe} ({definition.recipe} does not fit this row: {row_reason(exc)})"
         definition = fallback
     recipe = case.recipe or recipe
     if case.value_variants:
@@ -220,7 +231,7 @@ def prepare_row(definition: KernelDefinition, row: Mapping[str, str], *, backend
     try:
         distances = row_reuse(row, path=path, line=line)
     except OpperfError as exc:
-        return RowOutcome(STATUS_FAILED_BUILD, error=str(exc), recipe=recipe)
+        return RowOutcome(STATUS_FAILED_BUILD, error=row_reason(exc), recipe=recipe)
     if distances:
         case.reuse = slot_reuse(case.tensors(), slots, distances)
     try:

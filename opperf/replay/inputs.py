@@ -26,7 +26,7 @@ from opperf import contract, input_values
 from opperf.errors import OpperfError
 from opperf.yaml_files import field_error
 from opperf.grid.memory import tensor_bytes
-from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition
+from opperf.replay.definitions import IndexBound, InputSpec, KernelDefinition, Layout
 
 # Canonical profiler dtype name → torch dtype.
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -282,8 +282,8 @@ class BuildContext:
         kind = recorded_kind(op, index)
         if kind is None:
             return None
-        pairs = input_values.slot_calls(cell, index, where=f"{self.path}:{self.line}: "
-                                                            f"{contract.PROFILING_INPUT_VALUES}")
+        # Named by field only: the message becomes the row's own Replay Error (no rows file path in a database).
+        pairs = input_values.slot_calls(cell, index, where=f"field {contract.PROFILING_INPUT_VALUES!r}")
         shape = tuple(int(d) for d in shape)
         cycle = input_values.variant_cycle(pairs, VALUE_VARIANT_BYTES // max(math.prod(shape) * dtype.itemsize, 1))
         if not cycle:
@@ -503,11 +503,13 @@ def check_definition_resolves(definition: KernelDefinition) -> None:
             importlib.import_module(module)
         except ImportError as exc:
             raise field_error(f"cannot import {module!r}: {exc}", definition.path, "import_modules") from exc
-    if definition.api:
+    for api, where in ((definition.api, "api"), *((o.api, f"{o.where}.api") for o in definition.overloads)):
+        if not api:
+            continue
         try:
-            resolve_callable(definition.api)
+            resolve_callable(api)
         except OpperfError as exc:
-            raise field_error(exc.reason, definition.path, "api") from exc
+            raise field_error(exc.reason, definition.path, where) from exc
     if definition.hook:
         try:
             module = importlib.import_module(definition.hook)
@@ -561,6 +563,8 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
         return _NO_ARGUMENT if value is None and spec.name else value
     if spec.role == "device":
         return ctx.device
+    if spec.role == "dtype":
+        return _recorded_dtype(spec, index, ctx)
     if spec.role == "index":
         if shape is None:
             raise ctx.error(f"input slot {index} is an index input but the row's slot is empty")
@@ -598,18 +602,37 @@ def build_argument(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
     return ctx.cast_format(built, index)
 
 
+def _recorded_dtype(spec: InputSpec, index: int, ctx: BuildContext) -> Any:
+    """A `dtype` slot: the ScalarType the trace recorded (its code, 6 = float32, or a torch dtype's name); a
+    keyword the trace did not record is left out, so the op's default applies."""
+    recorded = ctx.scalar(index)
+    if recorded is None:
+        return _NO_ARGUMENT if spec.name else None
+    name = recorded if isinstance(recorded, str) else contract.SCALAR_TYPE_NAMES.get(recorded)
+    dtype = getattr(torch, str(name).removeprefix("torch."), None) if name and not isinstance(recorded, bool) \
+        else None
+    if not isinstance(dtype, torch.dtype):
+        raise ctx.error(f"input slot {index} is a dtype, but the row recorded {recorded!r} (expected a ScalarType "
+                        f"code such as 6, or a dtype name such as float32)", contract.INPUT_SCALARS)
+    return dtype
+
+
+def row_layout(definition: KernelDefinition, ctx: BuildContext) -> Layout:
+    """The definition's layout for the row's slot count (`inputs`, or one of its `overloads`)."""
+    slot_count = contract.input_slot_count(ctx.row)
+    layout = definition.layout_for(slot_count)
+    if layout is None:
+        raise ctx.error(f"the row has {slot_count} input slots; the definition takes {definition.slot_counts_text()}")
+    return layout
+
+
 def declarative_arguments(definition: KernelDefinition, ctx: BuildContext) -> tuple[list, dict, list]:
-    """The call's positional and keyword arguments from the definition's `inputs` and `kwargs`, and the tensors
-    among them that are warm (`cache: warm`) in the workload. Shared with the offline NPU check."""
-    # A lone 0-d tensor has no shape text ('' is zero slots) but has its dtype: count the longer of the two.
-    slot_count = max(len(ctx.slots.input_shapes), len(ctx.slots.input_dtypes))
-    required = sum(not spec.optional for spec in definition.inputs)
-    if not required <= slot_count <= len(definition.inputs):
-        expected = f"{required}" if required == len(definition.inputs) else f"{required} to {len(definition.inputs)}"
-        raise ctx.error(f"the row has {slot_count} input slots, the definition {definition.path} describes "
-                        f"{expected}")
+    """The call's positional and keyword arguments from the definition's layout for the row (`inputs` or an
+    `overloads` entry) and `kwargs`, and the tensors among them that are warm (`cache: warm`) in the workload.
+    Shared with the offline NPU check."""
+    slot_count = contract.input_slot_count(ctx.row)
     args, kwargs, warm = [], dict(definition.kwargs), []
-    for index, spec in enumerate(definition.inputs[:slot_count]):
+    for index, spec in enumerate(row_layout(definition, ctx).inputs[:slot_count]):
         value = build_argument(spec, index, ctx)
         if value is _NO_ARGUMENT:
             continue
@@ -623,11 +646,13 @@ def declarative_arguments(definition: KernelDefinition, ctx: BuildContext) -> tu
 
 
 def build_declarative_case(definition: KernelDefinition, ctx: BuildContext) -> ReplayCase:
-    """A ReplayCase from the definition's `inputs`, `kwargs` and `api`."""
+    """A ReplayCase from the definition's layout for the row, its `kwargs` and its `api`; the recipe names an
+    `overloads` entry where one built the call."""
+    layout = row_layout(definition, ctx)
     args, kwargs, warm = declarative_arguments(definition, ctx)
-    fn = resolve_callable(definition.api, definition.import_modules)
-    return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(definition.api, args, kwargs),
-                      warm=tuple(warm))
+    fn = resolve_callable(layout.api, definition.import_modules)
+    return ReplayCase(fn=fn, args=tuple(args), kwargs=kwargs, description=describe_call(layout.api, args, kwargs),
+                      warm=tuple(warm), recipe="" if layout.where == "inputs" else f"{definition.recipe} {layout.where}")
 
 
 def describe_value(value: Any) -> str:

@@ -21,8 +21,8 @@ from opperf import contract
 from opperf.errors import OpperfError
 from opperf.io import check_writable, read_database_csv, write_csv_atomic, write_text_atomic
 from opperf.log import get_logger, span, utc_timestamp
-from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, definition_for, load_definition,
-                                       load_definitions, schema_definition)
+from opperf.replay.definitions import (SCHEMA_BACKENDS, KernelDefinition, check_rows_fit, definition_for,
+                                       load_definition, load_definitions, schema_definition)
 from opperf.replay.engine import (DEFAULT_REPEAT_COUNT, DEFAULT_WARMUP_COUNT, FAILED_STATUSES, STATUS_FAILED_VERIFY,
                                   STATUS_NO_DEFINITION, STATUS_NOT_RUN, STATUS_OK, RowOutcome, WorkItem, plan_work)
 from opperf.replay.isolation import WorkerSettings, run_isolated
@@ -222,6 +222,18 @@ def recipe_for(kernel_type: str, backend: str, definition: KernelDefinition | No
     return schema_definition(kernel_type, (backend,))
 
 
+def check_definition_fits(definition: KernelDefinition, frame, rows_path: str | Path, backend: str) -> None:
+    """Refuse a definition that builds none of the rows (definitions.check_rows_fit); say how many rows it leaves to
+    the op's schema (an `out=` variant, another overload), which their `Replay Recipe` then names."""
+    counts = [contract.input_slot_count(row) for row in frame.to_dict(orient="records")]
+    fitting = check_rows_fit(definition, counts, rows_path)
+    if fitting < len(counts):
+        log.warning("%s: %d of %d rows have a slot count %s does not take (it takes %s): %s", definition.type,
+                    len(counts) - fitting, len(counts), definition.source, definition.slot_counts_text(),
+                    "built from the op's schema, as their Replay Recipe says" if backend in SCHEMA_BACKENDS
+                    else "they fail to build (Replay Error says why)")
+
+
 def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: str | Path | None,
                       output_path: str | Path, settings: ReplaySettings, *, version_dir: str | None,
                       trace_dir: str | Path | None = None, session=None, task_id: str | None = None,
@@ -240,6 +252,8 @@ def replay_kernel_csv(rows_path: str | Path, kernel_type: str, definitions_dir: 
     frame = read_database_csv(rows_path, required=contract.SIGNATURE_COLUMNS)
     definition = recipe_for(kernel_type, settings.backend,
                             find_definition(kernel_type, settings.backend, definitions_dir, definition_path))
+    if definition is not None:
+        check_definition_fits(definition, frame, rows_path, settings.backend)
     trace = Trace(trace_dir, kernel_type, task_id) if trace_dir is not None else None
     check_writable(output_path, *([trace.directory / "probe"] if trace else []))   # before minutes of replay
     collected_at = utc_timestamp()

@@ -28,7 +28,7 @@ import torch
 from opperf import contract
 from opperf.errors import OpperfError
 from opperf.replay.definitions import KernelDefinition, definition_for
-from opperf.replay.inputs import MetaBuildContext, declarative_arguments
+from opperf.replay.inputs import MetaBuildContext, declarative_arguments, row_layout
 from opperf.replay.npu.torch_npu_wheel import Registration
 from opperf.replay.verify import verify_outputs
 
@@ -63,7 +63,7 @@ def build_meta_call(definition: KernelDefinition, row: Mapping[str, str], *, pat
         call = builder(row, ctx)
         return BuiltCall(call.api, tuple(call.args), dict(call.kwargs), call.outputs)
     args, kwargs, _ = declarative_arguments(definition, ctx)
-    return BuiltCall(definition.api, tuple(args), kwargs)
+    return BuiltCall(row_layout(definition, ctx).api, tuple(args), kwargs)
 
 
 # --- schema binding -----------------------------------------------------------------------------------------
