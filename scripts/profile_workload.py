@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a Llama-style reference decoder (random weights, dims from --models), or any HuggingFace "
                     "transformers causal LM from its config.json (--transformers-config; random weights, nothing "
                     "downloaded; needs pip install -e '.[transformers]'), under the back end's profiler: prefill "
-                    "at each --prefill-lengths, then --decode-steps decode steps over a KV cache. cpu/cuda write "
+                    "at each --prefill-lengths, then --decode-steps decode steps over a written KV cache. cpu/cuda write "
                     "OUTPUT/trace.json (torch.profiler Chrome trace, record_shapes); npu writes the "
                     "torch_npu.profiler bundle with kernel_details.csv.")
     parser.add_argument("--backend", choices=["cpu", "cuda", "npu"], default="cpu",
@@ -41,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefill-lengths", type=int, nargs="+", default=[16, 64],
                         help="prompt lengths in tokens, one prefill pass each (default: 16 64)")
     parser.add_argument("--decode-steps", type=int, default=4,
-                        help="decode steps (one token each) after a --decode-context prompt; 0 = prefill only "
-                             "(default: %(default)s)")
-    parser.add_argument("--decode-context", type=int, default=64, help="prompt length before decoding")
+                        help="decode steps (one token each) over a KV cache holding --decode-context tokens; 0 = "
+                             "prefill only (default: %(default)s)")
+    parser.add_argument("--decode-context", type=int, default=64,
+                        help="tokens in each decode batch's KV cache, written before the profile: no prefill of "
+                             "the context is in it (docs/design.md, stage 1) (default: %(default)s)")
     parser.add_argument("--profile-iterations", type=positive_int, default=1,
                         help="run the whole workload this many times under the profiler: every row's profiled time "
                              "becomes a mean over that many times its calls, a steadier ground truth for the small "

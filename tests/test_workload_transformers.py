@@ -4,10 +4,15 @@ user's trace (no workload.json) and every row of the ops nobody wrote a definiti
 from __future__ import annotations
 
 import csv
+import math
 import subprocess
 import sys
+from itertools import zip_longest
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from conftest import REPO
 
@@ -178,3 +183,112 @@ def test_every_tiny_architecture_builds_and_decodes():
         logits, cache = model.forward(torch.tensor([[1, 2, 3, 4]]), 0, model.new_cache())
         logits, cache = model.forward(torch.tensor([[5]]), 4, cache)
         assert logits.shape == (1, 1, model.vocab_size), path.name
+
+
+class TensorSizeGuard(TorchDispatchMode):
+    """Refuses any op that makes a tensor of `limit` elements or more: a matrix product before it runs (its output's
+    shape from its inputs': the [B, H, T, T] scores of eager attention are one), any other op once it ran. Keeps the
+    shape of every output it let through. It runs no op of its own, so a profile taken under it is the workload's."""
+
+    MATRIX_PRODUCTS = {"aten::mm": 0, "aten::bmm": 0, "aten::matmul": 0, "aten::baddbmm": 1}   # first factor's slot
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.shapes = limit, set()
+
+    def _refuse_from(self, func, shape):
+        assert math.prod(shape) < self.limit, f"{func} makes a tensor of {list(shape)}"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        slot = self.MATRIX_PRODUCTS.get(func._schema.name)
+        if slot is not None and min(args[slot].dim(), args[slot + 1].dim()) >= 2:
+            left, right = args[slot].shape, args[slot + 1].shape
+            batch = [max(a, b) for a, b in zip_longest(reversed(left[:-2]), reversed(right[:-2]), fillvalue=1)]
+            self._refuse_from(func, [*reversed(batch), left[-2], right[-1]])
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                self._refuse_from(func, tensor.shape)
+                self.shapes.add(tuple(tensor.shape))
+        return out
+
+
+def test_a_decode_profile_at_batch_48_and_context_3000_never_holds_the_context_prefills_scores(tmp_path):
+    """Issue 50: decode batch 48 at context 3,000 of a model with eager attention (GPT-OSS: attention sinks, a
+    sliding-window and a full layer) died allocating the [B, H, T, T] scores of the prefill that built its KV cache.
+    The cache is written instead: no op of the whole profile (model build, caches, warm-up, timed, profiled and
+    execution-trace passes) makes a tensor of B*H*T*T elements, the decode step attends over all 3,000 written
+    tokens, the trace holds the steps alone and workload.json says so."""
+    import json
+
+    from opperf.workload.profile import WorkloadPlan, profile_workload
+
+    batch, heads, context = 48, 4, 3000
+    config = read_config(CONFIGS / "tiny_gpt_oss.json")
+    assert config["num_attention_heads"] == heads
+    plan = WorkloadPlan(prefill_lengths=(8,), decode_steps=1, decode_context=context, decode_batch_sizes=(batch,))
+    guard = TensorSizeGuard(batch * heads * context * context)
+    with guard:
+        profile_workload(None, plan, "cpu", "float32", tmp_path / "profile", transformers_config=config)
+    manifest = json.loads((tmp_path / "profile" / "workload.json").read_text())
+    assert manifest["attn_implementation"] == "eager"
+    # The full-attention layer's scores of the decode step: one query over the 3,000 written tokens and itself.
+    assert (batch, heads, 1, context + 1) in guard.shapes
+    assert manifest["decode_cache"]["cache"].startswith("written before the profile, not computed: decode_context "
+                                                        "tokens of random keys and values")
+    assert "no prefill of the context is in the profile" in manifest["decode_cache"]["steps"]
+    trace = json.loads((tmp_path / "profile" / "trace.json").read_text())["traceEvents"]
+    steps = [e for e in trace if e.get("cat") == "user_annotation" and e["name"] in ("prefill_8", "decode_b48_0")]
+    ops = [e for e in trace if e.get("cat") == "cpu_op" and e["name"] != "PythonDispatchMode"]   # not the guard's
+    assert ops and all(any(s["ts"] <= op["ts"] <= s["ts"] + s["dur"] for s in steps) for op in ops)
+
+
+def _decode_step_ops(model, cache, context):
+    """Every op (and its inputs' shapes and strides) a decode step of `model` dispatches over `cache`."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append((str(func), [(tuple(a.shape), a.stride()) for a in args if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    with Ops() as recorded:
+        model.forward(torch.ones(cache_batch(cache), 1, dtype=torch.long), context, cache)
+    return recorded.ops
+
+
+def cache_batch(cache):
+    return next(layer.keys.shape[0] for layer in cache.layers if getattr(layer, "keys", None) is not None)
+
+
+@pytest.mark.parametrize("name, context", [("tiny_gpt_oss.json", 150), ("tiny_deepseek_v4.json", 40)])
+def test_a_written_cache_gives_the_decode_step_the_kernels_a_prefilled_one_does(name, context, monkeypatch):
+    """The decode step over a written cache dispatches exactly the ops, shapes and strides of the step after a
+    prefill of the context, pass after pass (decoding() puts the cache back). GPT-OSS's sliding window (128) is
+    past; DeepSeek-V4's compressed-attention layers hold state update() does not write, so its context is a prefill
+    in chunks (CHUNK_SCORES lowered here to chunks of 7 tokens), and workload.json's note says so."""
+    import torch
+
+    import opperf.workload.transformers_model as transformers_model
+
+    model = transformers_model.TransformersCausalLM(read_config(CONFIGS / name), "cpu", torch.float32)
+    batch, heads = 2, model.model.config.num_attention_heads
+    _, prefilled = model.forward(torch.randint(0, model.vocab_size, (batch, context)), 0, None)
+    expected = _decode_step_ops(model, prefilled, context)
+    monkeypatch.setattr(transformers_model, "CHUNK_SCORES", 7 * batch * heads * context)
+    written = model.written_cache(batch, context, torch.Generator().manual_seed(0))
+    for _ in range(2):
+        with written.decoding() as cache:
+            assert cache.get_seq_length() == context
+            assert _decode_step_ops(model, cache, context) == expected
+    if name == "tiny_gpt_oss.json":
+        assert written.how.startswith("written before the profile")
+    else:
+        assert written.how.startswith("computed before the profile by a one-token forward and a prefill of the other "
+                                      "decode_context - 1 tokens in chunks of 7 (its DeepseekV4CSACache, "
+                                      "DeepseekV4HCACache hold state")

@@ -13,6 +13,8 @@ index_add_. The per-expert token counts are read once per layer (one host sync),
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +100,33 @@ def rope_tables(dims: DecoderDims, max_positions: int, device, dtype) -> tuple[t
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+WRITTEN_CONTEXT = "written before the profile, not computed: decode_context tokens of random keys and values"
+
+
+class WrittenCache:
+    """A decode batch's KV cache as written before the profile (the model's `written_cache`) and `how` it was made
+    (workload.json's `decode_cache`): `decoding()` hands it over holding the decode context, however many decode
+    steps ran over it before. The reference decoder's steps return a new cache and leave this one as it is."""
+
+    def __init__(self, cache, how: str = WRITTEN_CONTEXT):
+        self.cache = cache
+        self.how = how
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator:
+        yield self.cache
+
+
+def random_state(shape: tuple[int, ...], dtype: torch.dtype, device, generator: torch.Generator | None
+                 ) -> torch.Tensor:
+    """A cache tensor written, not computed: normal values from `generator` (a cache's values change no kernel of a
+    decode step, but uninitialised memory may hold NaNs or denormals, which slow a CPU down), or, without one (on
+    meta), shape alone."""
+    if generator is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+
+
 class ReferenceDecoder:
     """Embedding → N × (attention + MLP) decoder layers → final norm → lm_head, with a KV cache."""
 
@@ -131,6 +160,23 @@ class ReferenceDecoder:
 
     def new_cache(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
         return [None] * self.dims.num_hidden_layers
+
+    def written_cache(self, batch: int, context: int, generator: torch.Generator | None = None) -> WrittenCache:
+        """The KV cache of `batch` sequences holding `context` tokens, written (random keys and values, each layer its
+        own) instead of computed by a prefill of the context. They are laid out as `_attention` leaves a prefill's:
+        the keys (rotated) token-major, the values a view of the QKV projection's output, so the first decode step's
+        `cat` reads the strides it read after a prefill."""
+        dims = self.dims
+        q_size = dims.num_attention_heads * dims.head_dim
+        kv_size = dims.num_key_value_heads * dims.head_dim
+        cache = []
+        for _ in range(dims.num_hidden_layers):
+            keys = random_state((batch, context, dims.num_key_value_heads, dims.head_dim), self.dtype, self.device,
+                                generator)
+            qkv = random_state((batch, context, q_size + 2 * kv_size), self.dtype, self.device, generator)
+            values = qkv[..., q_size + kv_size:].view(batch, context, dims.num_key_value_heads, dims.head_dim)
+            cache.append((keys.transpose(1, 2), values.transpose(1, 2)))
+        return WrittenCache(cache)
 
     def _attention(self, layer, x, cos, sin, cache):
         dims = self.dims

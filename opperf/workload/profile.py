@@ -24,7 +24,7 @@ from opperf.input_values import INPUT_VALUES
 from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
 from opperf.log import PROFILER_NOISE, get_logger, span, stderr_without
-from opperf.workload.model import DecoderDims, ReferenceDecoder
+from opperf.workload.model import DecoderDims, ReferenceDecoder, WrittenCache
 from opperf.workload.values import ValueRecorder
 
 log = get_logger("workload")
@@ -39,10 +39,11 @@ OVERHEAD_MIN_FLOOR = 0.05
 
 @dataclass(frozen=True)
 class WorkloadPlan:
-    """What to run: prefill at each length (batch `batch_size`), then, per decode batch size, a
-    `decode_context` prefill and `decode_steps` decode steps over its KV cache; the whole sequence
-    `profile_iterations` times under the profiler, so each row's profiled time is a mean over that many times its
-    calls (one pass gives a 2 µs kernel one or two samples, whose state-to-state scatter becomes the ground truth)."""
+    """What to run: prefill at each length (batch `batch_size`), then, per decode batch size, `decode_steps`
+    decode steps over a KV cache holding `decode_context` tokens (written before the profile, not computed:
+    written_decode_caches); the whole sequence `profile_iterations` times under the profiler, so each row's profiled
+    time is a mean over that many times its calls (one pass gives a 2 µs kernel one or two samples, whose
+    state-to-state scatter becomes the ground truth)."""
     batch_size: int = 1
     prefill_lengths: tuple[int, ...] = (16, 64)
     decode_steps: int = 4
@@ -97,15 +98,40 @@ def make_token_ids(plan: WorkloadPlan, vocab: int, device: str) -> dict[str, tor
            for n in plan.prefill_lengths}
     if plan.decode_steps:
         for batch in plan.decode_batches:
-            ids[f"context_b{batch}"] = torch.randint(0, vocab, (batch, plan.decode_context), generator=generator)
             for step in range(plan.decode_steps):
                 ids[f"decode_b{batch}_{step}"] = torch.randint(0, vocab, (batch, 1), generator=generator)
     return {name: tensor.to(device) for name, tensor in ids.items()}
 
 
-def run_workload(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor],
-                 device: str) -> list[str]:
-    """Prefill at every length, then decode steps over a KV cache; returns the step labels it ran."""
+DECODE_STEPS_ALONE = ("the profile's decode steps are the steps alone, one token per sequence over a KV cache "
+                      "holding decode_context tokens; no prefill of the context is in the profile")
+
+
+def written_decode_caches(model, plan: WorkloadPlan, device: str) -> dict[int, WrittenCache]:
+    """Each decode batch's KV cache holding `plan.decode_context` tokens, written once, before any pass (the
+    model's `written_cache`): a prefill of the context, whose eager attention holds [batch, heads, context,
+    context] scores, would not fit where the decode step does, and its kernels are no part of a decode step. The
+    caches of every decode batch are held together through the profile."""
+    if not plan.decode_steps:
+        return {}
+    generator = torch.Generator(device=device).manual_seed(plan.seed)
+    return {batch: model.written_cache(batch, plan.decode_context, generator) for batch in plan.decode_batches}
+
+
+def decode_cache_note(decode_caches: dict[int, WrittenCache]) -> dict:
+    """workload.json's `decode_cache`: what the decode steps contain and how their KV caches were made (per
+    decode batch where the batches' differ); {} without decode steps."""
+    if not decode_caches:
+        return {}
+    hows = {written.how for written in decode_caches.values()}
+    cache = hows.pop() if len(hows) == 1 else {str(batch): w.how for batch, w in decode_caches.items()}
+    return {"decode_cache": {"steps": DECODE_STEPS_ALONE, "cache": cache}}
+
+
+def run_workload(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str,
+                 decode_caches: dict[int, WrittenCache]) -> list[str]:
+    """Prefill at every length, then decode steps over each batch's written KV cache; returns the step labels it
+    ran."""
     labels = []
     for length in plan.prefill_lengths:
         with torch.profiler.record_function(f"prefill_{length}"):
@@ -113,22 +139,25 @@ def run_workload(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor],
         labels.append(f"prefill_{length}")
     if plan.decode_steps:
         for batch in plan.decode_batches:
-            _, cache = model.forward(token_ids[f"context_b{batch}"], 0, model.new_cache())
-            for step in range(plan.decode_steps):
-                label = f"decode_{step}" if plan.decode_batches == (plan.batch_size,) else f"decode_b{batch}_{step}"
-                with torch.profiler.record_function(label):
-                    _, cache = model.forward(token_ids[f"decode_b{batch}_{step}"], plan.decode_context + step, cache)
-                labels.append(label)
-            del cache
+            with decode_caches[batch].decoding() as cache:
+                for step in range(plan.decode_steps):
+                    label = (f"decode_{step}" if plan.decode_batches == (plan.batch_size,)
+                             else f"decode_b{batch}_{step}")
+                    with torch.profiler.record_function(label):
+                        _, cache = model.forward(token_ids[f"decode_b{batch}_{step}"], plan.decode_context + step,
+                                                 cache)
+                    labels.append(label)
+                del cache
     _synchronize(device)
     return labels
 
 
-def profiled_iterations(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str) -> list[str]:
+def profiled_iterations(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str,
+                        decode_caches: dict[int, WrittenCache]) -> list[str]:
     """The workload `plan.profile_iterations` times (inside the profiler); returns each pass's step labels."""
     labels = []
     for _ in range(plan.profile_iterations):
-        labels += run_workload(model, plan, token_ids, device)
+        labels += run_workload(model, plan, token_ids, device, decode_caches)
     return labels
 
 
@@ -153,40 +182,47 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
         vocab_size, description = dims.vocab_size, {"source": "reference", "model_dims": asdict(dims)}
     model.prepare_rope(plan.max_positions)
     token_ids = make_token_ids(plan, vocab_size, device)
+    with span("workload.decode_caches", log, batches=len(plan.decode_batches) if plan.decode_steps else 0):
+        decode_caches = written_decode_caches(model, plan, device)
+    decode_cache = decode_cache_note(decode_caches)
+    if decode_cache:
+        log.info("decode KV caches %s", decode_cache["decode_cache"]["cache"])
     recorder = ValueRecorder() if backend != "npu" else None
     with span("workload.warmup", log, iterations=plan.warmup_iterations):
         for iteration in range(plan.warmup_iterations):
             # The first warm-up also records the values a trace cannot hold.
             with recorder if iteration == 0 and recorder is not None else contextlib.nullcontext():
-                run_workload(model, plan, token_ids, device)
-    plain_s = [_timed_pass(model, plan, token_ids, device) for _ in range(PLAIN_PASSES + 1)][1:]
+                run_workload(model, plan, token_ids, device, decode_caches)
+    plain_s = [_timed_pass(model, plan, token_ids, device, decode_caches) for _ in range(PLAIN_PASSES + 1)][1:]
     with staged_directory(output_dir, replace_whole=True) as staging:
         with span("workload.profile", log, backend=backend) as result:
             if backend == "npu":
-                labels, profiled_s = _profile_npu(model, plan, token_ids, device, staging)
+                labels, profiled_s = _profile_npu(model, plan, token_ids, device, decode_caches, staging)
             else:
-                labels, profiled_s = _profile_torch(model, plan, token_ids, device, staging / CHROME_TRACE_NAME)
+                labels, profiled_s = _profile_torch(model, plan, token_ids, device, decode_caches,
+                                                    staging / CHROME_TRACE_NAME)
             result["steps"] = len(labels)
             result["iterations"] = plan.profile_iterations
         overhead = profile_overhead(plain_s, profiled_s / plan.profile_iterations, backend)
         if recorder is not None:
             if not plan.warmup_iterations:       # no warm-up to record in: one un-profiled pass after the profile
                 with span("workload.record_values", log), recorder:
-                    run_workload(model, plan, token_ids, device)
+                    run_workload(model, plan, token_ids, device, decode_caches)
             recorder.write(staging)
             log.info("input values of %d calls recorded (%s)", len(recorder.calls), INPUT_VALUES)
             for op, reason in recorder.failed.items():
                 log.warning("input values of %s calls not recorded (replay draws them): %s", op, reason)
-        write_manifest(staging, {**description, "profile_overhead": overhead}, plan, backend, dtype)
+        write_manifest(staging, {**description, "profile_overhead": overhead, **decode_cache}, plan, backend, dtype)
     log.info("profile written to %s (%s)", output_dir, ", ".join(labels))
     return output_dir
 
 
-def _timed_pass(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str) -> float:
+def _timed_pass(model, plan: WorkloadPlan, token_ids: dict[str, torch.Tensor], device: str,
+                decode_caches: dict[int, WrittenCache]) -> float:
     """Wall time of one pass of the workload, un-profiled (run_workload synchronises the device at its end)."""
     _synchronize(device)
     start = time.perf_counter()
-    run_workload(model, plan, token_ids, device)
+    run_workload(model, plan, token_ids, device, decode_caches)
     return time.perf_counter() - start
 
 
@@ -219,15 +255,15 @@ def profile_overhead(plain_s: list[float], profiled_s: float, backend: str = "cp
 
 
 def write_manifest(directory: Path, model: dict, plan: WorkloadPlan, backend: str, dtype: str) -> None:
-    """workload.json beside the trace: what ran (`source` reference or transformers, the model's dims or config).
-    The parse stage reads `dtype` for TensorList members (cat's inputs), whose dtype torch.profiler does not
-    record."""
+    """workload.json beside the trace: what ran (`source` reference or transformers, the model's dims or config;
+    with decode steps, `decode_cache`: what they ran over). The parse stage reads `dtype` for TensorList members
+    (cat's inputs), whose dtype torch.profiler does not record."""
     manifest = {"dtype": dtype, "backend": backend, **model, "plan": asdict(plan)}
     (directory / WORKLOAD_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
 
 
 
-def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> tuple[list[str], float]:
+def _profile_torch(model, plan, token_ids, device, decode_caches, trace_path: Path) -> tuple[list[str], float]:
     """torch.profiler over the workload (op times, kernels; on cuda the GPU's power state sampled beside it,
     opperf.workload.power), then the execution trace of every op's tensors (the parse's input reuse distances and
     string arguments) from a second, untimed pass, joined to the first by order (opperf.workload.execution_trace):
@@ -249,7 +285,7 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> tuple[li
                 with torch.profiler.record_function(SYNC_RANGE):
                     sampler.mark_sync()
             start = time.perf_counter()
-            labels = profiled_iterations(model, plan, token_ids, device)
+            labels = profiled_iterations(model, plan, token_ids, device, decode_caches)
             profiled_s = time.perf_counter() - start
     finally:
         if sampler is not None:
@@ -260,13 +296,14 @@ def _profile_torch(model, plan, token_ids, device, trace_path: Path) -> tuple[li
     execution_trace = trace_path.parent / EXECUTION_TRACE
     with span("workload.execution_trace", log) as result:
         with stderr_without(PROFILER_NOISE):
-            record_execution_trace(lambda: profiled_iterations(model, plan, token_ids, device), execution_trace)
+            record_execution_trace(lambda: profiled_iterations(model, plan, token_ids, device, decode_caches),
+                                   execution_trace)
         joined = join_to_trace(trace_path, execution_trace)
         result.update(events=joined.events, joined=joined.joined)
     return labels, profiled_s
 
 
-def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> tuple[list[str], float]:
+def _profile_npu(model, plan, token_ids, device, decode_caches, out_dir: Path) -> tuple[list[str], float]:
     import torch_npu
 
     experimental = torch_npu.profiler._ExperimentalConfig(
@@ -277,7 +314,7 @@ def _profile_npu(model, plan, token_ids, device, out_dir: Path) -> tuple[list[st
             record_shapes=True, experimental_config=experimental,
             on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(out_dir))):
         start = time.perf_counter()
-        labels = profiled_iterations(model, plan, token_ids, device)
+        labels = profiled_iterations(model, plan, token_ids, device, decode_caches)
         profiled_s = time.perf_counter() - start
     if not any(out_dir.rglob("kernel_details*.csv")):
         raise OpperfError("torch_npu.profiler wrote no kernel_details.csv", path=out_dir)

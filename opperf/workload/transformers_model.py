@@ -10,6 +10,8 @@ imported only here.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import json
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ import torch
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.model_names import closest_config_path
+from opperf.workload.model import WRITTEN_CONTEXT, WrittenCache, random_state
 
 log = get_logger("workload")
 
@@ -92,6 +95,80 @@ def hf_config_of(config: dict, path: str | Path = ""):
                           f"{config.get('model_type')!r}: {exc}", path=path, field="model_type") from exc
 
 
+# The cache layers (transformers.cache_utils) whose state written_kv_cache writes: attention layers, whose keys and
+# values grow with the context, and linear-attention (recurrent) layers, whose state keeps its size. A layer of
+# another kind (static, quantised, indexed, compressed: DeepSeek-V4's ...) holds state of the context that update()
+# alone does not write. MiniMaxCache adds per-layer recurrent states (`linear_cache`) of a fixed size.
+WRITABLE_CACHE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "LinearAttentionLayer",
+                         "LinearAttentionAndFullAttentionLayer", "LinearAttentionAndSlidingWindowAttentionLayer")
+WRITABLE_CACHES = ("DynamicCache", "MiniMaxCache")
+CHUNK_SCORES = 1 << 27     # most attention scores (batch x heads x chunk x context) one chunk of a prefill may hold
+
+
+def written_kv_cache(model, batch: int, context: int, generator: torch.Generator | None = None) -> tuple[object, str]:
+    """(the KV cache of a transformers causal LM for `batch` sequences holding `context` tokens, how it was made).
+    Not by a prefill of the context, whose eager attention holds [batch, heads, context, context] scores: a
+    one-token forward makes the model's own cache (each attention layer's key/value shapes, MLA's included; a
+    recurrent layer's state), then each attention layer's `update()` appends `context - 1` positions of random keys
+    and values (random_state), so the cache counts `context` tokens and the next step's positions follow them.
+    A cache holding layers update() does not fill (WRITABLE_CACHE_LAYERS) gets the other positions from a prefill
+    in chunks whose scores stay within CHUNK_SCORES (one chunk on meta)."""
+    import transformers
+
+    device = model.get_input_embeddings().weight.device
+    ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+    cache = getattr(model(input_ids=ids, use_cache=True, logits_to_keep=1), "past_key_values", None)
+    if not isinstance(cache, transformers.Cache):
+        raise OpperfError(f"{type(model).__name__} returns no transformers Cache (past_key_values: "
+                          f"{type(cache).__name__}) to decode over; profile it with decode steps 0",
+                          field="decode_steps")
+    others = sorted({type(layer).__name__ for layer in cache.layers} - set(WRITABLE_CACHE_LAYERS)
+                    | ({type(cache).__name__} - set(WRITABLE_CACHES)))
+    if others:
+        heads = int(getattr(model.config.get_text_config(), "num_attention_heads", 1) or 1)
+        chunk = context if device.type == "meta" else max(1, CHUNK_SCORES // (batch * heads * context))
+        for start in range(1, context, chunk):
+            ids = torch.zeros(batch, min(chunk, context - start), dtype=torch.long, device=device)
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return cache, (f"computed before the profile by a one-token forward and a prefill of the other "
+                       f"decode_context - 1 tokens in chunks of {chunk} (its {', '.join(others)} hold state of the "
+                       "context that update() does not write)")
+    for index, layer in enumerate(cache.layers):
+        keys = getattr(layer, "keys", None)
+        if context > 1 and isinstance(keys, torch.Tensor) and keys.numel():      # not a recurrent or shared layer
+            written = [random_state((*state.shape[:-2], context - 1, state.shape[-1]), state.dtype, state.device,
+                                    generator) for state in (keys, layer.values)]
+            cache.update(*written, index)
+    return cache, (f"{WRITTEN_CONTEXT} (the model's own cache from an unprofiled one-token forward, the other "
+                   "decode_context - 1 positions appended through its update())")
+
+
+def _copied(attributes: dict) -> dict:
+    """An object's attributes with the lists and dicts among them copied: a decode step appends to them or assigns
+    into them."""
+    return {name: copy.copy(value) if isinstance(value, (list, dict)) else value for name, value in attributes.items()}
+
+
+class WrittenTransformersCache(WrittenCache):
+    """A transformers cache as written_kv_cache made it: a decode step grows it in place, so `decoding()` puts back,
+    after the steps, what they reassigned (each layer's keys and values, its token count, the recurrent states'
+    dicts). A recurrent state a step copies into keeps the last step's values, in its shape, all a step's kernels
+    depend on."""
+
+    def __init__(self, cache, how: str):
+        super().__init__(cache, how)
+        self._written = [(obj, _copied(vars(obj))) for obj in (cache, *cache.layers)]
+
+    @contextlib.contextmanager
+    def decoding(self):
+        try:
+            yield self.cache
+        finally:
+            for obj, attributes in self._written:
+                vars(obj).clear()
+                vars(obj).update(_copied(attributes))
+
+
 class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
     transformers model."""
@@ -113,6 +190,12 @@ class TransformersCausalLM:
 
     def new_cache(self):
         return None                      # transformers creates its DynamicCache on the first forward
+
+    @torch.inference_mode()
+    def written_cache(self, batch: int, context: int, generator: torch.Generator | None = None
+                      ) -> WrittenTransformersCache:
+        """The KV cache of `batch` sequences holding `context` tokens, written (written_kv_cache)."""
+        return WrittenTransformersCache(*written_kv_cache(self.model, batch, context, generator))
 
     def prepare_rope(self, max_positions: int) -> None:
         """transformers computes rotary tables itself."""
