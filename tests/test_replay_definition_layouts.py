@@ -114,6 +114,12 @@ def _overload_row(kernel_type: str, shapes: str, dtypes: str, scalars: str, out_
      "torch.ops.aten.sort(Tensor(12,):int64, dim=-1, descending=False)"),
     ("sort", ("12;;;", "DT_INT64;;;", ";True;0;True", "12;12", "DT_INT64;DT_INT64"), " overloads[0]",
      "torch.ops.aten.sort(Tensor(12,):int64, stable=True, dim=0, descending=True)"),
+    # a router's max/min along a dim (max.dim: values and indices), beside the whole-tensor one a profile records
+    ("max", ("8,16;;", "DT_FLOAT;;", ";-1;False", "8;8", "DT_FLOAT;DT_INT64"), " overloads[0]",
+     "torch.ops.aten.max.dim(Tensor(8, 16):float32, -1, False)"),
+    ("min", ("8,16", "DT_FLOAT", "", "", "DT_FLOAT"), "", "torch.ops.aten.min(Tensor(8, 16):float32)"),
+    ("min", ("8,16;;", "DT_FLOAT;;", ";1;True", "8,1;8,1", "DT_FLOAT;DT_INT64"), " overloads[0]",
+     "torch.ops.aten.min.dim(Tensor(8, 16):float32, 1, True)"),
 ])
 def test_each_overload_a_row_holds_replays_through_its_layout(kernel_type, row, recipe, call):
     definition = load_definition(TORCH_DEFINITIONS / f"{kernel_type}.yaml")
@@ -192,3 +198,22 @@ def test_a_definition_that_fits_some_rows_replays_them_and_says_how_many_it_left
     assert job.status_counts() == {STATUS_OK: 2}
     assert ("mm: 1 of 2 rows have a slot count config/kernels/torch/mm.yaml does not take (it takes 2): built from "
             "the op's schema, as their Replay Recipe says") in caplog.text
+
+
+def test_every_torch_definition_takes_the_argument_count_of_an_overload_of_its_op():
+    """A trace records every schema argument of a call, so a row's slot count is its overload's argument count: a
+    definition taking none of its op's counts in the installed torch fits no row and its jobs are refused (torch 2.11
+    records _flash_attention_forward with 15 slots, 2.13 with 17, where the definition once took 10 or 11)."""
+    import torch
+
+    from opperf.replay.definitions import load_definitions
+
+    for name, definition in sorted(load_definitions(TORCH_DEFINITIONS).items()):
+        if not definition.layouts:
+            continue            # a hook builds every layout itself (cat, stack)
+        for layout in definition.layouts:
+            assert layout.api.startswith("torch.ops."), (name, layout.api)      # what a torch row's schema names
+            namespace, op = layout.api.split(".")[2:4]
+            packet = getattr(getattr(torch.ops, namespace), op)
+            counts = {len(getattr(packet, overload)._schema.arguments) for overload in packet.overloads()}
+            assert counts & set(layout.slot_counts), (name, layout.where, sorted(counts), list(layout.slot_counts))
