@@ -419,7 +419,7 @@ def _cases() -> list[Case]:
              lambda root: at(MM, "hok: x", f"field 'hok': unknown key(s) ['hok']; allowed: {_definition_keys()}")(root)),
         Case("definition: bad role", "definitions", edit(MM, "  - {role: tensor}\n", "  - {role: tensr}\n"),
              at(MM, "role: tensr", "field 'inputs[0].role': role 'tensr' is not one of ('tensor', 'index', 'scalar', "
-                "'device', 'none')")),
+                "'device', 'dtype', 'none')")),
         # --- the sources sheet ---
         Case("sources: the same profile twice", "sources", sources(a3_row(), a3_row()),
              f"{SRC}, line 3, field 'path': '{A3_PROFILE}' is the same profile as line 2 ('{A3_PROFILE}') of "
