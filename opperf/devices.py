@@ -26,6 +26,7 @@ class Device:
     interconnect: str = ""
     interconnect_gbps: float = 0.0
     comm_grid_shape: tuple[int, ...] = ()
+    msmodeling: dict = field(default_factory=dict)   # what msmodeling's DeviceProfile needs beyond the above
 
 
 def load_catalog(path: str | Path = DEFAULT_CATALOG) -> dict[str, Device]:
@@ -39,7 +40,8 @@ def load_catalog(path: str | Path = DEFAULT_CATALOG) -> dict[str, Device]:
                               memory_bandwidth_gbps=float(entry["memory_bandwidth_gbps"]),
                               interconnect=str(entry.get("interconnect", "")),
                               interconnect_gbps=float(entry.get("interconnect_gbps", 0)),
-                              comm_grid_shape=tuple(entry.get("comm_grid_shape", ())))
+                              comm_grid_shape=tuple(entry.get("comm_grid_shape", ())),
+                              msmodeling=dict(entry.get("msmodeling") or {}))
             for name, entry in raw.items()}
 
 

@@ -19,11 +19,9 @@ from opperf.errors import OpperfError
 from opperf.io import not_utf8_error
 from opperf.model_names import model_reference
 from opperf.versions import parse_version_dir
+from opperf.workflow_defaults import CONFIG_SCHEMA, WORKFLOW_CONFIG, workflow_defaults  # noqa: F401 (re-exported)
 from opperf.yaml_files import check_schema, located_error, read_yaml_mapping
 
-CONFIG_SCHEMA = "config.schema.yaml"
-# The workflow's own configuration: its values are also the by-hand scripts' defaults (workflow_defaults).
-WORKFLOW_CONFIG = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 SOURCE_COLUMNS = ("device", "stack", "version_dir", "path")
 
 
@@ -40,15 +38,6 @@ def check_config_file(path: str | Path) -> None:
     valid JSON or YAML", without the line). A missing file is Snakemake's to report (--configfile may stand in)."""
     if Path(path).is_file():
         read_yaml_mapping(path, "workflow config")
-
-
-def workflow_defaults(section: str, path: str | Path = WORKFLOW_CONFIG) -> dict:
-    """One section of the workflow's config/config.yaml, the schema's defaults filled in: what a script run by
-    hand takes as its defaults, so that it measures as the workflow does and each value is chosen (and its
-    reason written) in one place."""
-    config = read_yaml_mapping(path, "workflow config")
-    check_schema(config, CONFIG_SCHEMA, path, set_defaults=True)
-    return config[section]
 
 
 def config_files_by_precedence(loaded: Sequence[str | Path], command_line: Sequence[str | Path]) -> list[str]:

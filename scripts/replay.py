@@ -38,7 +38,7 @@ from opperf.errors import OpperfError  # noqa: E402
 from opperf.replay.engine import UPDATE_MODES  # noqa: E402
 from opperf.replay.methods import DEFAULT_HEATER_MIN_POWER_W  # noqa: E402
 from opperf.replay.slots import DEFAULT_SLOTS_DIR  # noqa: E402
-from opperf.workflow_config import WORKFLOW_CONFIG, workflow_defaults  # noqa: E402
+from opperf.workflow_defaults import WORKFLOW_CONFIG, workflow_defaults  # noqa: E402
 
 WORKFLOW = f"{Path(WORKFLOW_CONFIG).parent.name}/{Path(WORKFLOW_CONFIG).name}"
 

@@ -52,9 +52,10 @@ def test_every_profiles_executor_is_installed_by_an_extra_the_docs_name():
         assert f"pip install -e '.[{extra}]'" in docs, f"README/docs/cluster.md never say to install .[{extra}]"
 
 
-def test_transformers_is_held_to_one_tested_range_that_holds_the_h200_image_and_stops_before_5_40():
+def test_transformers_is_held_to_one_tested_range_that_holds_the_h200_image_and_what_msmodeling_imports():
     """pyproject's `test` and `transformers` extras, every env file and README name one range; it holds 5.17 (the
-    H200 image) and the release this suite runs, and stops below 5.40 (no `past_key_values` argument)."""
+    H200 image) and the release this suite runs, and stops below 5.24 (msmodeling's models import
+    `transformers.modeling_attn_mask_utils`, which 5.24 removed; 5.40 drops the `past_key_values` argument)."""
     import importlib.metadata
 
     from packaging.specifiers import SpecifierSet
@@ -62,13 +63,13 @@ def test_transformers_is_held_to_one_tested_range_that_holds_the_h200_image_and_
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     pins = {name: next(p for p in packages if p.startswith("transformers")) for name, packages in extras.items()
             if any(p.startswith("transformers") for p in packages)}
-    assert set(pins) == {"test", "transformers"} and len(set(pins.values())) == 1
+    assert set(pins) == {"test", "transformers", "msmodeling"} and len(set(pins.values())) == 1
     pin = pins["transformers"]
     for env in ("cpu", "cuda", "npu"):
         assert f"- {pin}  " in (REPO / "envs" / f"{env}.yaml").read_text(), env
     assert f"`{pin.removeprefix('transformers')}`" in README
     allowed = SpecifierSet(pin.removeprefix("transformers"))
-    assert "5.17.0" in allowed and "5.39.9" in allowed and "5.40.0" not in allowed and "4.56.2" not in allowed
+    assert "5.17.0" in allowed and "5.23.0" in allowed and "5.24.0" not in allowed and "4.56.2" not in allowed
     assert importlib.metadata.version("transformers") in allowed
 
 
