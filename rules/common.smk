@@ -554,14 +554,19 @@ def predict_options(wildcards):
     """scripts/predict.py's models, scenarios, TP and dtype for one database (config predict, grid.target_models)."""
     dtype = config["predict"]["dtype"]
     if dtype is None:
+        # The model's dtype where the workflow knows it (its workload, its recorded queries); else the database's
+        # own, which predict.py reads from op_mapping.yaml.
         workload = config["workload"]
         on_workload = workload["enabled"] and DEVICES[wildcards.device].backend == workload["backend"]
-        dtype = workload["dtype"] if on_workload else config["grid"]["consumer_dtype"]
+        if on_workload:
+            dtype = workload["dtype"]
+        elif config["grid"]["consumer_queries"]:
+            dtype = config["grid"]["consumer_dtype"]
     models = " ".join(
         f"--model {shlex.quote(m)}" for m in per_device(config["grid"]["target_models"], wildcards.device)
     )
     scenarios = " ".join(f"--scenario {s}" for s in per_device(config["predict"]["scenarios"], wildcards.device))
-    return f"{models} {scenarios} --tp {config['predict']['tp']} --dtype {dtype}"
+    return f"{models} {scenarios} --tp {config['predict']['tp']}" + (f" --dtype {dtype}" if dtype else "")
 
 
 def replayed_csvs(wildcards):

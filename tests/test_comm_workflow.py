@@ -25,7 +25,7 @@ def test_all_plans_one_job_per_collective_csv(tmp_path):
     version = f"torch{installed_torch_version()}"
     assert _comm_jobs(plan) == [("CPU", "gloo", version, op)
                                 for op in ("all_gather", "all_reduce", "all_to_all", "reduce_scatter")]
-    hccl = {"comm": {"backend": "hccl", "device": "A3", "nproc": 16, "num_devices": [16, 2], "version_dir": "8.5"}}
+    hccl = {"comm": {"backend": "hccl", "device": "A3", "nproc": 16, "num_devices": [16, 2], "version_dir": "v8.5"}}
     plan = run_workflow(workdir, dry_run=True, config={"workload": {"enabled": False}, **hccl})
     assert [job[3] for job in _comm_jobs(plan)] == ["hcom_allGather_", "hcom_allReduce_", "hcom_alltoallv_",
                                                     "hcom_reduceScatter_"]

@@ -204,7 +204,9 @@ class TransformersCausalLM:
     def forward(self, token_ids: torch.Tensor, start_position: int, cache):
         """One prefill (no cache) or decode step over `cache`; logits of the last position only, as serving does."""
         output = self.model(input_ids=token_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return output.logits, output.past_key_values
+        # Mamba2 before transformers 5.24 returns its cache as `cache_params`.
+        returned = getattr(output, "past_key_values", None)
+        return output.logits, returned if returned is not None else getattr(output, "cache_params", None)
 
 
 @dataclass(frozen=True)
