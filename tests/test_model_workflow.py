@@ -29,13 +29,19 @@ def model_config() -> dict:
             "comm": {"enabled": False}}
 
 
-def test_the_workflow_builds_checks_and_predicts_a_database_for_a_transformers_config(tmp_path):
-    workdir = copy_workflow(tmp_path / "wf")
+def workflow_with_model(where):
+    """A copy of the workflow holding the tiny dense config.json and the small scenario space `test`."""
+    workdir = copy_workflow(where)
     (workdir / CONFIG_JSON).write_text((REPO / "tests" / "data" / "workload" / "tiny_mistral.json").read_text())
     scenarios = workdir / "config" / "scenarios.yaml"
     spaces = yaml.safe_load(scenarios.read_text())
     spaces["spaces"]["test"] = SPACE
     scenarios.write_text(yaml.safe_dump(spaces, sort_keys=False))
+    return workdir
+
+
+def test_the_workflow_builds_checks_and_predicts_a_database_for_a_transformers_config(tmp_path):
+    workdir = workflow_with_model(tmp_path / "wf")
     config = model_config()
     run_workflow(workdir, config=config)
 
@@ -75,12 +81,7 @@ def test_a_second_models_database_never_lands_in_the_demos_folder(tmp_path):
     """The workflow's database of a user's model is {stack}_{model}, beside the demo's {stack}, never in it."""
     from opperf.versions import cpu_version_dir
 
-    workdir = copy_workflow(tmp_path / "wf")
-    (workdir / CONFIG_JSON).write_text((REPO / "tests" / "data" / "workload" / "tiny_mistral.json").read_text())
-    scenarios = workdir / "config" / "scenarios.yaml"
-    spaces = yaml.safe_load(scenarios.read_text())
-    spaces["spaces"]["test"] = SPACE
-    scenarios.write_text(yaml.safe_dump(spaces, sort_keys=False))
+    workdir = workflow_with_model(tmp_path / "wf")
 
     def cpu_databases(config):
         plan = run_workflow(workdir, dry_run=True, config=config)
