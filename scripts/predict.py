@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from opperf.database.check import load_op_mapping
-    from opperf.database.model_queries import model_source, parse_scenario, position_limit_warning
+    from opperf.database.model_queries import model_source, parse_scenario, position_limit_warning, scenario_tp_sizes
     from opperf.database.predict import predict, prediction_dtype, prediction_table
     from opperf.io import write_text_atomic
     from opperf.log import get_logger
@@ -81,6 +81,10 @@ def main(args: argparse.Namespace) -> int:
     documents, pages = [], []
     for name in ([args.transformers_config] if args.transformers_config else args.model):
         source = model_source(name, args.models, num_layers=args.num_layers)
+        if args.tp > 1:                             # a TP size the model does not split by is one line, not a trace
+            _, left_out = scenario_tp_sizes(source, [args.tp], dtype=getattr(torch, dtype.name), attention=attention)
+            if args.tp in left_out:
+                raise OpperfError(f"model {source.name!r}: {left_out[args.tp]}", field="--tp")
         scenarios = [parse_scenario(text, source.name, args.tp) for text in args.scenario]
         for scenario in scenarios:
             warning = position_limit_warning(scenario, source.max_positions)

@@ -414,3 +414,17 @@ def test_predict_answers_an_olmoe_config_from_its_database(olmoe_database, tmp_p
         assert {tuple(q["inputs"][1][0]) for q in grouped} == {tuple(experts.gate_up_proj.transpose(-2, -1).shape),
                                                                tuple(experts.down_proj.transpose(-2, -1).shape)}
         assert {q["inputs"][1][1] for q in grouped} == {"float32"}
+
+
+@pytest.mark.parametrize("tp, reason", [
+    (8, "model 'hf_tiny_olmoe': TP size 8 does not divide num_attention_heads 4"),
+    (2, "model 'hf_tiny_olmoe': its code does not run on one rank's share of the config"),
+])
+def test_predict_refuses_a_tp_size_the_model_does_not_split_by_in_one_line(olmoe_database, tmp_path, tp, reason):
+    done = subprocess.run([sys.executable, "scripts/predict.py", "--database", str(olmoe_database),
+                           "--transformers-config", str(TINY_OLMOE), "--dtype", "float32", "--tp", str(tp),
+                           "--scenario", "decode:4x16"], cwd=REPO, capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "OPPERF_MSMODELING_DIR"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "error" in line]
+    assert "field '--tp'" in line and reason in line
