@@ -68,21 +68,27 @@ def test_the_database_device_profile_loads_in_msmodelings_own_cli(device_key, mo
     assert refused.returncode != 0 and "invalid choice" in refused.stderr
 
 
-def record(model_dir: Path, scenario: list[str], out: Path) -> dict:
-    subprocess.run([INSTALL.python, str(RECORDER), str(INSTALL.directory), "--output", str(out), "--",
-                    *text_generate(model_dir, scenario, "TEST_DEVICE")[2:]], check=True, capture_output=True,
+def record(model_dir: Path, scenarios: list[str], out: Path) -> dict:
+    """The recorder's document for `scenarios`, every one recorded in one msmodeling process."""
+    subprocess.run([INSTALL.python, str(RECORDER), str(INSTALL.directory), "--output", str(out),
+                    *(f"--scenario={scenario}" for scenario in scenarios), "--",
+                    *text_generate(model_dir, [], "TEST_DEVICE")[2:]], check=True, capture_output=True,
                    text=True, timeout=600)
     return json.loads(out.read_text())
 
 
-def calls_of(document: dict, op: str) -> list[dict]:
-    return [call for call in document["calls"] if call["op"] == op]
+def calls_of(scenario: dict, op: str) -> list[dict]:
+    return [call for call in scenario["calls"] if call["op"] == op]
 
 
 def test_the_runner_asks_for_paged_attention_and_the_cache_write_with_its_own_shapes(model_dir, tmp_path):
     # tiny_mistral: hidden 64, 4 heads, 2 KV heads, head_dim 16; msmodeling builds in float16, 128-token blocks.
-    decode = record(model_dir, ["--num-queries", "4", "--query-length", "1", "--context-length", "512", "--decode"],
-                    tmp_path / "decode.json")
+    document = record(model_dir, ["decode:4x512", "prefill:64"], tmp_path / "queries.json")
+    decode, prefill = document["scenarios"]
+    assert (decode["name"], prefill["name"]) == ("decode:4x512", "prefill:64")
+    assert decode["msmodeling_args"][-7:] == ["--num-queries", "4", "--query-length", "1", "--context-length",
+                                              "512", "--decode"]
+    assert document["device"] == "TEST_DEVICE" and document["msmodeling_args_common"][0] == str(model_dir)
     [attention] = calls_of(decode, "tensor_cast.attention.default")
     query, key, value, mask, block_table, query_start, seq_lens, query_lens = attention["args"]
     assert attention["count"] == 2                              # one per layer
@@ -95,7 +101,6 @@ def test_the_runner_asks_for_paged_attention_and_the_cache_write_with_its_own_sh
     assert [arg["shape"] for arg in cache_write["args"][:2]] == [[4, 32], [4, 32]]
     assert cache_write["args"][3]["shape"] == [4] and cache_write["count"] == 2
 
-    prefill = record(model_dir, ["--num-queries", "1", "--query-length", "64"], tmp_path / "prefill.json")
     [attention] = calls_of(prefill, "tensor_cast.attention.default")
     assert attention["args"][0] == {"shape": [64, 64], "dtype": "float16"}
     assert attention["args"][6]["values"] == [64] and attention["args"][7]["values"] == [64]

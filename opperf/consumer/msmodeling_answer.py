@@ -1,0 +1,75 @@
+"""Ask msmodeling's own data sources how a database answers calls its runner issued (as msmodeling_record.py
+records them), each rebuilt as the runner issues it: tensors on the meta device in their recorded dtype, the small
+integer metadata (seq_lens, query_lens, query start locations) with their recorded values.
+
+    python msmodeling_answer.py MSMODELING_DIR < {"database": DIR, "calls": [recorded call, ...]} > answers.json
+
+The database is read by `ProfilingDataSource` wrapped in `InterpolatingDataSource`, as msmodeling's runner reads it
+for `--performance-model profiling` (tensor_cast/core/model_runner.py). Answer per call: {"op", "exact" (latency of
+the data source's own exact or padded match, else null), "source" (MEASURED / INTERPOLATED / null), "latency_us",
+"method", "rule" (its shape-match rule), "miss_reason", "raised"}. It runs in msmodeling's environment; like the
+recorder, whose `rebuild` it uses, it imports nothing of opperf.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sys.path.insert(0, argv[0])
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import logging
+
+    logging.disable(logging.WARNING)
+    import torch
+
+    import tensor_cast.ops  # noqa: F401  (registers the tensor_cast.* ops)
+    from msmodeling_record import rebuild
+    from tensor_cast.performance_model.op_invoke_info import OpInvokeInfo
+    from tensor_cast.performance_model.profiling_database import (InterpolatingDataSource, ProfilingDataSource,
+                                                                  QuerySource)
+
+    request = json.load(sys.stdin)
+    base = ProfilingDataSource(request["database"])
+    wrapper = InterpolatingDataSource(base)
+    answers = []
+    for call in request["calls"]:
+        func = torch.ops
+        for part in call["op"].split("."):
+            func = getattr(func, part)
+        info = OpInvokeInfo(func, tuple(rebuild(call["args"], torch)),
+                            {name: rebuild(value, torch) for name, value in call["kwargs"].items()},
+                            rebuild(call["out"], torch))
+        answer = {"op": call["op"], "exact": None, "source": None, "latency_us": None, "method": None,
+                  "rule": None, "miss_reason": None, "raised": None}
+        try:
+            hit = base.lookup(info)
+            if hit is not None and hit.source != QuerySource.PARTIAL:
+                answer["exact"] = hit.latency_us
+            else:
+                answer["miss_reason"] = base.last_miss_reason
+            result = wrapper.lookup(info)
+        except Exception as exc:  # noqa: BLE001 — the runtime raising is an answer too
+            answer["raised"] = f"{type(exc).__name__}: {exc}"
+            answers.append(answer)
+            continue
+        if result is None:
+            answer["miss_reason"] = wrapper.last_miss_reason
+        else:
+            match = result.shape_match_info
+            answer.update(source=result.source.name, latency_us=result.latency_us,
+                          method=result.details.get("method"),
+                          rule=match.shape_match_rule if match is not None else None)
+        answers.append(answer)
+    json.dump(answers, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,360 @@
+"""The queries msmodeling's own runner issues for a model over a scenario space, and the database rows for them.
+
+`record_model_queries` runs msmodeling's `ModelRunner` (opperf/consumer/msmodeling_record.py, in msmodeling's
+Python) once per scenario, every scenario in one process: msmodeling's start-up (its imports, ~8 s) is paid once,
+not per scenario. `rows_from_calls` lays one row per distinct query, in opperf's contract columns:
+
+- `tensor_cast.attention` → kernel type `PagedAttention`, `tensor_cast.reshape_and_cache` → `ReshapeAndCache`: the
+  call's slots as the runner issues them, and its sequence lengths, heads and block size in the `Runtime …` columns
+  msmodeling's attention lookup and opperf's replay read (docs/msmodeling.md, "What its runtime reads").
+- every other op (aten: mm, the rotary index_select and cat, the RMSNorm's float32 ops, …) as the grid lays a
+  consumer query (opperf.grid.queries.query_rows): one row per distinct query, every schema argument, the call's
+  strides, under the kernel type named after its op. Views run no kernel and get no row.
+
+TensorCast builds in float16, which msmodeling's runtime spells `DT_BF16` as it does bfloat16: a float16 call's
+row is bfloat16 (replayed in bfloat16); float32 stays float32.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opperf.consumer.msmodeling_env import Msmodeling, find_msmodeling
+from opperf.consumer.msmodeling_record import SCENARIO_OPTIONS, rebuild
+from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE,
+                             OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, format_shape)
+from opperf.errors import OpperfError
+from opperf.log import get_logger
+from opperf.parse.fia_metadata import (RUNTIME_AVG_SEQ_LEN, RUNTIME_BLOCK_SIZE, RUNTIME_INPUT_LAYOUT,
+                                       RUNTIME_NUM_HEADS, RUNTIME_NUM_KEY_VALUE_HEADS, RUNTIME_SEQ_LENGTHS_KV_VALUES,
+                                       RUNTIME_SEQ_LENGTHS_VALUES, RUNTIME_SPARSE_MODE, runtime_payload)
+from opperf.scenarios import ScenarioSpace, parse_scenario_text
+
+log = get_logger("consumer")
+
+RECORDER = Path(__file__).with_name("msmodeling_record.py")
+ANSWERER = Path(__file__).with_name("msmodeling_answer.py")
+ATTENTION_OP = "tensor_cast.attention.default"
+CACHE_WRITE_OP = "tensor_cast.reshape_and_cache.default"
+PAGED_ATTENTION = "PagedAttention"
+RESHAPE_AND_CACHE = "ReshapeAndCache"
+# msmodeling's attention lookup filters rows by decode batch with this column where a table has it.
+RUNTIME_BATCH_SIZE = "Runtime batch_size"
+# The dtype of a tensor_cast op's slot as msmodeling's runtime spells it (its DTYPE_MAP): float16 is DT_BF16 there.
+RUNTIME_SPELLING = {"float16": "DT_BF16", "bfloat16": "DT_BF16", "float32": "FLOAT", "int64": "INT64",
+                    "int32": "INT32", "int8": "INT8", "bool": "BOOL"}
+AS_RECORDED = {"float16": "bfloat16"}          # a float16 call's row is bfloat16
+# Options record_model_queries sets from its own arguments.
+_OWN_OPTIONS = ("--device", "--num-devices", "--num-hidden-layers-override", "--tp-size", "--quantize-linear-action")
+
+
+@dataclass
+class ScenarioCalls:
+    """The calls msmodeling's runner issued for one scenario: each {"op", "args", "kwargs", "out", "view",
+    "count" (per step at the layers run), "full_depth_count" (per step at the model's own depth, or None where
+    it cannot be derived)}."""
+
+    name: str                       # prefill:64, decode:4x512
+    msmodeling_args: list[str]      # its text-generate arguments after the model
+    calls: list[dict]
+
+
+@dataclass
+class ModelQueries:
+    """What record_model_queries recorded, and with which msmodeling."""
+
+    model: str
+    msmodeling_commit: str | None
+    msmodeling_commit_source: str   # git | SNAPSHOT.md | unknown
+    msmodeling_args_common: list[str]
+    device: str
+    layers: int | None              # --num-hidden-layers-override (None: the model's own depth)
+    depth: int | None               # the model's own depth (config.json num_hidden_layers)
+    scenarios: list[ScenarioCalls] = field(default_factory=list)
+
+
+def scenario_texts(space: ScenarioSpace) -> list[str]:
+    """A scenario space's points as scenario texts, in its own order (prefill, then decode context by context)."""
+    return ([f"prefill:{tokens}" for tokens in space.prefill_tokens]
+            + [f"decode:{batch}x{context}" for context in space.decode_contexts for batch in space.decode_batches])
+
+
+def _model_depth(config: dict) -> int | None:
+    for candidate in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
+        if isinstance(candidate.get("num_hidden_layers"), int):
+            return candidate["num_hidden_layers"]
+    return None
+
+
+def record_model_queries(install: Msmodeling | None, model_dir_or_config: str | Path,
+                         scenarios: Sequence[str] | ScenarioSpace, *, layers: int | None = 2, tp: int = 1,
+                         quantize_linear: str = "DISABLED", device: str = "TEST_DEVICE",
+                         device_profile: str | Path | None = None, extra_args: Sequence[str] = (),
+                         timeout_s: float | None = None) -> ModelQueries:
+    """The calls msmodeling's ModelRunner issues for a model (a directory holding config.json, or a config.json
+    file) at each scenario (`prefill:T`, `decode:BxC`, or a scenario space's points), one recorder process for
+    all, on `tp` devices of tensor parallelism (--num-devices, --tp-size: the queries of one rank). `layers` is
+    msmodeling's --num-hidden-layers-override (None: the model's depth); with 2 or more, each
+    scenario also runs at 1 layer so each call's count at the model's own depth follows (the layers are alike).
+    `device_profile`: a DeviceProfile file registering `device` (opperf.consumer.msmodeling_device)."""
+    install = install or find_msmodeling()
+    if install is None:
+        raise OpperfError("no msmodeling checkout: set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling")
+    texts = scenario_texts(scenarios) if isinstance(scenarios, ScenarioSpace) else [str(s).strip() for s in scenarios]
+    if not texts:
+        raise OpperfError("no scenario to record", field="scenarios")
+    for text in texts:
+        try:
+            parse_scenario_text(text)
+        except OpperfError as exc:
+            raise OpperfError(exc.reason, field="scenarios") from None
+    twice = [text for text, count in Counter(texts).items() if count > 1]
+    if twice:
+        raise OpperfError(f"scenario {twice[0]} is given twice", field="scenarios")
+    clash = [a for a in extra_args if str(a).split("=", 1)[0] in (*SCENARIO_OPTIONS, *_OWN_OPTIONS)]
+    if clash:
+        raise OpperfError(f"{clash[0]} is set by record_model_queries itself (scenarios, layers, tp, "
+                          "quantize_linear, device), not by extra_args", field="extra_args")
+    if layers is not None and layers < 1:
+        raise OpperfError(f"layers must be >= 1 or None (the model's own depth), got {layers}", field="layers")
+
+    from opperf.model_names import config_model_name
+    from opperf.workload.transformers_model import CONFIG_NAME, read_config
+
+    path = Path(model_dir_or_config)
+    config_path = path / CONFIG_NAME if path.is_dir() else path
+    config = read_config(config_path)
+    with tempfile.TemporaryDirectory(prefix="opperf-msmodeling-") as work:
+        model_dir = path
+        if not path.is_dir():                      # msmodeling takes a directory holding config.json
+            model_dir = Path(work) / "model"
+            model_dir.mkdir()
+            shutil.copyfile(path, model_dir / CONFIG_NAME)
+        common = [str(model_dir), "--device", device, "--num-devices", str(tp), "--tp-size", str(tp),
+                  "--quantize-linear-action",
+                  quantize_linear, *(["--num-hidden-layers-override", str(layers)] if layers else []),
+                  *map(str, extra_args)]
+        output = Path(work) / "queries.json"
+        command = [install.python, str(RECORDER), str(install.directory), "--output", str(output)]
+        if device_profile is not None:
+            command += ["--device-profile", str(device_profile)]
+        for text in texts:
+            command += ["--scenario", text]
+        if layers is not None and layers >= 2:
+            command.append("--one-layer-counts")
+        done = subprocess.run([*command, "--", *common], capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+            raise OpperfError(f"msmodeling's runner failed recording {path.name} (exit {done.returncode})\n{tail}",
+                              path=install.directory)
+        document = json.loads(output.read_text(encoding="utf-8"))
+
+    depth = _model_depth(config)
+    recorded = [ScenarioCalls(s["name"], s["msmodeling_args"][len(common):],
+                              [_with_full_depth(call, layers, depth) for call in s["calls"]])
+                for s in document["scenarios"]]
+    if layers is not None and (layers == 1 or depth is None):
+        log.warning("%s: calls counted at %s layer(s) only (%s)", path.name, layers,
+                    "no num_hidden_layers in its config" if depth is None else "a 1-layer run has no per-layer count")
+    return ModelQueries(model=config_model_name(config_path), msmodeling_commit=install.commit,
+                        msmodeling_commit_source=install.commit_source,
+                        msmodeling_args_common=document["msmodeling_args_common"][1:], device=document["device"],
+                        layers=layers, depth=depth, scenarios=recorded)
+
+
+def _with_full_depth(call: dict, layers: int | None, depth: int | None) -> dict:
+    """The call with its count per step at the model's own depth: from its counts at `layers` and at 1 layer
+    (those of the first layer, the embedding and the head, plus one layer's per further layer), as
+    opperf.database.consumer_queries.scenario_queries derives them."""
+    full = None
+    if layers is None:
+        full = call["count"]
+    elif depth is not None and layers >= 2 and "count_one_layer" in call:
+        per_layer, left = divmod(call["count"] - call["count_one_layer"], layers - 1)
+        if not left and call["count_one_layer"] + (depth - 1) * per_layer >= 0:
+            full = call["count_one_layer"] + (depth - 1) * per_layer
+    return {**{k: v for k, v in call.items() if k != "count_one_layer"}, "full_depth_count": full}
+
+
+# --- rows ---------------------------------------------------------------------------------------------------
+
+
+def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerator_core: str, estimator=None):
+    """One generated row per distinct query of the recorded scenarios, per kernel type (opperf.grid.queries.
+    QueryRows): PagedAttention and ReshapeAndCache for TensorCast's paged-cache ops, the grid's consumer-query rows
+    for the rest; a tensor_cast op of another kind, or an op this torch does not have, is counted in
+    `not_laid_out`. `estimator`: drop rows over the device's memory (grid.memory.MemoryEstimator)."""
+    import torch
+
+    from opperf.database.consumer_queries import merge_scenario_queries, profiler_args, query_of
+    from opperf.grid.queries import _fits, query_rows
+
+    scenarios = recorded.scenarios if isinstance(recorded, ModelQueries) else list(recorded)
+    paged: dict[str, dict[tuple, dict]] = {PAGED_ATTENTION: {}, RESHAPE_AND_CACHE: {}}
+    not_laid_out: Counter[str] = Counter()
+    unknown: set[tuple] = set()
+    steps = []
+    for scenario in scenarios:
+        counts: Counter = Counter()
+        views: set[str] = set()
+        arguments: dict = {}
+        attention_calls = [c for c in scenario.calls if c["op"] == ATTENTION_OP]
+        for call in scenario.calls:
+            if call["op"] == ATTENTION_OP:
+                row, key = paged_attention_row(call, accelerator_core, scenario.name)
+                paged[PAGED_ATTENTION].setdefault(key, row)
+                continue
+            if call["op"] == CACHE_WRITE_OP:
+                row, key = cache_write_row(call, attention_calls, accelerator_core, scenario.name)
+                paged[RESHAPE_AND_CACHE].setdefault(key, row)
+                continue
+            func = _torch_op(torch, call["op"])
+            if func is None or call["op"].startswith("tensor_cast."):
+                key = (call["op"], json.dumps([call["args"], call["kwargs"]], sort_keys=True))
+                if key not in unknown:
+                    unknown.add(key)
+                    not_laid_out[call["op"]] += 1
+                continue
+            args = rebuild(call["args"], torch, dtypes=AS_RECORDED)
+            kwargs = {name: rebuild(value, torch, dtypes=AS_RECORDED) for name, value in call["kwargs"].items()}
+            query = query_of(func, args, rebuild(call["out"], torch, dtypes=AS_RECORDED))
+            counts[query] += call["count"] if call.get("full_depth_count") is None else call["full_depth_count"]
+            arguments.setdefault(query, profiler_args(func, args, kwargs))
+            if call.get("view"):
+                views.add(query.op_name)
+        steps.append((scenario.name, (counts, views, arguments)))
+
+    result = query_rows(merge_scenario_queries(steps), accelerator_core, estimator)
+    for kernel_type, rows in paged.items():
+        result.queries += len(rows)
+        kept = [row for row in rows.values() if estimator is None or _fits(row, estimator)]
+        result.over_hbm_budget += len(rows) - len(kept)
+        if kept:
+            result.rows[kernel_type] = kept
+    result.queries += sum(not_laid_out.values())
+    for op, queries in sorted(not_laid_out.items()):
+        result.not_laid_out[op] = result.not_laid_out.get(op, 0) + queries
+    return result
+
+
+def _torch_op(torch, name: str):
+    """torch.ops.<namespace>.<op>.<overload> of a recorded op name, None where this torch has none."""
+    value = torch.ops
+    try:
+        for part in name.split("."):
+            value = getattr(value, part)
+    except (AttributeError, RuntimeError):
+        return None
+    return value if isinstance(value, torch._ops.OpOverload) else None
+
+
+def _slots(values: Sequence) -> tuple[str, str, str]:
+    """(shapes, dtypes, formats) fields of a tensor_cast op's slots; an absent tensor (None) an empty slot."""
+    shapes, dtypes, formats = [], [], []
+    for value in values:
+        if value is None:
+            shapes.append(""), dtypes.append(""), formats.append("")
+            continue
+        if not isinstance(value, dict) or "shape" not in value or value.get("dtype") not in RUNTIME_SPELLING:
+            raise OpperfError(f"slot {len(shapes)} is {json.dumps(value)[:80]}: not a tensor of a dtype msmodeling "
+                              f"spells ({', '.join(RUNTIME_SPELLING)})")
+        shapes.append(format_shape(value["shape"]))
+        dtypes.append(RUNTIME_SPELLING[value["dtype"]])
+        formats.append("ND")
+    return ";".join(shapes), ";".join(dtypes), ";".join(formats)
+
+
+def _positional(call: dict, names: Sequence[str], scenario: str) -> list:
+    if call["kwargs"] or len(call["args"]) != len(names):
+        raise OpperfError(f"{call['op']} with {len(call['args'])} arguments and keywords {sorted(call['kwargs'])}; "
+                          f"TensorCast issues {len(names)} positional ones ({', '.join(names)})",
+                          field=f"scenario {scenario}")
+    return call["args"]
+
+
+def _lengths(value, what: str, op: str, scenario: str) -> list[int]:
+    if not isinstance(value, dict) or not isinstance(value.get("values"), list):
+        raise OpperfError(f"{op}: {what} was recorded without its values (a tensor on the meta device?)",
+                          field=f"scenario {scenario}")
+    return [int(v) for v in value["values"]]
+
+
+ATTENTION_ARGUMENTS = ("query", "key_cache", "value_cache", "attention_mask", "block_table", "query_start_loc",
+                       "seq_lens", "query_lens")
+CACHE_WRITE_ARGUMENTS = ("key", "value", "kv_cache", "slot_mapping")
+
+
+def paged_attention_row(call: dict, accelerator_core: str, scenario: str = "") -> tuple[dict[str, str], tuple]:
+    """(the PagedAttention row of a tensor_cast.attention call, its identity: slots and lengths)."""
+    args = _positional(call, ATTENTION_ARGUMENTS, scenario)
+    query, key = args[0], args[1]
+    seq_lens = _lengths(args[6], "seq_lens", call["op"], scenario)
+    query_lens = _lengths(args[7], "query_lens", call["op"], scenario)
+    head_dim, kv_heads, block_size = key["shape"][-1], key["shape"][-2], key["shape"][1]
+    heads = query["shape"][1] if len(query["shape"]) == 3 else query["shape"][-1] // head_dim
+    shapes, dtypes, formats = _slots(args)
+    out_shapes, out_dtypes, out_formats = _slots([call["out"]])
+    payload = runtime_payload({"actual_seq_lengths": query_lens, "actual_seq_lengths_kv": seq_lens,
+                               "num_heads": heads, "num_key_value_heads": kv_heads, "sparse_mode": 3,
+                               "input_layout": "TND", "block_size": block_size})
+    runtime = {RUNTIME_AVG_SEQ_LEN: str(sum(seq_lens) // len(seq_lens)),      # msmodeling's int(mean(seq_lens))
+               RUNTIME_SPARSE_MODE: payload[RUNTIME_SPARSE_MODE], RUNTIME_NUM_HEADS: payload[RUNTIME_NUM_HEADS],
+               RUNTIME_NUM_KEY_VALUE_HEADS: payload[RUNTIME_NUM_KEY_VALUE_HEADS],
+               RUNTIME_INPUT_LAYOUT: payload[RUNTIME_INPUT_LAYOUT], RUNTIME_BATCH_SIZE: str(len(seq_lens)),
+               RUNTIME_BLOCK_SIZE: payload[RUNTIME_BLOCK_SIZE],
+               RUNTIME_SEQ_LENGTHS_VALUES: payload[RUNTIME_SEQ_LENGTHS_VALUES],
+               RUNTIME_SEQ_LENGTHS_KV_VALUES: payload[RUNTIME_SEQ_LENGTHS_KV_VALUES]}
+    row = {OP_STATE: "eager", ACCELERATOR_CORE: accelerator_core, INPUT_SHAPES: shapes, INPUT_DTYPES: dtypes,
+           INPUT_FORMATS: formats, OUTPUT_SHAPES: out_shapes, OUTPUT_DTYPES: out_dtypes, OUTPUT_FORMATS: out_formats,
+           **runtime, SOURCE: SOURCE_GENERATED, CONSUMER_QUERY: call["op"]}
+    return row, (shapes, dtypes, out_shapes, tuple(seq_lens), tuple(query_lens))
+
+
+def cache_write_row(call: dict, attention_calls: Sequence[dict], accelerator_core: str, scenario: str = ""
+                    ) -> tuple[dict[str, str], tuple]:
+    """(the ReshapeAndCache row of a tensor_cast.reshape_and_cache call, its identity): the step's batch and
+    lengths from the scenario's attention call over the same cache and tokens where there is exactly one such."""
+    args = _positional(call, CACHE_WRITE_ARGUMENTS, scenario)
+    key, cache = args[0], args[2]
+    shapes, dtypes, formats = _slots(args)
+    steps = set()
+    for attention in attention_calls:
+        attention_args = attention["args"]
+        if (len(attention_args) == len(ATTENTION_ARGUMENTS) and attention_args[1]["shape"] == cache["shape"][1:]
+                and attention_args[0]["shape"][0] == key["shape"][0]):
+            steps.add((tuple(_lengths(attention_args[6], "seq_lens", attention["op"], scenario)),
+                       tuple(_lengths(attention_args[7], "query_lens", attention["op"], scenario))))
+    seq_lens, query_lens = next(iter(steps)) if len(steps) == 1 else ((), ())
+    row = {OP_STATE: "eager", ACCELERATOR_CORE: accelerator_core, INPUT_SHAPES: shapes, INPUT_DTYPES: dtypes,
+           INPUT_FORMATS: formats, OUTPUT_SHAPES: "", OUTPUT_DTYPES: "", OUTPUT_FORMATS: "",
+           RUNTIME_BATCH_SIZE: str(len(seq_lens)) if seq_lens else "", RUNTIME_BLOCK_SIZE: str(cache["shape"][2]),
+           RUNTIME_SEQ_LENGTHS_VALUES: ",".join(map(str, query_lens)),
+           RUNTIME_SEQ_LENGTHS_KV_VALUES: ",".join(map(str, seq_lens)),
+           SOURCE: SOURCE_GENERATED, CONSUMER_QUERY: call["op"]}
+    return row, (shapes, dtypes, seq_lens, query_lens)
+
+
+# --- asking msmodeling -------------------------------------------------------------------------------------
+
+
+def ask_msmodeling(install: Msmodeling, database_dir: str | Path, calls: Sequence[dict], *,
+                   timeout_s: float | None = None) -> list[dict]:
+    """How msmodeling's own data sources (ProfilingDataSource, wrapped in its InterpolatingDataSource as its runner
+    wraps it) answer each recorded call from a database directory: {"op", "exact" (latency of an exact match, else
+    None), "source", "latency_us", "method", "rule", "miss_reason", "raised"} (opperf/consumer/msmodeling_answer.py,
+    run in msmodeling's Python)."""
+    request = json.dumps({"database": str(database_dir), "calls": list(calls)})
+    done = subprocess.run([install.python, str(ANSWERER), str(install.directory)], input=request,
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise OpperfError(f"msmodeling's data source failed (exit {done.returncode})\n{tail}", path=database_dir)
+    return json.loads(done.stdout)
