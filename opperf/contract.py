@@ -40,6 +40,11 @@ MICROBENCH_COUNTER_PREFIX = "MicroBench "
 SIGNATURE_COLUMNS: tuple[str, ...] = (INPUT_SHAPES, INPUT_DTYPES, INPUT_FORMATS, OUTPUT_SHAPES, OUTPUT_DTYPES)
 # Kernel types whose rows are distinguished by EP size as well (the collective is part of the kernel).
 EP_SIGNATURE_KERNELS = frozenset({"DispatchFFNCombine"})
+# Kernel types whose calls differ by sequence lengths no shape shows (TensorCast's paged-cache ops, whose rows give
+# seq_lens and query_lens in these columns: opperf.replay.hooks.tensor_cast_paged): two decode steps of one block
+# count at contexts 512 and 519 are two calls, replayed and kept apart.
+LENGTHS_SIGNATURE_KERNELS = frozenset({"PagedAttention", "ReshapeAndCache"})
+LENGTHS_SIGNATURE_COLUMNS = ("Runtime actual_seq_lengths_kv_values", "Runtime actual_seq_lengths_values")
 
 # Our own additions: always after every contract column, never replacing one.
 SOURCE = "source"                      # profiled | generated
@@ -462,11 +467,18 @@ def canonical_field(column: str, value: object) -> str:
     return text
 
 
+def lengths_text(value: object) -> str:
+    """A list of lengths in one spelling: `513, 513` ≡ `[513,513]` ≡ `513;513` → `513,513`; other text as it is."""
+    text = strip_profiler_quotes(value).strip().strip("[]")
+    return ",".join(part.strip() for part in text.replace(";", ",").split(",")) if text else ""
+
+
 def row_signature(row: Mapping[str, object], kernel_type: str | None = None) -> Signature:
     """The key that matches a replay result to a database row.
 
     Five columns (Input Shapes, Input Data Types, Input Formats, Output Shapes, Output Data Types),
-    plus the non-contiguous Input Strides where a row has them, plus EP Size for DispatchFFNCombine.
+    plus the non-contiguous Input Strides where a row has them, plus EP Size for DispatchFFNCombine, plus the
+    sequence and query lengths for TensorCast's paged-cache ops (LENGTHS_SIGNATURE_KERNELS).
     Spellings are canonicalised (FLOAT16 ≡ DT_FLOAT16, FORMAT_ND ≡ ND, literal profiler quotes dropped,
     contiguous strides ≡ none recorded) so old and new files match.
     """
@@ -475,6 +487,8 @@ def row_signature(row: Mapping[str, object], kernel_type: str | None = None) -> 
     strides = canonical_strides(strides, strip_profiler_quotes(row.get(INPUT_SHAPES, ""))) if strides else ""
     if strides:
         signature += ("strides=" + strides,)
+    if kernel_type in LENGTHS_SIGNATURE_KERNELS:
+        signature += tuple(lengths_text(row.get(column, "")) for column in LENGTHS_SIGNATURE_COLUMNS)
     if kernel_type in EP_SIGNATURE_KERNELS:
         ep = strip_profiler_quotes(row.get(EP_SIZE, ""))
         try:

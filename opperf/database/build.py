@@ -56,8 +56,8 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
     Returns the row count of the layouts file, which is every input row: none is ever dropped. The
     runtime's CSV holds one row per runtime key (`opperf.database.runtime.runtime_view`); the definition,
     where there is one, says which slots are `out=` arguments and whether the runtime queries the type
-    by its output alone (`query_mode: elementwise`). A phase stage's table (`phase_table`, opperf.replay.phase)
-    is folded into the rows first.
+    by its output alone (`query_mode: elementwise`) or by its mean context too (`attention_special`). A phase
+    stage's table (`phase_table`, opperf.replay.phase) is folded into the rows first.
     """
     from opperf.database.runtime import runtime_view
 
@@ -76,8 +76,9 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
         else:
             frame.loc[frame[contract.SOURCE] == "", contract.SOURCE] = contract.SOURCE_PROFILED
         frame = frame[contract.order_columns(frame.columns)]
-        out_slots, elementwise = _runtime_traits(definition_path)
-        view, every_row = runtime_view(frame, backend, out_slots=out_slots, elementwise=elementwise)
+        out_slots, query_mode = _runtime_traits(definition_path)
+        view, every_row = runtime_view(frame, backend, out_slots=out_slots, elementwise=query_mode == "elementwise",
+                                       attention=query_mode == "attention_special")
         write_csv_atomic(output, view)
         write_csv_atomic(layouts, every_row)
         result["rows"] = len(every_row)
@@ -89,16 +90,16 @@ def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | P
     return len(every_row)
 
 
-def _runtime_traits(definition_path: str | Path | None) -> tuple[dict[int, tuple[int, ...]], bool]:
-    """(input slots that are `out=` arguments by a row's slot count, queried elementwise?) from a kernel
+def _runtime_traits(definition_path: str | Path | None) -> tuple[dict[int, tuple[int, ...]], str | None]:
+    """(input slots that are `out=` arguments by a row's slot count, the runtime's query mode) from a kernel
     definition file."""
     if not definition_path:
-        return {}, False
+        return {}, None
     from opperf.replay.definitions import load_definition
 
     definition = load_definition(definition_path)
     out_slots = {count: definition.out_slots(count) for layout in definition.layouts for count in layout.slot_counts}
-    return out_slots, definition.op_mapping.get("query_mode") == "elementwise"
+    return out_slots, definition.op_mapping.get("query_mode")
 
 
 def _load_definitions(definitions_dir: Path, backend: str) -> dict:

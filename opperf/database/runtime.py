@@ -157,11 +157,17 @@ class RuntimeQuery:
     output: tuple[tuple[int, ...], str] | None
 
 
-def runtime_key(row: Mapping[str, str], elementwise: bool = False) -> tuple:
+# `query_mode: attention_special` also reads a row's mean context: rows of one shape at two contexts answer
+# different queries (decode at 512 and 519 share every shape; docs/msmodeling.md).
+ATTENTION_KEY_COLUMNS = ("Runtime avg_seq_len",)
+
+
+def runtime_key(row: Mapping[str, str], elementwise: bool = False, attention: bool = False) -> tuple:
     """What the runtime matches a row on: rows with equal keys answer the same queries.
 
-    Compute path: the tensor slots' shapes (leading 1 dropped, FRACTAL_NZ restored) and dtypes;
-    elementwise query mode: the first output's shape (leading 1 dropped) and dtype.
+    Compute path: the tensor slots' shapes (leading 1 dropped, FRACTAL_NZ restored) and dtypes, and for
+    `attention` (query_mode attention_special) the mean context; elementwise query mode: the first output's shape
+    (leading 1 dropped) and dtype.
     """
     if elementwise:
         shapes, dtypes = _shapes(row.get(contract.OUTPUT_SHAPES, "")), _names(row.get(contract.OUTPUT_DTYPES, ""))
@@ -170,7 +176,8 @@ def runtime_key(row: Mapping[str, str], elementwise: bool = False) -> tuple:
     dtypes = _names(row.get(contract.INPUT_DTYPES, ""))
     formats = _names(row.get(contract.INPUT_FORMATS, ""))
     logical = tuple(strip_batch(_logical(s, formats[i] if i < len(formats) else "ND")) for i, s in enumerate(shapes))
-    return ("compute", logical, tuple(dtypes[:len(shapes)]))
+    context = tuple(contract.strip_profiler_quotes(row.get(c, "")) for c in ATTENTION_KEY_COLUMNS) if attention else ()
+    return ("compute", logical, tuple(dtypes[:len(shapes)]), *context)
 
 
 def row_latency(row: Mapping[str, str]) -> float | None:
@@ -203,7 +210,7 @@ def _calls(row: Mapping[str, str]) -> int:
 
 
 def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Mapping[int, Sequence[int]] | None = None,
-                 elementwise: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 elementwise: bool = False, attention: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the runtime's CSV, every row): one row per runtime key, and all rows in the runtime's text.
 
     Of rows sharing a key, the runtime gets the one it can use (a finite positive latency) that carried
@@ -216,7 +223,7 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Mapping[int, Sequ
     records = [runtime_row(r, backend, out_slots) for r in rows]
     groups: dict[tuple, list[int]] = {}
     for index, record in enumerate(records):
-        groups.setdefault(runtime_key(record, elementwise), []).append(index)
+        groups.setdefault(runtime_key(record, elementwise, attention), []).append(index)
     chosen = []
     for members in groups.values():
         best = max(members, key=lambda i: (row_latency(records[i]) is not None, _calls(records[i]),
