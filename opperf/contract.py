@@ -116,6 +116,9 @@ EXTRA_COLUMNS: tuple[str, ...] = (
 
 # The manifest the parse checkpoint writes beside its CSVs (one kernel type per line); grid copies it.
 KERNEL_TYPES_MANIFEST = "kernel_types.txt"
+# The grid's record of who recorded the consumer's queries (opperf.consumer.recorder): the database build copies it
+# into op_mapping.yaml's `opperf.consumer_queries`.
+CONSUMER_QUERIES_RECORD = "consumer_queries.json"
 # The parse's attribution accounting beside a database parsed from torch traces with device activity: per trace,
 # the share of its device time that is in the CSVs and what the rest was (opperf.parse.attribution.Attribution).
 TRACE_ATTRIBUTION = "trace_attribution.json"

@@ -84,6 +84,10 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
                 load_scenario_space(grid["scenarios"], grid["scenario_space"])
             except OpperfError as exc:
                 raise config_error(str(exc), ["grid", "scenario_space"]) from None
+            if grid["consumer_recorder"] == "msmodeling" and grid["consumer_dtype"] != "bfloat16":
+                raise config_error(f"msmodeling's runner builds in float16, which its runtime spells as bfloat16: its "
+                                   f"rows are bfloat16, not grid.consumer_dtype {grid['consumer_dtype']}",
+                                   ["grid", "consumer_recorder"])
     sources = read_sources(config["sources"], devices, config["devices"])
     _check_definitions(config, sources, devices, _as_given(Path(definitions_root)))
     return WorkflowInputs(devices=devices, sources=sources)

@@ -4,7 +4,7 @@ import difflib
 import shlex
 from pathlib import Path
 
-from opperf.contract import KERNEL_TYPES_MANIFEST
+from opperf.contract import CONSUMER_QUERIES_RECORD, KERNEL_TYPES_MANIFEST
 from opperf.errors import OpperfError
 from opperf.model_names import model_reference, read_models
 from opperf.versions import workload_database_version_dir, workload_version_dir
@@ -242,11 +242,27 @@ def database_kernel_csvs(wildcards):
 
 
 def database_files(wildcards):
-    """Every file of one database: the runtime's kernel CSVs, their layouts files, op_mapping.yaml."""
+    """Every file of one database: the runtime's kernel CSVs, their layouts files, op_mapping.yaml and, for a cpu
+    or cuda device, msmodeling_device.py (the DeviceProfile msmodeling's CLI loads)."""
     key = (wildcards.device, wildcards.stack, wildcards.version_dir)
     root = "data/{}/{}/{}".format(*key)
     layouts = [f"{root}/layouts/{kernel}.csv" for kernel in kernel_types(*key)]
-    return database_kernel_csvs(wildcards) + layouts + [f"{root}/op_mapping.yaml"]
+    profile = [f"{root}/msmodeling_device.py"] if database_backend(wildcards.device) in ("cpu", "cuda") else []
+    return database_kernel_csvs(wildcards) + layouts + [f"{root}/op_mapping.yaml"] + profile
+
+
+def database_consumer_queries_grid(wildcards):
+    """The grid's output directory where the grid records the consumer's queries (its consumer_queries.json says
+    who recorded them, and op_mapping.yaml keeps it), else nothing."""
+    if not consumer_option(wildcards):
+        return []
+    key = dict(device=wildcards.device, stack=wildcards.stack, version_dir=wildcards.version_dir)
+    return checkpoints.generate_shape_grid.get(**key).output.grid
+
+
+def database_consumer_queries_option(wildcards):
+    grid = database_consumer_queries_grid(wildcards)
+    return f"--consumer-queries {grid}/{CONSUMER_QUERIES_RECORD}" if grid else ""
 
 
 def database_backend(device):
@@ -376,15 +392,60 @@ def consumer_queries_apply(device):
 
 
 def consumer_option(wildcards):
-    """--consumer-models (the target models), their dtype and scenario space where config grid.consumer_queries
-    asks: the grid's rows and the check's end-to-end gate are of the same queries."""
+    """--consumer-models (the target models), their dtype, scenario space and recorder where config
+    grid.consumer_queries asks: the grid's rows and the check's end-to-end gate are of the same queries."""
     if not consumer_queries_apply(wildcards.device) or not grid_target_models(wildcards):
         return ""
     grid = config["grid"]
     return (
         f"--consumer-models {shlex.quote(grid_target_models(wildcards))} --consumer-dtype {grid['consumer_dtype']} "
-        f"--scenarios {shlex.quote(grid['scenarios'])} --scenario-space {shlex.quote(grid['scenario_space'])}"
+        f"--scenarios {shlex.quote(grid['scenarios'])} --scenario-space {shlex.quote(grid['scenario_space'])} "
+        f"{consumer_recorder_option(wildcards)}"
     )
+
+
+def consumer_recorder(wildcards):
+    """Who records the target models' queries for this database (opperf.consumer.recorder.choose_recorder of
+    config grid.consumer_recorder, worked out once per run: auto probes msmodeling's Python), or None where the
+    grid records none. An explicit `msmodeling` that cannot run stops the plan in one line."""
+    if not consumer_queries_apply(wildcards.device) or not grid_target_models(wildcards):
+        return None
+    from opperf.consumer.recorder import choose_recorder
+
+    grid = config["grid"]
+    models = tuple(per_device(grid["target_models"], wildcards.device))
+    cache = consumer_recorder.__dict__.setdefault("cache", {})
+    if models not in cache:
+        try:
+            cache[models] = choose_recorder(grid["consumer_recorder"], models, config["models"], grid["consumer_dtype"])
+        except OpperfError as error:
+            raise WorkflowError(str(error)) from None
+    return cache[models]
+
+
+def consumer_recorder_option(wildcards):
+    """--consumer-recorder as chosen for this run (msmodeling or transformers, never auto: the grid and the check
+    record with the same program), and the msmodeling checkout it chose with the device catalog."""
+    choice = consumer_recorder(wildcards)
+    if choice is None:
+        return ""
+    option = f"--consumer-recorder {choice.recorder}"
+    if choice.install is not None:
+        # msmodeling records on the database's device, as the catalog describes it (its DeviceProfile).
+        option += f" --msmodeling {shlex.quote(str(choice.install.directory))} --devices {config['devices']}"
+    return option
+
+
+def grid_msmodeling_commit(wildcards):
+    """The msmodeling commit that records the queries (a param: another commit re-runs the grid), else ''."""
+    choice = consumer_recorder(wildcards)
+    return choice.install.commit or "unknown" if choice is not None and choice.install is not None else ""
+
+
+def grid_recorder_code(wildcards):
+    """opperf's code that runs msmodeling's recorder, where it records this database's queries."""
+    choice = consumer_recorder(wildcards)
+    return stage_code("consumer") if choice is not None and choice.install is not None else []
 
 
 def grid_consumer_option(wildcards):

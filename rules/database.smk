@@ -33,6 +33,7 @@ rule database_op_mapping:
         definitions=database_kernel_definitions,
         not_replayed="config/not_replayed.yaml",
         devices=config["devices"],
+        grid=database_consumer_queries_grid,
         code=stage_code("database"),
     output:
         mapping="data/{device}/{stack}/{version_dir}/op_mapping.yaml",
@@ -44,11 +45,33 @@ rule database_op_mapping:
         "../envs/cpu.yaml"
     params:
         definitions_dir=kernel_definitions_dir,
+        consumer_queries=database_consumer_queries_option,
         log_level=config["log_level"],
     shell:
         "python scripts/build_database.py op-mapping --kernels {input.kernels:q} "
         "--device {wildcards.device} --devices {input.devices} --definitions {params.definitions_dir} "
-        "--output {output.mapping} --log-level {params.log_level} > {log} 2>&1"
+        "{params.consumer_queries} --output {output.mapping} --log-level {params.log_level} > {log} 2>&1"
+
+
+rule database_msmodeling_device:
+    """msmodeling_device.py of a cpu/cuda database: the DeviceProfile msmodeling's CLI loads for its device
+    (config/devices.yaml) through opperf's launcher (docs/msmodeling.md)."""
+    input:
+        devices=config["devices"],
+        code=stage_code("consumer/msmodeling_device"),
+    output:
+        profile="data/{device}/{stack}/{version_dir}/msmodeling_device.py",
+    log:
+        "logs/database/{device}/{stack}/{version_dir}/msmodeling_device.log",
+    benchmark:
+        "benchmarks/runs/database/{device}/{stack}/{version_dir}/msmodeling_device.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        log_level=config["log_level"],
+    shell:
+        "python scripts/build_database.py msmodeling-device --device {wildcards.device} --devices {input.devices} "
+        "--output {output.profile} --log-level {params.log_level} > {log} 2>&1"
 
 
 rule database_complete:

@@ -8,6 +8,7 @@ checkpoint generate_shape_grid:
         models=config["models"],
         model_configs=grid_model_configs,
         code=stage_code("grid", "density"),
+        recorder_code=grid_recorder_code,
     output:
         grid=directory("results/{device}/{stack}/{version_dir}/grid"),
     log:
@@ -26,6 +27,7 @@ checkpoint generate_shape_grid:
         max_hbm_gb=grid_max_hbm_gb,
         max_tokens_option=grid_max_tokens_option,
         consumer_option=grid_consumer_option,
+        msmodeling_commit=grid_msmodeling_commit,
         trace_dir="traces/{device}/{stack}/{version_dir}",
         log_level=config["log_level"],
     shell:

@@ -9,10 +9,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opperf.cli import add_logging_args, run_cli  # noqa: E402
 from opperf.database.build import (  # noqa: E402
+    MSMODELING_DEVICE_FILE,
     build_database_directory,
     build_op_mapping,
     finalise_kernel_csv,
     write_manifest,
+    write_msmodeling_device,
 )
 
 
@@ -38,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     mapping.add_argument("--devices", default="config/devices.yaml")
     mapping.add_argument("--definitions", default="config/kernels", help="kernel definitions root")
     mapping.add_argument("--output", required=True, help="data/{device}/{stack}/{version_dir}/op_mapping.yaml")
+    mapping.add_argument("--consumer-queries", default="",
+                         help="the grid's consumer_queries.json (who recorded the consumer's queries: msmodeling's "
+                              "runner and its commit, or opperf's), kept as op_mapping.yaml's opperf.consumer_queries")
+    device = sub.add_parser("msmodeling-device", help="write the DeviceProfile file msmodeling's CLI loads for the "
+                                                      "database's device (msmodeling_device.py, docs/msmodeling.md)")
+    device.add_argument("--device", required=True, help="key of the device catalog")
+    device.add_argument("--devices", default="config/devices.yaml")
+    device.add_argument("--output", required=True, help="data/{device}/{stack}/{version_dir}/msmodeling_device.py")
     directory = sub.add_parser("directory", help="build a whole database from a directory of replayed rows "
                                                  "(a replay run by hand or by a benchmark)")
     directory.add_argument("--rows-dir", required=True, help="one {KernelType}.csv per kernel type")
@@ -54,9 +64,17 @@ def build_parser() -> argparse.ArgumentParser:
     manifest = sub.add_parser("manifest", help="list a database's files with row counts")
     manifest.add_argument("--files", nargs="+", required=True)
     manifest.add_argument("--output", required=True)
-    for p in (kernel, mapping, directory, manifest):
+    for p in (kernel, mapping, device, directory, manifest):
         add_logging_args(p)
     return parser
+
+
+def _check_device_file_name(output: str) -> None:
+    from opperf.errors import OpperfError
+
+    if Path(output).name != MSMODELING_DEVICE_FILE:
+        raise OpperfError(f"must be named {MSMODELING_DEVICE_FILE} (the file msmodeling's launcher loads)",
+                          path=output, field="--output")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -65,7 +83,14 @@ def main(args: argparse.Namespace) -> int:
                             definition_path=args.definition or None, layouts=args.layouts,
                             phase_table=args.phase or None)
     elif args.command == "op-mapping":
-        build_op_mapping(args.kernels, args.device, args.devices, args.definitions, args.output)
+        from opperf.consumer.recorder import read_consumer_record
+
+        record = read_consumer_record(args.consumer_queries) if args.consumer_queries else None
+        build_op_mapping(args.kernels, args.device, args.devices, args.definitions, args.output,
+                         consumer_record=record)
+    elif args.command == "msmodeling-device":
+        _check_device_file_name(args.output)
+        write_msmodeling_device(args.device, args.devices, Path(args.output).parent)
     elif args.command == "directory":
         built = build_database_directory(args.rows_dir, args.device, args.output, args.devices, args.definitions,
                                          overwrite=args.overwrite)

@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     consumer.add_argument("--scenario-space", default="default",
                           help="the space of config/scenarios.yaml the queries are recorded over (default: "
                                "%(default)s: TP 1/4/8, prefill 1..8k, decode batch 1..64)")
+    consumer.add_argument("--consumer-recorder", default="auto", choices=["auto", "msmodeling", "transformers"],
+                          help="who records the queries of config.json models: msmodeling's own runner (then "
+                               "msmodeling's own data sources answer them), opperf's transformers recorder (opperf's "
+                               "model of the runtime answers), or auto: the recorder op_mapping.yaml records for the "
+                               "model (opperf.consumer_queries), else transformers (default: %(default)s)")
+    consumer.add_argument("--msmodeling", default=None,
+                          help="msmodeling's checkout (default: $OPPERF_MSMODELING_DIR, else ../shared/msmodeling)")
+    consumer.add_argument("--devices", default=None,
+                          help="device catalog msmodeling records on (the database's device; default: "
+                               "config/devices.yaml)")
     parser.add_argument("--json", help="write the full result as JSON here")
     parser.add_argument("--markdown", help="write the per-kernel-type table as markdown here")
     add_logging_args(parser)
@@ -73,18 +83,38 @@ def _density_settings(args: argparse.Namespace):
                             max_tokens=args.max_tokens, backend=_backend(args.database), models_path=args.models)
 
 
-def _consumer_queries(args: argparse.Namespace):
-    from opperf.grid.queries import record_consumer_queries
+def _consumer_gates(args: argparse.Namespace):
+    """(opperf's recorded queries for its gate or None, msmodeling's gate or None): each model by its recorder."""
+    from opperf.consumer.recorder import MSMODELING, recorders_for
 
-    return record_consumer_queries(args.models, _names(args.consumer_models), _backend(args.database),
-                                   args.consumer_dtype, args.scenarios, args.scenario_space)
+    names = _names(args.consumer_models)
+    by_model, install = recorders_for(args.consumer_recorder, names, args.models, args.database, args.msmodeling,
+                                      args.consumer_dtype)
+    ours = [m for m in names if by_model[m] != MSMODELING]
+    queries = None
+    if ours:
+        from opperf.grid.queries import record_consumer_queries
+
+        queries = record_consumer_queries(args.models, ours, _backend(args.database), args.consumer_dtype,
+                                          args.scenarios, args.scenario_space)
+    theirs = [m for m in names if by_model[m] == MSMODELING]
+    if not theirs:
+        return queries, None
+    from opperf.consumer.msmodeling_gate import database_gate
+
+    return queries, database_gate(install, args.database, theirs, args.models, scenarios=args.scenarios,
+                                  space=args.scenario_space, devices=args.devices)
 
 
 def main(args: argparse.Namespace) -> int:
+    queries, gate = _consumer_gates(args) if args.consumer_models else (None, None)
     result = check_database(args.database, density_standard=args.density_standard,
                             density_settings=_density_settings(args) if args.target_models is not None else None,
-                            consumer_queries=_consumer_queries(args) if args.consumer_models else None,
-                            require_density=args.require_density)
+                            consumer_queries=queries, require_density=args.require_density)
+    if gate is not None:
+        from opperf.consumer.msmodeling_gate import add_gate
+
+        add_gate(result, gate)
     print(result["table"])
     write_reports(result, json_path=args.json, markdown_path=args.markdown)
     return 0 if result["passed"] else 1

@@ -13,8 +13,10 @@ from opperf.devices import DEFAULT_CATALOG, SEED_DEFAULT_DEVICE, load_catalog, r
 from opperf.errors import OpperfError  # noqa: E402
 from opperf.grid import load_grid_config, load_models, prepare_settings, run_grid  # noqa: E402
 from opperf.grid.config import DEFAULT_GRID_CONFIG  # noqa: E402
+from opperf.log import get_logger  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+log = get_logger("grid")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     consumer.add_argument("--num-layers", type=int, default=None,
                           help="depth of a transformers config's steps (default: the config's own; the call counts "
                                "only, the rows are the same)")
+    consumer.add_argument("--consumer-recorder", default="auto", choices=["auto", "msmodeling", "transformers"],
+                          help="who records the queries of config.json models: msmodeling's own runner "
+                               "(tensor_cast.attention and reshape_and_cache as it issues them; bfloat16 rows), "
+                               "opperf's transformers recorder, or auto: msmodeling where --msmodeling finds a "
+                               "checkout whose Python imports its runner and --consumer-dtype is bfloat16. "
+                               "config/models.yaml names are always opperf's (default: %(default)s)")
+    consumer.add_argument("--msmodeling", default=None,
+                          help="msmodeling's checkout (default: $OPPERF_MSMODELING_DIR, else ../shared/msmodeling; "
+                               "its Python: $OPPERF_MSMODELING_PYTHON, else this one)")
     consumer.add_argument("--queries-only", action="store_true",
                           help="add only the rows of --consumer-models' queries, none from grid.yaml's patterns: "
                                "no row that no query needs")
@@ -124,17 +135,37 @@ def _device_budget_backend(args: argparse.Namespace, input_dir: Path) -> tuple[s
             args.backend or device.backend)
 
 
-def _with_consumer_rows(settings, args: argparse.Namespace, backend: str):
-    """The settings with the rows of the consumer's queries for --consumer-models."""
-    from opperf.grid.queries import ACCELERATOR_CORE_BY_BACKEND, query_rows, record_consumer_queries
+def _with_consumer_rows(settings, args: argparse.Namespace, backend: str, input_dir: Path):
+    """The settings with the rows of the consumer's queries for --consumer-models, recorded by msmodeling's runner
+    or opperf's (--consumer-recorder), and the record of who recorded them (consumer_queries.json)."""
+    from opperf.consumer.recorder import (MSMODELING, TRANSFORMERS, choose_recorder, consumer_record,
+                                          record_msmodeling_rows)
+    from opperf.grid.queries import ACCELERATOR_CORE_BY_BACKEND, QueryRows, query_rows, record_consumer_queries
+    from opperf.model_names import check_distinct_names, model_reference
 
     names = [m.strip() for m in args.consumer_models.split(",") if m.strip()]
-    recorded = record_consumer_queries(args.models, names, backend, args.consumer_dtype, args.scenarios,
-                                       args.scenario_space, args.num_layers)
-    rows = query_rows(recorded, ACCELERATOR_CORE_BY_BACKEND[backend], settings.estimator)
+    check_distinct_names([model_reference(model, args.models) for model in names], field="--consumer-models")
+    choice = choose_recorder(args.consumer_recorder, names, args.models, args.consumer_dtype, args.msmodeling)
+    log.info("%s", choice.describe())
+    core = ACCELERATOR_CORE_BY_BACKEND.get(backend)
+    rows = QueryRows()
+    if choice.models(MSMODELING):
+        rows = record_msmodeling_rows(choice.install, choice.models(MSMODELING), args.models,
+                                      scenarios=args.scenarios, space=args.scenario_space,
+                                      device=_device(args, input_dir), accelerator_core=core,
+                                      estimator=settings.estimator, layers=args.num_layers or 2)
+        rows.recorder = MSMODELING
+    if choice.models(TRANSFORMERS):
+        recorded = record_consumer_queries(args.models, choice.models(TRANSFORMERS), backend, args.consumer_dtype,
+                                           args.scenarios, args.scenario_space, args.num_layers)
+        opperfs = query_rows(recorded, core, settings.estimator)
+        opperfs.recorder = TRANSFORMERS
+        rows = rows.merged(opperfs) if rows.recorder else opperfs
+    record = consumer_record(choice, args.models, args.scenario_space)
     settings.settings_text.update(consumer_models=names, consumer_dtype=args.consumer_dtype,
-                                  scenario_space=args.scenario_space, queries_only=args.queries_only)
-    return dataclasses.replace(settings, consumer_rows=rows, patterns=not args.queries_only)
+                                  scenario_space=args.scenario_space, queries_only=args.queries_only,
+                                  consumer_recorded_by=record["recorded_by"])
+    return dataclasses.replace(settings, consumer_rows=rows, patterns=not args.queries_only, consumer_record=record)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -148,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
         models_path=args.models)
     settings.settings_text["device"] = device_name
     if args.consumer_models.strip():
-        settings = _with_consumer_rows(settings, args, backend)
+        settings = _with_consumer_rows(settings, args, backend, input_dir)
     elif args.queries_only:
         raise OpperfError("--queries-only needs --consumer-models (whose queries the rows are)",
                           field="--queries-only")

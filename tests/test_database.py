@@ -130,7 +130,7 @@ def test_a_database_is_written_over_another_only_with_overwrite_and_then_keeps_n
         "  removed (CSV and layouts file): cat, copy_, sum",
         "  other files removed: reports/replay_report.md"]
     assert sorted(str(p.relative_to(database)) for p in database.rglob("*") if p.is_file()) == [
-        "add.csv", "layouts/add.csv", "layouts/mm.csv", "mm.csv", "op_mapping.yaml"]
+        "add.csv", "layouts/add.csv", "layouts/mm.csv", "mm.csv", "msmodeling_device.py", "op_mapping.yaml"]
     mapping = yaml.safe_load((database / "op_mapping.yaml").read_text())
     assert mapping["version"] == "torch2.13.0_cpu" and set(mapping["opperf"]["kernel_types"]) == {"add", "mm"}
     assert [p.name for p in database.parent.iterdir()] == ["torch2.13.0_cpu"]    # no staging directory left

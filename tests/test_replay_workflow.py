@@ -38,9 +38,11 @@ def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(
         line = table[table["Type"] == kernel].iloc[0]
         assert row["Replay Phase Calls"] == line["Phase Calls"] == row["Profiling Sample Count"], kernel
         assert row["Average Duration(us)"] == line["Phase Replay Average Duration(us)"] != "", kernel
-    # The report waited for every database job of its database: all kernel CSVs, op_mapping and manifest.
+    # The report waited for every database job of its database: all kernel CSVs, op_mapping, msmodeling's
+    # DeviceProfile (a cpu database) and manifest.
     timings = json.loads((workdir / report).read_text())["stage_timings_s"]
-    assert timings["database"]["jobs"] == len(kernels) + 2
+    assert timings["database"]["jobs"] == len(kernels) + 3
+    assert (workdir / "data" / root / "msmodeling_device.py").is_file()
     assert timings["replay"]["jobs"] == len(kernels) + 1          # and stage 4b
     # The report names rows by their line in the database it waited for (rule replay_report's --database-dir).
     markdown = (workdir / f"reports/{root}/replay_report.md").read_text()

@@ -42,6 +42,18 @@ class QueryRows:
     views: int = 0
     over_hbm_budget: int = 0
     not_laid_out: dict[str, int] = field(default_factory=dict)   # op → queries whose arguments were not recorded
+    recorder: str = ""            # who recorded the queries: msmodeling | transformers (opperf.consumer.recorder)
+
+    def merged(self, other: QueryRows) -> QueryRows:
+        """These rows and another recorder's, one list per kernel type (the grid drops repeated signatures)."""
+        rows = {kernel: [*self.rows.get(kernel, []), *other.rows.get(kernel, [])]
+                for kernel in (*self.rows, *(k for k in other.rows if k not in self.rows))}
+        not_laid_out = dict(self.not_laid_out)
+        for op, count in other.not_laid_out.items():
+            not_laid_out[op] = not_laid_out.get(op, 0) + count
+        return QueryRows(rows, self.queries + other.queries, self.views + other.views,
+                         self.over_hbm_budget + other.over_hbm_budget, not_laid_out,
+                         ",".join(r for r in (self.recorder, other.recorder) if r))
 
 
 def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str,

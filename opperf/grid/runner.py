@@ -20,6 +20,7 @@ import pandas as pd
 from opperf.contract import (CONSUMER_QUERY, KERNEL_TYPES_MANIFEST, INPUT_DTYPES, INPUT_STRIDES, INPUT_FORMATS, INPUT_SHAPES, OUTPUT_DTYPES, OUTPUT_FORMATS,
                              OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, check_kernel_type, format_shapes,
                              order_columns, parse_names, row_signature)
+from opperf.contract import CONSUMER_QUERIES_RECORD
 from opperf.errors import OpperfError
 from opperf.grid.buckets import (DUPLICATE, EXCUSED, NEW, AxisPointSet, Bucket, BucketKey, PointSetRecorder,
                                  choose_buckets)
@@ -67,6 +68,7 @@ class KernelGridResult:
     dropped_by_row_cap: int = 0
     generated: int = 0
     consumer_queries: int = 0              # of `generated`: rows of the performance model's own queries
+    consumer_recorder: str = ""            # who recorded those queries: msmodeling | transformers (grid.queries)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class GridSettings:
     target_models: tuple[str, ...] = ()
     consumer_rows: QueryRows | None = None   # rows of the performance model's own queries (grid/queries.py)
     patterns: bool = True       # False: only the queries' rows (no row that no query needs)
+    consumer_record: dict | None = None   # written as consumer_queries.json (opperf.consumer.recorder)
 
     @property
     def configurations(self) -> int:
@@ -311,7 +314,7 @@ def run_grid(input_dir: str | Path, output_dir: str | Path, settings: GridSettin
     manifest_text = manifest.read_text(encoding="utf-8") if manifest.is_file() else "".join(
         f"{t}\n" for t in kernel_types)
     manifest_text += "".join(f"{t}\n" for t in added)
-    _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results))
+    _write_outputs(input_dir, output_dir, frames, manifest_text, summary_table(results), settings.consumer_record)
     if trace_dir:
         _write_traces(Path(trace_dir), results, settings, dropped)
     return results
@@ -354,6 +357,7 @@ def _add_consumer_rows(frames: dict[str, pd.DataFrame], results: list[KernelGrid
         result = by_type[kernel_type]
         result.generated += len(new)
         result.consumer_queries = len(new)
+        result.consumer_recorder = consumer.recorder
         if new:
             result.status = STATUS_GENERATED
         added_rows += len(new)
@@ -376,19 +380,25 @@ def _log_coverage(results: Sequence[KernelGridResult]) -> None:
 
 
 def _write_outputs(input_dir: Path, output_dir: Path, frames: dict[str, pd.DataFrame], manifest_text: str,
-                   summary_text: str) -> None:
-    """Write every CSV, the manifest and the summary; a new output directory appears complete or not at all."""
+                   summary_text: str, consumer_record: dict | None = None) -> None:
+    """Write every CSV, the manifest, the summary and the consumer queries' record (which recorder, which
+    msmodeling); a new output directory appears complete or not at all."""
+    record_text = json.dumps(consumer_record, indent=1, sort_keys=True) + "\n" if consumer_record else None
     if output_dir.resolve() == input_dir.resolve():
         # In place (a database directory): only the kernel CSVs; the summary goes to the log, not among them.
         for kernel_type, frame in frames.items():
             write_csv_atomic(output_dir / f"{kernel_type}.csv", frame)
         log.debug("grid summary:\n%s", summary_text)
+        if record_text:
+            log.info("consumer queries: %s", record_text.strip())
         return
     with staged_directory(output_dir, replace_whole=True) as staging:
         for kernel_type, frame in frames.items():
             write_csv_atomic(staging / f"{kernel_type}.csv", frame)
         write_text_atomic(staging / MANIFEST, manifest_text)
         write_text_atomic(staging / SUMMARY, summary_text)
+        if record_text:
+            write_text_atomic(staging / CONSUMER_QUERIES_RECORD, record_text)
 
 
 def _write_traces(trace_dir: Path, results: Sequence[KernelGridResult], settings: GridSettings,

@@ -1,0 +1,99 @@
+"""The database check's end-to-end gate in msmodeling's own account, for a database whose rows came from msmodeling's
+recorder: every distinct call its runner issues over the scenario space, asked of msmodeling's own data sources
+(opperf.consumer.msmodeling_queries.ask_msmodeling: `ProfilingDataSource` in its `InterpolatingDataSource`, as its
+runner reads a database). A call they do not answer (msmodeling prices it at its roofline) or that raises fails it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from opperf.consumer.msmodeling_env import Msmodeling
+
+STATUSES = ("EXACT", "INTERPOLATED", "ZERO_COST", "MISS", "RAISES")
+FAILING = ("MISS", "RAISES")
+SHOWN = 20
+
+
+def _status(answer: dict) -> tuple[str, str]:
+    if answer["raised"]:
+        return "RAISES", answer["raised"]
+    if answer["source"] is None:
+        return "MISS", f"msmodeling's data source: {answer['miss_reason'] or 'no answer'}"
+    if answer["rule"] in ("zero_cost", "accepted_miss"):
+        return "ZERO_COST", answer["rule"]
+    if answer["exact"] is not None:
+        return "EXACT", answer["rule"] or "exact"
+    return "INTERPOLATED", answer["method"] or answer["rule"] or "interpolated"
+
+
+def _inputs(call: dict) -> list:
+    return [[value["shape"], value["dtype"]] for value in call["args"] if isinstance(value, dict) and "shape" in value]
+
+
+def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequence) -> dict:
+    """The gate over recorded scenarios (opperf.consumer.recorder.record_msmodeling_calls): {"ok", "queries",
+    "by_status": {status: {"queries", "calls"}}, "failing": [{"op", "status", "calls", "inputs", "scenarios",
+    "reason"}], "msmodeling_commit"}. Calls are counted per step at the model's own depth where known."""
+    from opperf.consumer.msmodeling_queries import ask_msmodeling
+
+    distinct: dict[str, dict] = {}
+    for scenario in scenarios:
+        for call in scenario.calls:
+            key = json.dumps([call["op"], call["args"], call["kwargs"]], sort_keys=True)
+            entry = distinct.setdefault(key, {"call": call, "calls": 0, "scenarios": []})
+            entry["calls"] += call["count"] if call.get("full_depth_count") is None else call["full_depth_count"]
+            entry["scenarios"].append(scenario.name)
+    entries = list(distinct.values())
+    answers = ask_msmodeling(install, database, [entry["call"] for entry in entries]) if entries else []
+    by_status = {status: {"queries": 0, "calls": 0} for status in STATUSES}
+    failing = []
+    for entry, answer in zip(entries, answers):
+        status, reason = _status(answer)
+        by_status[status]["queries"] += 1
+        by_status[status]["calls"] += entry["calls"]
+        if status in FAILING:
+            failing.append({"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
+                            "inputs": _inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason})
+    failing.sort(key=lambda item: -item["calls"])
+    return {"ok": not failing, "queries": len(entries), "by_status": by_status, "failing": failing,
+            "msmodeling_commit": install.commit}
+
+
+def database_gate(install: Msmodeling, database: str | Path, models: Sequence[str], models_path: str | Path, *,
+                  scenarios: str | Path | None, space: str, devices: str | Path | None = None) -> dict:
+    """msmodeling_gate for `models` (config.json models) over scenario space `space`, recorded by msmodeling's runner
+    on the database's device (op_mapping.yaml's `opperf.device`, in the catalog `devices`)."""
+    from opperf.consumer.recorder import record_msmodeling_calls
+    from opperf.database.check import load_op_mapping
+    from opperf.devices import DEFAULT_CATALOG, load_catalog, resolve_device
+
+    key = (load_op_mapping(database).get("opperf") or {}).get("device", "CPU")
+    device = resolve_device(key, load_catalog(devices or DEFAULT_CATALOG))
+    recorded = record_msmodeling_calls(install, models, models_path, scenarios=scenarios, space=space, device=device)
+    return msmodeling_gate(install, database, recorded)
+
+
+def gate_lines(gate: dict) -> list[str]:
+    counts = ", ".join(f"{status} {v['queries']} ({v['calls']} calls)"
+                       for status, v in gate["by_status"].items() if v["queries"])
+    lines = [f"msmodeling's queries ({gate['queries']} distinct), as msmodeling's own data sources answer them: "
+             f"{counts}; " + ("none falls back to roofline" if gate["ok"] else
+                              f"{len(gate['failing'])} fall back to roofline or raise")]
+    for item in gate["failing"][:SHOWN]:
+        lines.append(f"- {item['op']} {item['inputs']}: {item['status']} ({item['calls']} calls; "
+                     f"{item['scenarios'][0]}): {item['reason']}")
+    if len(gate["failing"]) > SHOWN:
+        lines.append(f"- … and {len(gate['failing']) - SHOWN} more (see the JSON)")
+    return lines
+
+
+def add_gate(result: dict, gate: dict) -> dict:
+    """The check's result (opperf.database.report.check_database) with the gate: `consumer_msmodeling`, `passed`
+    only if the gate is ok, and its lines after the table."""
+    result["consumer_msmodeling"] = gate
+    result["passed"] = result["passed"] and gate["ok"]
+    result["table"] = "\n".join([result["table"], "", *gate_lines(gate)])
+    return result
