@@ -149,12 +149,22 @@ def _with_consumer_rows(settings, args: argparse.Namespace, backend: str, input_
     log.info("%s", choice.describe())
     core = ACCELERATOR_CORE_BY_BACKEND.get(backend)
     rows = QueryRows()
-    if choice.models(MSMODELING):
-        rows = record_msmodeling_rows(choice.install, choice.models(MSMODELING), args.models,
-                                      scenarios=args.scenarios, space=args.scenario_space,
-                                      device=_device(args, input_dir), accelerator_core=core,
-                                      estimator=settings.estimator, layers=args.num_layers or 2)
-        rows.recorder = MSMODELING
+    for model in choice.models(MSMODELING):
+        try:
+            recorded = record_msmodeling_rows(choice.install, [model], args.models, scenarios=args.scenarios,
+                                              space=args.scenario_space, device=_device(args, input_dir),
+                                              accelerator_core=core, estimator=settings.estimator,
+                                              layers=args.num_layers or 2)
+        except OpperfError as exc:
+            if args.consumer_recorder != "auto":
+                raise
+            # msmodeling's runner does not build every architecture (docs/msmodeling.md): auto falls back per model.
+            log.warning("auto: msmodeling's runner does not build %s (%s); opperf's transformers recorder records it",
+                        model, exc.reason.strip().splitlines()[-1])
+            choice.by_model[model] = TRANSFORMERS
+            continue
+        recorded.recorder = MSMODELING
+        rows = rows.merged(recorded) if rows.recorder else recorded
     if choice.models(TRANSFORMERS):
         recorded = record_consumer_queries(args.models, choice.models(TRANSFORMERS), backend, args.consumer_dtype,
                                            args.scenarios, args.scenario_space, args.num_layers)

@@ -34,6 +34,11 @@ NOT_FROM_THE_ENV = {
     # vLLM-Ascend is the serving stack the profile came from; envs/npu.yaml says to install it by its guide.
     "npu": {"vllm_ascend", "pynvml"},
 }
+# msmodeling's own modules: opperf/consumer's standalone scripts import them from its checkout, run by the Python
+# that imports it ($OPPERF_MSMODELING_PYTHON; docs/msmodeling.md), not installed from any env file.
+MSMODELING_CHECKOUT = {"cli", "tensor_cast"}
+for _modules in NOT_FROM_THE_ENV.values():
+    _modules |= MSMODELING_CHECKOUT
 ENV_TOOLS = {"python", "pip"}      # what every env needs to run `python scripts/…` and pip itself
 
 
