@@ -7,7 +7,7 @@ integer metadata (seq_lens, query_lens, query start locations) with their record
 The database is read by `ProfilingDataSource` wrapped in `InterpolatingDataSource`, as msmodeling's runner reads it
 for `--performance-model profiling` (tensor_cast/core/model_runner.py). Answer per call: {"op", "exact" (latency of
 the data source's own exact or padded match, else null), "source" (MEASURED / INTERPOLATED / null), "latency_us",
-"method", "rule" (its shape-match rule), "miss_reason", "raised"}. It runs in msmodeling's environment; like the
+"method", "axes", "rule" (its shape-match rule), "miss_reason", "raised"} (lookup_answer). It runs in msmodeling's environment; like the
 recorder, whose `rebuild` it uses, it imports nothing of opperf.
 """
 
@@ -16,6 +16,32 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+
+def lookup_answer(base, wrapper, info, query_source) -> dict:
+    """How msmodeling's data sources answer one OpInvokeInfo: {"exact" (the base source's own exact or padded
+    match, else null), "source" (MEASURED / INTERPOLATED / null), "latency_us", "method", "axes", "rule" (its
+    shape-match rule), "miss_reason", "raised"}. Shared with opperf/database/msmodeling_oracle.py."""
+    answer = {"exact": None, "source": None, "latency_us": None, "method": None, "axes": None, "rule": None,
+              "miss_reason": None, "raised": None}
+    try:
+        hit = base.lookup(info)
+        if hit is not None and hit.source != query_source.PARTIAL:
+            answer["exact"] = hit.latency_us
+        else:
+            answer["miss_reason"] = base.last_miss_reason
+        result = wrapper.lookup(info)
+    except Exception as exc:  # noqa: BLE001 — the runtime raising is an answer too
+        answer["raised"] = f"{type(exc).__name__}: {exc}"
+        return answer
+    if result is None:
+        answer["miss_reason"] = wrapper.last_miss_reason
+    else:
+        match = result.shape_match_info
+        answer.update(source=result.source.name, latency_us=result.latency_us, method=result.details.get("method"),
+                      axes=result.details.get("axes"),
+                      rule=match.shape_match_rule if match is not None else None)
+    return answer
 
 
 def main(argv: list[str]) -> int:
@@ -46,27 +72,7 @@ def main(argv: list[str]) -> int:
         info = OpInvokeInfo(func, tuple(rebuild(call["args"], torch)),
                             {name: rebuild(value, torch) for name, value in call["kwargs"].items()},
                             rebuild(call["out"], torch))
-        answer = {"op": call["op"], "exact": None, "source": None, "latency_us": None, "method": None,
-                  "rule": None, "miss_reason": None, "raised": None}
-        try:
-            hit = base.lookup(info)
-            if hit is not None and hit.source != QuerySource.PARTIAL:
-                answer["exact"] = hit.latency_us
-            else:
-                answer["miss_reason"] = base.last_miss_reason
-            result = wrapper.lookup(info)
-        except Exception as exc:  # noqa: BLE001 — the runtime raising is an answer too
-            answer["raised"] = f"{type(exc).__name__}: {exc}"
-            answers.append(answer)
-            continue
-        if result is None:
-            answer["miss_reason"] = wrapper.last_miss_reason
-        else:
-            match = result.shape_match_info
-            answer.update(source=result.source.name, latency_us=result.latency_us,
-                          method=result.details.get("method"),
-                          rule=match.shape_match_rule if match is not None else None)
-        answers.append(answer)
+        answers.append({"op": call["op"], **lookup_answer(base, wrapper, info, QuerySource)})
     json.dump(answers, sys.stdout)
     return 0
 

@@ -6,8 +6,8 @@ request: {"database": DIR, "ep_size": null, "queries": [{"op_name": "aten.mm.def
           "inputs": [[[16, 256], "float32"], ...], "outputs": [[[16, 512], "float32"]],
           "attention": null | {"query": [shape, dtype], "key": [shape, dtype], "seq_lens": [..],
                                "has_query_lens": false}}]}
-answer per query: {"exact": latency or null, "source": "MEASURED"/"INTERPOLATED"/null, "latency_us",
-                   "method", "axes", "miss_reason", "raised"}
+answer per query: msmodeling_answer.lookup_answer's {"exact": latency or null, "source":
+                   "MEASURED"/"INTERPOLATED"/null, "latency_us", "method", "axes", "rule", "miss_reason", "raised"}
 Standalone on purpose: it runs in msmodeling's environment, which need not have opperf installed.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def _tensor(spec, torch):
@@ -31,9 +32,12 @@ def _op(name, torch):
 
 def main() -> int:
     sys.path.insert(0, sys.argv[1])
+    # the lookup itself is opperf/consumer/msmodeling_answer.py's, standalone as this file is
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
     import torch
 
     import tensor_cast.ops  # noqa: F401  (registers tensor_cast.* ops)
+    from msmodeling_answer import lookup_answer
     from tensor_cast.performance_model.op_invoke_info import OpInvokeInfo
     from tensor_cast.performance_model.profiling_database import (
         InterpolatingDataSource,
@@ -59,23 +63,7 @@ def main() -> int:
         outputs = [_tensor(spec, torch) for spec in query.get("outputs", [])]
         out = outputs[0] if len(outputs) == 1 else tuple(outputs)
         info = OpInvokeInfo(_op(query["op_name"], torch), args, {}, out)
-        answer = {"exact": None, "source": None, "latency_us": None, "method": None, "axes": None,
-                  "miss_reason": None, "raised": None}
-        try:
-            hit = base.lookup(info)
-            if hit is not None and hit.source != QuerySource.PARTIAL:
-                answer["exact"] = hit.latency_us
-            result = wrapper.lookup(info)
-        except Exception as exc:  # the runtime raising is an answer too
-            answer["raised"] = f"{type(exc).__name__}: {exc}"
-            answers.append(answer)
-            continue
-        if result is None:
-            answer["miss_reason"] = wrapper.last_miss_reason
-        else:
-            answer.update(source=result.source.name, latency_us=result.latency_us,
-                          method=result.details.get("method"), axes=result.details.get("axes"))
-        answers.append(answer)
+        answers.append(lookup_answer(base, wrapper, info, QuerySource))
     json.dump(answers, sys.stdout)
     return 0
 
