@@ -17,7 +17,7 @@ config/models.yaml):
               --time-budget-s; then scripts/build_database.py directory (kernel CSVs + op_mapping.yaml)
   3. profile  scripts/profile_workload.py at the held-out scenarios (the device): prefill lengths and decode
               batches x contexts between the space's points, in-workload, --profile-iterations passes
-  4. predict  each held-out scenario's queries answered from the database (opperf.database.predict: opperf's
+  4. predict  each held-out scenario's queries answered from the database (opperf.consumer.predict: opperf's
               model of msmodeling's runtime) against the held-out profile (host)
 
 Measured (the ground truth) is what a performance model predicts: the device time of the step, Σ over its kernels
@@ -341,9 +341,10 @@ def _scenario_of(label: str, batch_size: int):
 def stage_predict(config: Path, work: Path, args) -> list[dict]:
     import torch
 
-    from opperf.database.consumer_queries import Scenario
-    from opperf.database.model_queries import model_source, scenario_name
-    from opperf.database.predict import predict
+    from opperf.consumer.model_queries import model_source, scenario_name
+    from opperf.consumer.predict import predict
+    from opperf.consumer.scenarios import Scenario
+    from opperf.consumer.status import PREDICTION_STATUSES
 
     database_dir = work / "database" / args.device / "torch" / args.version_dir
     source = model_source(str(config), str(ROOT / "config" / "models.yaml"), num_layers=args.num_layers)
@@ -389,7 +390,7 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
             "ratio": round(prediction.predicted_us / measured_us, 4) if measured_us else None,
             "status_time_share": {k: round(v, 6) for k, v in prediction.status_time_share.items()},
             "status_measured_share": {k: round(measured_by_status[k] / measured_us, 6) if measured_us else None
-                                      for k in ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS")},
+                                      for k in PREDICTION_STATUSES},
             "rows": len(errors),
             "row_median_error": round(statistics.median(errors), 4) if errors else None,
             "row_p90_error": round(errors[min(len(errors) - 1, int(0.9 * len(errors)))], 4) if errors else None,
@@ -422,6 +423,8 @@ def device_facts(backend: str) -> dict:
 
 
 def write_report(output: Path, document: dict) -> None:
+    from opperf.consumer.status import PREDICTION_STATUSES, AnswerStatus
+
     output.mkdir(parents=True, exist_ok=True)
     (output / "e2e_prediction.json").write_text(json.dumps(document, indent=1) + "\n")
     lines = [f"# End-to-end prediction ({document['date'][:10]})", "",
@@ -438,8 +441,8 @@ def write_report(output: Path, document: dict) -> None:
             share = s["status_time_share"]
             lines.append(f"| {workload['name']} | {s['name']} | {s['predicted_us']:.1f} | {s['measured_us']:.1f} | "
                          f"{s['ratio']} | " + " | ".join(f"{100 * share[k]:.1f} %" for k in
-                                                         ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS"))
-                         + f" | {100 * s.get('status_measured_share', {}).get('MISS', 0):.1f} %"
+                                                         PREDICTION_STATUSES)
+                         + f" | {100 * s.get('status_measured_share', {}).get(AnswerStatus.MISS, 0):.1f} %"
                          + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
                          f"{s['paired_time_share']} |")
     lines += ["", "| workload | grid rows | kernel types | replay s | profile s |", "|---|---:|---:|---:|---:|"]

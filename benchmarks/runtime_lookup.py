@@ -9,7 +9,7 @@ row's rank >= 1 tensor slots in slot order (dtype as torch names it) and a meta 
 output shape, as an `OpInvokeInfo`. It then calls `ProfilingDataSource.lookup` (exact) and the
 `InterpolatingDataSource` wrapping it (what `ModelRunner` uses). A row is *found* when the exact lookup
 returns its own latency (within 1e-9 relative) from its own kernel type for one of the mapped ops.
-opperf's own model of the same contract (`opperf.database.runtime.find`) answers the same queries, and
+opperf's own model of the same contract (`opperf.consumer.runtime.find`) answers the same queries, and
 the table shows where the two disagree.
 
 Run it with a Python that can import msmodeling (its requirements: torch, transformers, pandas, scipy …):
@@ -67,7 +67,7 @@ def check_database(database: Path, msmodeling: Path) -> dict:
     from tensor_cast.performance_model.profiling_database import InterpolatingDataSource, ProfilingDataSource
 
     from opperf import contract
-    from opperf.database.runtime import find, row_latency, row_query
+    from opperf.consumer.runtime import find, row_latency, row_query
     from opperf.io import read_database_csv
 
     mapping = yaml.safe_load((database / "op_mapping.yaml").read_text())

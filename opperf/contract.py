@@ -50,7 +50,7 @@ LENGTHS_SIGNATURE_COLUMNS = ("Runtime actual_seq_lengths_kv_values", "Runtime ac
 SOURCE = "source"                      # profiled | generated
 # On a generated row made from one of the performance model's own queries (grid --consumer-models): the framework
 # op it queried (`aten.add.Tensor`). Its layout is the one the consumer's model runs at these shapes, so of rows
-# the runtime cannot tell apart, with no profiled calls, it is the one the runtime gets (database.runtime_view).
+# the runtime cannot tell apart, with no profiled calls, it is the one the runtime gets (consumer.runtime.runtime_view).
 CONSUMER_QUERY = "Consumer Query"
 PROFILING_SAMPLE_COUNT = "Profiling Sample Count"
 REPLAY_MEDIAN = "Replay Median Duration(us)"

@@ -78,7 +78,7 @@ def check_workflow(config: dict, *, config_files: Sequence[str | Path], override
             raise config_error("needs grid.consumer_queries: true (the queries whose rows would be the grid)",
                                ["grid", "queries_only"])
         if grid["consumer_queries"]:
-            from opperf.scenarios import load_scenario_space
+            from opperf.consumer.scenarios import load_scenario_space
 
             try:
                 load_scenario_space(grid["scenarios"], grid["scenario_space"])
@@ -152,7 +152,7 @@ def _check_models(config: dict, config_error) -> None:
 def _check_predict_scenarios(config: dict, config_error) -> None:
     """Every entry of predict.scenarios as scripts/predict.py reads a --scenario (one parser: the same scenarios
     refused in the same words), the error at the entry."""
-    from opperf.scenarios import parse_scenario_text
+    from opperf.consumer.scenarios import parse_scenario_text
 
     scenarios = (config.get("predict") or {}).get("scenarios") or []
     entries = ([(["predict", "scenarios", key, i], text) for key, texts in scenarios.items()

@@ -202,6 +202,27 @@ def stage_code(*modules):
     return files + ["opperf/contract.py", "opperf/io.py"]
 
 
+# The consumer modules the database stage's scripts run besides opperf/database/: the model of the runtime that
+# lays and checks a database, the consumer's queries, scenarios and answer status, predictions.
+DATABASE_CONSUMER_MODULES = (
+    "consumer/dtype",
+    "consumer/interpolation",
+    "consumer/model_queries",
+    "consumer/msmodeling_oracle",
+    "consumer/msmodeling_runtime",
+    "consumer/predict",
+    "consumer/queries",
+    "consumer/runtime",
+    "consumer/scenarios",
+    "consumer/status",
+)
+
+
+def database_code(*modules):
+    """stage_code of the database stage: opperf/database/, the consumer modules it runs, and `modules`."""
+    return stage_code("database", *DATABASE_CONSUMER_MODULES, *modules)
+
+
 def kernel_types(device, stack, version_dir):
     """The kernel types of a database: the parse checkpoint's manifest, or, when the grid adds the types of the
     consumer's queries (grid.consumer_queries), the grid checkpoint's. Only then does planning wait for the grid,

@@ -4,7 +4,7 @@ rule database_kernel:
         rows=database_rows_input,
         definition=kernel_definition,
         phase=database_phase_input,
-        code=stage_code("database", "replay/phase"),
+        code=database_code("replay/phase"),
     output:
         csv="data/{device}/{stack}/{version_dir}/{kernel}.csv",
         layouts="data/{device}/{stack}/{version_dir}/layouts/{kernel}.csv",
@@ -34,7 +34,7 @@ rule database_op_mapping:
         not_replayed="config/not_replayed.yaml",
         devices=config["devices"],
         grid=database_consumer_queries_grid,
-        code=stage_code("database"),
+        code=database_code(),
     output:
         mapping="data/{device}/{stack}/{version_dir}/op_mapping.yaml",
     log:
@@ -98,7 +98,7 @@ rule database_check:
     density of the grid's axes, holdout error, and with grid.consumer_queries the consumer's queries end to end."""
     input:
         files=database_files,
-        code=stage_code("database"),
+        code=database_code(),
     output:
         json="reports/{device}/{stack}/{version_dir}/database_check.json",
         markdown="reports/{device}/{stack}/{version_dir}/database_check.md",

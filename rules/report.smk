@@ -74,7 +74,7 @@ rule predict_steps:
     input:
         database="results/{device}/{stack}/{version_dir}/database_manifest.tsv",
         models=config["models"],
-        code=stage_code("database"),
+        code=database_code(),
     output:
         json="reports/{device}/{stack}/{version_dir}/predictions.json",
         page=report(

@@ -70,7 +70,7 @@ def _names(text: str | None) -> list[str]:
 
 
 def _backend(database: str) -> str:
-    from opperf.database.check import load_op_mapping
+    from opperf.consumer.runtime import load_op_mapping
 
     return (load_op_mapping(database).get("opperf") or {}).get("backend", "cpu")
 

@@ -62,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from opperf.database.check import load_op_mapping
-    from opperf.database.model_queries import model_source, parse_scenario, position_limit_warning, scenario_tp_sizes
-    from opperf.database.predict import predict, prediction_dtype, prediction_table
+    from opperf.consumer.model_queries import model_source, parse_scenario, position_limit_warning, scenario_tp_sizes
+    from opperf.consumer.predict import predict, prediction_dtype, prediction_table
+    from opperf.consumer.runtime import load_op_mapping
     from opperf.io import write_text_atomic
     from opperf.log import get_logger
 

@@ -21,7 +21,7 @@ from opperf.consumer.msmodeling_queries import (AS_RECORDED, ATTENTION_OP, CACHE
 from opperf.contract import (CONSUMER_QUERY, INPUT_DTYPES, INPUT_SHAPES, REPLAY_AVERAGE, TORCH_TO_PROFILER_DTYPE,
                              order_columns)
 from opperf.errors import OpperfError
-from opperf.scenarios import load_scenario_space
+from opperf.consumer.scenarios import load_scenario_space
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = find_msmodeling()
@@ -160,7 +160,7 @@ def test_every_query_has_one_row_in_a_deterministic_order(recorded, laid):
 def test_msmodelings_own_data_source_answers_each_paged_and_rotary_call_exact(recorded, laid, tmp_path):
     """A database of these rows, in the runtime's text (the database build's runtime_row), answers every recorded
     tensor_cast.attention, reshape_and_cache and rotary index_select / cat call from the row laid for it."""
-    from opperf.database.runtime import runtime_row
+    from opperf.consumer.runtime import runtime_row
 
     ops = {"PagedAttention": ATTENTION_OP, "ReshapeAndCache": CACHE_WRITE_OP,
            "index_select": "aten.index_select.default", "cat": "aten.cat.default"}

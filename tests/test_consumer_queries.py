@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from opperf.database.consumer_queries import (
-    Scenario,
+from opperf.consumer.queries import (
     answer,
     answer_summary,
     modelled_exact_lookup,
@@ -19,6 +18,7 @@ from opperf.database.consumer_queries import (
     scenarios,
     write_query_manifest,
 )
+from opperf.consumer.scenarios import Scenario
 from opperf.errors import OpperfError
 from opperf.workload.model import load_model_dims
 

@@ -20,8 +20,9 @@ import yaml
 
 from opperf.contract import (CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES, INPUT_STRIDES,
                              OUTPUT_DTYPES, OUTPUT_SHAPES, canonical_strides, row_signature)
-from opperf.database.consumer_queries import Scenario, profiler_args, reference_queries
-from opperf.database.runtime import view_framework_ops
+from opperf.consumer.queries import profiler_args, reference_queries
+from opperf.consumer.runtime import view_framework_ops
+from opperf.consumer.scenarios import Scenario
 from opperf.grid.queries import query_rows
 from opperf.grid.templates import Layout
 from opperf.io import read_database_csv

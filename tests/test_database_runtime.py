@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from opperf import contract
+from opperf.consumer.runtime import RuntimeQuery, find, runtime_receives, runtime_row, runtime_view
 from opperf.database.build import build_database_directory, build_op_mapping, finalise_kernel_csv
 from opperf.database.report import check_database
-from opperf.database.runtime import RuntimeQuery, find, runtime_receives, runtime_row, runtime_view
 from opperf.io import read_database_csv, write_csv_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def test_each_layouts_row_is_found_at_its_line_of_the_runtimes_csv(cpu_database)
     """runtime_lines, read back from the two files: every row of the runtime's CSV stands for exactly one layouts
     row, the one it was written from (its `out=` slot emptied for sum, its durations the same), and a row of a
     shared runtime key whose layout lost is at no line (None)."""
-    from opperf.database.runtime import runtime_lines
+    from opperf.consumer.runtime import runtime_lines
 
     for kernel_type, lines_missing in (("cat", 2), ("copy_", 3), ("sum", 0), ("add", 0)):
         view = read_database_csv(cpu_database / f"{kernel_type}.csv")
@@ -308,7 +308,7 @@ def test_an_elementwise_row_of_another_output_dtype_answers_scaled_by_its_bytes(
     of another output dtype it answers the row's time times the byte ratio, and of a dtype it has no size for
     (BOOL) it does not match. A MoE router's bf16 -> fp32 `_to_copy` of [12, 128] found a fp32 -> bf16 row of
     [1, 12, 128] first: msmodeling answered 2.08 us, twice the row (H200 Qwen3-30B-A3B database, 84fec85)."""
-    from opperf.database.runtime import answered_latency
+    from opperf.consumer.runtime import answered_latency
 
     header = list(contract.BASE_COLUMNS) + [contract.REPLAY_AVERAGE]
     rows = [("", "", '"1,12,128"', "FLOAT", "ND", '"1,12,128"', "DT_BF16", "ND", "1.0422"),

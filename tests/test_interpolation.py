@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from opperf.database.interpolation import (
+from opperf.consumer.interpolation import (
     AttentionArgs,
     Database,
     Query,
@@ -33,7 +33,7 @@ from opperf.database.interpolation import (
     query_dtype,
     single_axis,
 )
-from opperf.database.runtime import runtime_nz_to_nd
+from opperf.consumer.runtime import runtime_nz_to_nd
 from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 

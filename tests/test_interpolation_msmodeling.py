@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opperf.database.interpolation import AttentionArgs, Database, Query, TensorSpec
+from opperf.consumer.interpolation import AttentionArgs, Database, Query, TensorSpec
 
 MSMODELING = os.environ.get("OPPERF_MSMODELING_DIR")
 pytestmark = pytest.mark.skipif(not MSMODELING, reason="OPPERF_MSMODELING_DIR names no msmodeling checkout")
 
 DATA = Path(__file__).parent / "data" / "runtime_db"
-ORACLE = Path(__file__).resolve().parents[1] / "opperf" / "database" / "msmodeling_oracle.py"
+ORACLE = Path(__file__).resolve().parents[1] / "opperf" / "consumer" / "msmodeling_oracle.py"
 POLICY = {"kernel_overrides": {"MatMulV2": {"max_interpolation_dim": 1},
                                "FusedInferAttentionScore": {"axis_transform": "sqrt_seq"},
                                "GatherV2": {"generic_compute": {"axis": "output_numel"}}}}
@@ -156,7 +156,8 @@ def test_consumer_answers_match_msmodeling(repo):
     (opperf's models of the exact lookup and of the interpolation step) as msmodeling's full lookup does."""
     import torch
 
-    from opperf.database.consumer_queries import Scenario, answer, modelled_exact_lookup, reference_queries
+    from opperf.consumer.queries import answer, modelled_exact_lookup, reference_queries
+    from opperf.consumer.scenarios import Scenario
 
     recorded = reference_queries(repo / "config" / "models.yaml",
                                  [Scenario("opperf-tiny", tp, "prefill", 1, t) for tp in (1, 2) for t in (16, 40, 64)]

@@ -19,11 +19,11 @@ import torch
 
 from conftest import REPO, built_experts
 from opperf.contract import INPUT_SHAPES, OUTPUT_SHAPES, parse_shapes
-from opperf.database.model_queries import (model_queries, model_source, parse_scenario, rank_config, scenario_name,
+from opperf.consumer.model_queries import (model_queries, model_source, parse_scenario, rank_config, scenario_name,
                                            scenario_tp_sizes)
+from opperf.consumer.scenarios import load_scenario_space
 from opperf.errors import OpperfError
 from opperf.grid.queries import query_rows, record_consumer_queries
-from opperf.scenarios import load_scenario_space
 
 pytest.importorskip("transformers")
 
@@ -138,7 +138,7 @@ def _query_database(work, config_json, dtype="float32"):
 
 
 def test_a_listed_scenario_is_exact_and_one_between_grid_points_interpolates(space_database):
-    from opperf.database.predict import predict
+    from opperf.consumer.predict import predict
 
     source = model_source(str(TINY_QWEN3), MODELS)
     listed, between = predict(space_database, source, [parse_scenario("decode:4x16", source.name),
@@ -184,7 +184,7 @@ def _predict_cli(*argv: str):
 
 
 def _gemm_rows(database) -> int:
-    from opperf.database.build import layouts_path
+    from opperf.consumer.runtime import layouts_path
 
     return sum(len(pd.read_csv(layouts_path(database / f"{kernel}.csv")))
                for kernel in ("mm", "addmm", "bmm") if (database / f"{kernel}.csv").is_file())
@@ -219,7 +219,7 @@ def test_an_older_database_without_a_dtype_is_read_from_its_rows(space_database,
 
     import yaml
 
-    from opperf.database.predict import prediction_dtype
+    from opperf.consumer.predict import prediction_dtype
 
     older = tmp_path / "torch2.13.0_cpu"
     shutil.copytree(space_database, older)
@@ -235,8 +235,8 @@ def test_an_older_database_without_a_dtype_is_read_from_its_rows(space_database,
 def test_a_database_of_two_dtypes_needs_dtype(tmp_path):
     """GEMM rows in float32 and bfloat16 (a float32 profile beside bfloat16 query rows): no single dtype is
     recorded, predict.py refuses to choose, and --dtype chooses one the database holds."""
+    from opperf.consumer.predict import prediction_dtype
     from opperf.database.build import build_database_directory
-    from opperf.database.predict import prediction_dtype
 
     rows = tmp_path / "rows"
     rows.mkdir()
@@ -276,7 +276,7 @@ def test_a_scenario_past_the_model_positions_is_answered_with_a_warning(space_da
     """The tiny qwen3 is built for 512 positions: prefill:600 and decode:2x512 (position 513) are predicted, and
     each says in one line which limit it passes; prefill:512 says nothing. A models.yaml entry names its limit
     with the same field."""
-    from opperf.database.model_queries import position_limit_warning
+    from opperf.consumer.model_queries import position_limit_warning
 
     code, stdout, stderr = _predict_cli("--database", str(space_database), "--transformers-config", str(TINY_QWEN3),
                                         "--scenario", "prefill:512", "--scenario", "prefill:600", "--scenario",
@@ -301,10 +301,11 @@ def test_a_query_of_a_dtype_the_runtime_cannot_spell_is_reported_not_fatal(space
     roofline as a MISS, with the same reason. A database row of that dtype is listed, not failed."""
     import shutil
 
-    from opperf.database.check import check_findable, load_database
-    from opperf.database.consumer_queries import RecordedQuery, answer, modelled_exact_lookup
-    from opperf.database.interpolation import Database, Query, TensorSpec
-    from opperf.database.predict import database_roofline, predict_step
+    from opperf.consumer.interpolation import Database, Query, TensorSpec
+    from opperf.consumer.predict import database_roofline, predict_step
+    from opperf.consumer.queries import RecordedQuery, answer, modelled_exact_lookup
+    from opperf.consumer.runtime import load_database
+    from opperf.database.check import check_findable
     from opperf.database.report import check_database
 
     complex_mul = RecordedQuery(Query("aten.mul.Tensor", (TensorSpec((1, 8, 2, 8), torch.complex64),

@@ -4,7 +4,7 @@
 `scripts/check_database.py --consumer-models` answers the reference decoder's queries with opperf's model of
 the runtime. This asks the runtime itself: the same queries (recorded on meta tensors under a
 TorchDispatchMode, as TensorCast records a model run) go to msmodeling's unmodified `ProfilingDataSource` and
-the `InterpolatingDataSource` wrapping it, through `opperf/database/msmodeling_oracle.py` run in msmodeling's Python.
+the `InterpolatingDataSource` wrapping it, through `opperf/consumer/msmodeling_oracle.py` run in msmodeling's Python.
 Each query is EXACT (the exact lookup answers; zero_cost entries answer 0), INTERPOLATED, MISS (the runtime
 falls back to roofline) or RAISED; the table also says where opperf's model gave another status.
 
@@ -30,14 +30,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
-def status_of(answer: dict) -> str:
+def status_of(answer: dict):
+    """msmodeling's answer as an AnswerStatus: it does not tell a legal interpolation from an illegal one."""
+    from opperf.consumer.status import AnswerStatus
+
     if answer["raised"]:
-        return "RAISED"
+        return AnswerStatus.RAISES
     if answer["exact"] is not None:
-        return "EXACT"
+        return AnswerStatus.EXACT
     if answer["source"] == "INTERPOLATED":
-        return "INTERPOLATED"
-    return "MISS"
+        return AnswerStatus.INTERPOLATED
+    return AnswerStatus.MISS
 
 
 def main() -> int:
@@ -56,10 +59,11 @@ def main() -> int:
     if args.msmodeling is None:
         parser.error("--msmodeling (or $OPPERF_MSMODELING_DIR) must name a msmodeling checkout")
 
-    from opperf.database.check import load_op_mapping
-    from opperf.database.msmodeling import ask_runtime, query_spec
+    from opperf.consumer.msmodeling_runtime import ask_runtime, query_spec
+    from opperf.consumer.queries import answer, modelled_exact_lookup
+    from opperf.consumer.runtime import load_op_mapping
+    from opperf.consumer.status import AnswerStatus
     from opperf.errors import OpperfError
-    from opperf.database.consumer_queries import answer, modelled_exact_lookup
     from opperf.grid.queries import record_consumer_queries
 
     backend = (load_op_mapping(args.database).get("opperf") or {}).get("backend", "cpu")
@@ -81,13 +85,13 @@ def main() -> int:
         statuses[status] += 1
         calls[status] += item.calls
         by_op.setdefault(item.query.op_name, Counter())[status] += 1
-        modelled = {"ZERO_COST": "EXACT", "ILLEGAL": "INTERPOLATED",
-                    "DTYPE_UNMAPPED": "MISS"}.get(mine.status, mine.status)
+        modelled = {AnswerStatus.ZERO_COST: AnswerStatus.EXACT, AnswerStatus.ILLEGAL: AnswerStatus.INTERPOLATED,
+                    AnswerStatus.DTYPE_UNMAPPED: AnswerStatus.MISS}.get(mine.status, mine.status)
         if modelled != status:
             disagree.append({"op": item.query.op_name, "inputs": [query_spec(t) for t in item.query.inputs],
                              "msmodeling": status, "opperf": mine.status, "miss_reason": full.get("miss_reason")})
     print(f"{'status':14} {'queries':>8} {'calls':>12}")
-    for status in ("EXACT", "INTERPOLATED", "MISS", "RAISED"):
+    for status in (AnswerStatus.EXACT, AnswerStatus.INTERPOLATED, AnswerStatus.MISS, AnswerStatus.RAISES):
         print(f"{status:14} {statuses[status]:>8} {calls[status]:>12}")
     print(f"{len(recorded)} distinct queries of {', '.join(n for n in names)} ({args.consumer_dtype}); "
           f"opperf's model disagrees on {len(disagree)}")
@@ -103,7 +107,7 @@ def main() -> int:
                     "by_op": {op: dict(c) for op, c in sorted(by_op.items())}, "opperf_disagrees": disagree,
                     "seconds": {"record": round(recorded_s, 1), "msmodeling_lookup": round(asked_s, 1)}}
         args.json.write_text(json.dumps(document, indent=1) + "\n")
-    return 0 if statuses["MISS"] == 0 and statuses["RAISED"] == 0 else 1
+    return 0 if statuses[AnswerStatus.MISS] == 0 and statuses[AnswerStatus.RAISES] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 def lookup_answer(base, wrapper, info, query_source) -> dict:
     """How msmodeling's data sources answer one OpInvokeInfo: {"exact" (the base source's own exact or padded
     match, else null), "source" (MEASURED / INTERPOLATED / null), "latency_us", "method", "axes", "rule" (its
-    shape-match rule), "miss_reason", "raised"}. Shared with opperf/database/msmodeling_oracle.py."""
+    shape-match rule), "miss_reason", "raised"}. Shared with opperf/consumer/msmodeling_oracle.py."""
     answer = {"exact": None, "source": None, "latency_us": None, "method": None, "axes": None, "rule": None,
               "miss_reason": None, "raised": None}
     try:

@@ -11,22 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from opperf.consumer.msmodeling_env import Msmodeling
+from opperf.consumer.status import MSMODELING_STATUSES, AnswerStatus
 
-STATUSES = ("EXACT", "INTERPOLATED", "ZERO_COST", "MISS", "RAISES")
-FAILING = ("MISS", "RAISES")
 SHOWN = 20
 
 
-def _status(answer: dict) -> tuple[str, str]:
+def _status(answer: dict) -> tuple[AnswerStatus, str]:
     if answer["raised"]:
-        return "RAISES", answer["raised"]
+        return AnswerStatus.RAISES, answer["raised"]
     if answer["source"] is None:
-        return "MISS", f"msmodeling's data source: {answer['miss_reason'] or 'no answer'}"
+        return AnswerStatus.MISS, f"msmodeling's data source: {answer['miss_reason'] or 'no answer'}"
     if answer["rule"] in ("zero_cost", "accepted_miss"):
-        return "ZERO_COST", answer["rule"]
+        return AnswerStatus.ZERO_COST, answer["rule"]
     if answer["exact"] is not None:
-        return "EXACT", answer["rule"] or "exact"
-    return "INTERPOLATED", answer["method"] or answer["rule"] or "interpolated"
+        return AnswerStatus.EXACT, answer["rule"] or "exact"
+    return AnswerStatus.INTERPOLATED, answer["method"] or answer["rule"] or "interpolated"
 
 
 def _inputs(call: dict) -> list:
@@ -48,13 +47,13 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
             entry["scenarios"].append(scenario.name)
     entries = list(distinct.values())
     answers = ask_msmodeling(install, database, [entry["call"] for entry in entries]) if entries else []
-    by_status = {status: {"queries": 0, "calls": 0} for status in STATUSES}
+    by_status = {status: {"queries": 0, "calls": 0} for status in MSMODELING_STATUSES}
     failing = []
     for entry, answer in zip(entries, answers):
         status, reason = _status(answer)
         by_status[status]["queries"] += 1
         by_status[status]["calls"] += entry["calls"]
-        if status in FAILING:
+        if status.fails_gate:
             failing.append({"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
                             "inputs": _inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason})
     failing.sort(key=lambda item: -item["calls"])
@@ -67,7 +66,7 @@ def database_gate(install: Msmodeling, database: str | Path, models: Sequence[st
     """msmodeling_gate for `models` (config.json models) over scenario space `space`, recorded by msmodeling's runner
     on the database's device (op_mapping.yaml's `opperf.device`, in the catalog `devices`)."""
     from opperf.consumer.recorder import record_msmodeling_calls
-    from opperf.database.check import load_op_mapping
+    from opperf.consumer.runtime import load_op_mapping
     from opperf.devices import DEFAULT_CATALOG, load_catalog, resolve_device
 
     key = (load_op_mapping(database).get("opperf") or {}).get("device", "CPU")

@@ -4,8 +4,9 @@
         --scenario prefill:64 --scenario decode:4x512 [...] [--one-layer-counts] \
         -- MODEL_DIR [text-generate options every scenario shares]
 
-A scenario is opperf's (opperf.scenarios.parse_scenario_text): `prefill:T` runs `--num-queries 1 --query-length T`,
-`decode:BxC` runs `--num-queries B --query-length 1 --context-length C --decode`, each after the shared options.
+A scenario is opperf's (opperf.consumer.scenarios.parse_scenario_text): `prefill:T` runs `--num-queries 1
+--query-length T`, `decode:BxC` runs `--num-queries B --query-length 1 --context-length C --decode`, each after the
+shared options.
 Each scenario's arguments are parsed by `msmodeling inference text-generate`'s own parser and run as its CLI runs
 them (its preamble, `UserInputConfig.from_args`, a `ModelRunner` of its own, `run_inference` with
 `generate_inputs`); what the scenarios share is the process: msmodeling's imports (most of its start-up) and the
@@ -42,7 +43,7 @@ SCENARIO_OPTIONS = ("--num-queries", "--query-length", "--context-length", "--de
 
 def scenario_arguments(text: str) -> list[str]:
     """msmodeling's text-generate arguments of an opperf scenario (`prefill:T`, `decode:BxC`)."""
-    from opperf.scenarios import parse_scenario_text
+    from opperf.consumer.scenarios import parse_scenario_text
 
     scenario = parse_scenario_text(text)
     if scenario.phase == "prefill":

@@ -126,7 +126,7 @@ def recorders_for(setting: str, models: Sequence[str], models_path: str | Path, 
     if setting != "auto":
         choice = choose_recorder(setting, models, models_path, dtype, msmodeling_dir)
         return choice.by_model, choice.install
-    from opperf.database.check import load_op_mapping
+    from opperf.consumer.runtime import load_op_mapping
     from opperf.model_names import model_reference
 
     record = (load_op_mapping(database).get("opperf") or {}).get("consumer_queries") or {}
@@ -152,8 +152,8 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
     error."""
     from opperf.consumer.msmodeling_device import msmodeling_name, write_device_profile
     from opperf.consumer.msmodeling_queries import record_model_queries, scenario_texts
+    from opperf.consumer.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
     from opperf.model_names import model_reference
-    from opperf.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
 
     scenario_space = load_scenario_space(scenarios or DEFAULT_SCENARIO_SPACE, space)
     texts = scenario_texts(scenario_space)

@@ -16,6 +16,7 @@ import yaml
 from opperf import __version__
 from opperf import contract
 from opperf.consumer.msmodeling_device import PROFILE_FILE as MSMODELING_DEVICE_FILE
+from opperf.consumer.runtime import layouts_path
 from opperf.devices import load_catalog
 from opperf.errors import OpperfError
 from opperf.io import atomic_output, read_database_csv, write_csv_atomic
@@ -43,24 +44,18 @@ def validate_rows(frame: pd.DataFrame, path: Path) -> None:
                                       path=path, row=index, field=names_col)
 
 
-def layouts_path(kernel_csv: str | Path) -> Path:
-    """Where a database keeps every row of a kernel type: `layouts/{KernelType}.csv` beside the runtime's CSV."""
-    kernel_csv = Path(kernel_csv)
-    return kernel_csv.parent / "layouts" / kernel_csv.name
-
-
 def finalise_kernel_csv(rows_path: str | Path, kernel_type: str, output: str | Path, backend: str = "npu",
                         definition_path: str | Path | None = None, layouts: str | Path | None = None,
                         phase_table: str | Path | None = None) -> int:
     """Check and write `{KernelType}.csv` (what the runtime reads) and its layouts file (every row).
 
     Returns the row count of the layouts file, which is every input row: none is ever dropped. The
-    runtime's CSV holds one row per runtime key (`opperf.database.runtime.runtime_view`); the definition,
+    runtime's CSV holds one row per runtime key (`opperf.consumer.runtime.runtime_view`); the definition,
     where there is one, says which slots are `out=` arguments and whether the runtime queries the type
     by its output alone (`query_mode: elementwise`) or by its mean context too (`attention_special`). A phase
     stage's table (`phase_table`, opperf.replay.phase) is folded into the rows first.
     """
-    from opperf.database.runtime import runtime_view
+    from opperf.consumer.runtime import runtime_view
 
     rows_path, output = Path(rows_path), Path(output)
     layouts = Path(layouts) if layouts else layouts_path(output)
@@ -122,7 +117,7 @@ def _mappings_for(definitions: dict, present: set[str]) -> tuple[dict[str, dict]
     API is recorded under `opperf.kernel_types`, not here. An op the runtime can never receive
     (`runtime_receives`) is left out, with the reason.
     """
-    from opperf.database.runtime import runtime_receives
+    from opperf.consumer.runtime import runtime_receives
     from opperf.replay.definitions import framework_op_mappings
 
     mappings: dict[str, dict] = {}
@@ -155,7 +150,7 @@ def _policies_for(definitions: dict, present: set[str]) -> dict[str, dict]:
 
 def _schema_query_mode(framework_op: str) -> dict:
     """A mapping's query mode where no definition gives one: `elementwise` for an op torch tags pointwise."""
-    from opperf.database.runtime import is_pointwise
+    from opperf.consumer.runtime import is_pointwise
 
     return {"query_mode": "elementwise"} if is_pointwise(framework_op) else {}
 
@@ -182,8 +177,8 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
     its stack and version_dir are recorded (default: `output`'s directory). `consumer_record`: the grid's record of
     who recorded the consumer's queries (contract.CONSUMER_QUERIES_RECORD), kept as `opperf.consumer_queries`.
     """
+    from opperf.consumer.dtype import count_activation_dtypes, op_mapping_fields
     from opperf.coverage import load_not_replayed
-    from opperf.database.dtype import count_activation_dtypes, op_mapping_fields
 
     kernel_files = sorted(Path(p) for p in kernel_csvs)
     database_path = Path(database_dir) if database_dir is not None else Path(output).parent
@@ -235,7 +230,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
             kernel_types[kernel]["not_replayed_because"] = not_replayed[kernel].detail
     mappings, left_out = _mappings_for(definitions, set(kernel_types))
     if entry.backend in ("cpu", "cuda"):
-        from opperf.database.runtime import schema_framework_ops
+        from opperf.consumer.runtime import schema_framework_ops
 
         # Types replayed from their op's schema (no definition): the op's functional overloads map to them. A
         # type named after the op holds calls of that op in its own argument layout (a profiled call, or the
@@ -269,7 +264,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         if mapping.get("kernel_type") and all(k in silent for k in types if k):
             mappings[framework_op] = {"zero_cost": True, "notes": f"no device work: every replayed call of "
                                                                   f"{mapping['kernel_type']} measured 0 us"}
-    from opperf.database.runtime import view_framework_ops
+    from opperf.consumer.runtime import view_framework_ops
 
     for framework_op in view_framework_ops():
         mappings.setdefault(framework_op, {"zero_cost": True,
@@ -297,7 +292,7 @@ def build_op_mapping(kernel_csvs: list[str | Path], device: str, devices_path: s
         "stack": database_path.parent.name,
         "version_dir": database_path.name,
         "versions": versions,
-        # The activation dtype of the GEMM rows (opperf.database.dtype): what scripts/predict.py records queries in.
+        # The activation dtype of the GEMM rows (opperf.consumer.dtype): what scripts/predict.py records queries in.
         **op_mapping_fields(count_activation_dtypes(every_row_tables, {k: v["category"]
                                                                        for k, v in kernel_types.items()})),
         "generated_by": f"opperf {__version__}",

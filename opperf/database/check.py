@@ -1,7 +1,7 @@
 """The gates a database must pass before a performance model can use it, per kernel type.
 
 - *findable*: every row with a duration is what the runtime answers when asked for that row's own call
-  (`opperf.database.runtime.find` over the op_mapping.yaml the database ships);
+  (`opperf.consumer.runtime.find` over the op_mapping.yaml the database ships);
 - *unique*: no two rows share a runtime key (the runtime would only ever return the first);
 - *dense*: every axis of the density standard (`config/density_standard.yaml`) has its points;
 - *interpolable*: each interior replayed row, left out, is predicted from its neighbours by the runtime's
@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from opperf.database.runtime import (duplicate_keys, find, row_latency, row_query, same_output_shape,
+from opperf.consumer.runtime import (duplicate_keys, find, row_latency, row_query, same_output_shape,
                                      unspelled_input_dtypes)
-from opperf.errors import OpperfError
 from opperf.io import read_database_csv
 
 
@@ -51,29 +48,6 @@ class KernelCheck:
 
 
 MODELLED_QUERY_MODES = (None, "elementwise")
-
-
-def load_op_mapping(database: str | Path) -> dict:
-    """A database directory's op_mapping.yaml, parsed (errors name the file)."""
-    database = Path(database)
-    mapping_path = database / "op_mapping.yaml"
-    if not mapping_path.is_file():
-        raise OpperfError("not a database directory: no op_mapping.yaml", path=database)
-    try:
-        document = yaml.safe_load(mapping_path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise OpperfError(f"cannot parse YAML: {exc}", path=mapping_path) from exc
-    return document
-
-
-def load_database(database: str | Path) -> tuple[dict, dict]:
-    """(operator_mappings, {kernel type: its CSV as strings}) of a database directory."""
-    database = Path(database)
-    document = load_op_mapping(database)
-    tables = {path.stem: read_database_csv(path) for path in sorted(database.glob("*.csv"))}
-    if not tables:
-        raise OpperfError("no {KernelType}.csv in the database directory", path=database)
-    return document.get("operator_mappings") or {}, tables
 
 
 def check_findable(operator_mappings: dict, tables: dict) -> dict[str, KernelCheck]:

@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opperf.database.check import add_layout_rows, check_findable, load_database, load_op_mapping
-from opperf.database.interpolation import holdout_errors, holdout_summary
+from opperf.consumer.interpolation import holdout_errors, holdout_summary
+from opperf.consumer.runtime import load_database, load_op_mapping
+from opperf.consumer.status import AnswerStatus
+from opperf.database.check import add_layout_rows, check_findable
 from opperf.io import write_text_atomic
 
 # Holdout errors above this are listed by name in the table (the worst few per kernel type).
 WORST_SHOWN = 3
-# Answers to a consumer query that fail the end-to-end gate: roofline fallback, cross-bucket interpolation,
-# an exception (a model run stops), a path opperf's model of the runtime does not follow.
-CONSUMER_FAILURES = ("MISS", "ILLEGAL", "RAISES", "UNMODELLED")
 
 
 def check_database(database: str | Path, density_standard: str | Path | None = None, *,
@@ -91,14 +90,17 @@ def _density(database: Path, settings, standard_path, kernels: dict) -> dict:
 
 
 def _consumer(database: Path, recorded) -> dict:
-    """The end-to-end gate: each recorded query answered as the runtime would (consumer_queries.answer)."""
-    from opperf.database.consumer_queries import answer, answer_summary, modelled_exact_lookup
+    """The end-to-end gate: each recorded query answered as the runtime would (opperf.consumer.queries.answer)."""
+    from opperf.consumer.queries import answer, answer_summary, modelled_exact_lookup
 
     answers = answer(recorded, database, modelled_exact_lookup)
     summary = answer_summary(answers)
-    failing = sorted((a for a in answers if a.status in CONSUMER_FAILURES), key=lambda a: -a.recorded.calls)
+    # Failing (AnswerStatus.fails_gate): roofline fallback, cross-bucket interpolation, an exception (a model run
+    # stops), a path opperf's model of the runtime does not follow.
+    failing = sorted((a for a in answers if a.status.fails_gate), key=lambda a: -a.recorded.calls)
     # A dtype the runtime cannot spell: priced at its roofline whatever the database holds; named, not failed.
-    unspellable = sorted((a for a in answers if a.status == "DTYPE_UNMAPPED"), key=lambda a: -a.recorded.calls)
+    unspellable = sorted((a for a in answers if a.status == AnswerStatus.DTYPE_UNMAPPED),
+                         key=lambda a: -a.recorded.calls)
 
     def listed(answered) -> dict:
         return {"op": answered.recorded.query.op_name, "status": answered.status, "calls": answered.recorded.calls,

@@ -5,7 +5,7 @@ cannot know is the exact argument layout a consumer's query arrives in: a decode
 activations, a RoPE slice of a fused QKV buffer, the ops TensorCast records at the framework level (`clone`,
 `embedding`, `_softmax`, `topk`, …) whose kernels a profile files under other names. So the target models'
 reference decoder is run on meta tensors under a TorchDispatchMode, as TensorCast runs a model
-(`opperf.database.consumer_queries`), and every distinct non-view query becomes a row of the kernel type named
+(`opperf.consumer.queries`), and every distinct non-view query becomes a row of the kernel type named
 after its op, laid out exactly as a profiled call of that op would be (`opperf.parse.torch_trace.op_call_row`):
 every schema argument in order, concrete scalars, the call's strides. Kernel types without a definition replay
 from the op's schema (`opperf.replay.schema`); their op maps to them in op_mapping.yaml.
@@ -60,14 +60,14 @@ def record_consumer_queries(models_path: str | Path, models: Sequence[str], back
                             scenario_space: str | Path | None = None, space: str = "default",
                             num_layers: int | None = None):
     """The queries of `models` over a scenario space (config/scenarios.yaml's `space`): each a name or alias in
-    `models_path` (the reference decoder, at its own TP sizes) or a transformers config.json (opperf.database.
+    `models_path` (the reference decoder, at its own TP sizes) or a transformers config.json (opperf.consumer.
     model_queries: run on meta as the model's own code runs)."""
     import torch
 
-    from opperf.database.consumer_queries import merge_scenario_queries
-    from opperf.database.model_queries import model_source, model_steps, scenario_tp_sizes
+    from opperf.consumer.model_queries import model_source, model_steps, scenario_tp_sizes
+    from opperf.consumer.queries import merge_scenario_queries
+    from opperf.consumer.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
     from opperf.model_names import check_distinct_names, model_reference
-    from opperf.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
 
     if backend not in ATTENTION_BY_BACKEND:
         raise OpperfError(f"consumer-query rows are recorded for torch back ends ({', '.join(ATTENTION_BY_BACKEND)})"

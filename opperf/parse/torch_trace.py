@@ -775,7 +775,7 @@ def op_call_row(op_name: str, args: dict, accelerator_core: str, list_dtype: str
     """The row fields of one op call from its arguments as torch.profiler records them (`Input Dims`, `Input
     type`, `Concrete Inputs`, `Input Strides`): input slots, and output slots inferred on meta tensors (empty
     when no overload runs on meta). A profiled call and a call recorded any other way (a performance model's
-    query, opperf.database.consumer_queries) become rows of the same layout through this one function."""
+    query, opperf.consumer.queries) become rows of the same layout through this one function."""
     slots = _input_slots(args, list_dtype)
     inferred = (meta or _MetaShapes()).outputs(op_name, args, list_dtype) or ("", "", "")
     return {INPUT_SHAPES: ";".join(slots.shapes), INPUT_DTYPES: ";".join(slots.dtypes),

@@ -171,7 +171,7 @@ def row_places(path: Path, kernel_type: str, rows: Sequence[dict], database_dir:
     {Type}.csv, as that file spells it), else in layouts/{Type}.csv; without a database, in `path` itself."""
     if database_dir is None:
         return [RowPlace(str(path), line, str(line), _shape_cells(row)) for line, row in enumerate(rows, start=2)]
-    from opperf.database.runtime import runtime_lines
+    from opperf.consumer.runtime import runtime_lines
 
     kernel_csv = database_dir / f"{kernel_type}.csv"
     layouts_csv = database_dir / "layouts" / f"{kernel_type}.csv"

@@ -132,7 +132,7 @@ class ReferenceDecoder:
 
     def __init__(self, dims: DecoderDims, device: str, dtype: torch.dtype, seed: int = 0):
         # Weights are drawn on the device: a MoE layer holds gigabytes of them. On "meta" (recording the
-        # queries a performance model issues, opperf.database.consumer_queries) they hold no memory at all.
+        # queries a performance model issues, opperf.consumer.queries) they hold no memory at all.
         self.dims, self.device, self.dtype = dims, device, dtype
         self.scaled_dot_product_attention = F.scaled_dot_product_attention
         generator = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)

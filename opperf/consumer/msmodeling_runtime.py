@@ -1,5 +1,5 @@
 """msmodeling's own runtime as the answerer: the queries go to its unmodified `ProfilingDataSource` and the
-`InterpolatingDataSource` wrapping it, through opperf/database/msmodeling_oracle.py run in a Python that imports
+`InterpolatingDataSource` wrapping it, through opperf/consumer/msmodeling_oracle.py run in a Python that imports
 msmodeling (its own environment: torch, pandas, scipy), in a subprocess."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from opperf.database.consumer_queries import Answer, RecordedQuery
+from opperf.consumer.queries import Answer, RecordedQuery
+from opperf.consumer.status import AnswerStatus
 from opperf.errors import OpperfError
 
 ORACLE = Path(__file__).with_name("msmodeling_oracle.py")
@@ -38,21 +39,21 @@ def ask_runtime(database: str | Path, queries, msmodeling: str | Path, python: s
 
 def runtime_answers(database: str | Path, recorded: Sequence[RecordedQuery], msmodeling: str | Path,
                     python: str | None = None) -> list[Answer]:
-    """The recorded queries as msmodeling's runtime answers them, in `consumer_queries.Answer` form: EXACT,
+    """The recorded queries as msmodeling's runtime answers them, in `queries.Answer` form: EXACT,
     INTERPOLATED (the runtime does not say whether legally), MISS (roofline), DTYPE_UNMAPPED (roofline: a dtype it
     cannot spell), RAISES."""
-    from opperf.database.check import load_op_mapping
-    from opperf.database.consumer_queries import mark_dtype_unmapped
+    from opperf.consumer.queries import mark_dtype_unmapped
+    from opperf.consumer.runtime import load_op_mapping
 
     answers = []
     for item, theirs in zip(recorded, ask_runtime(database, [r.query for r in recorded], msmodeling, python)):
         if theirs.get("raised"):
-            answers.append(Answer(item, "RAISES", None, theirs["raised"]))
+            answers.append(Answer(item, AnswerStatus.RAISES, None, theirs["raised"]))
         elif theirs.get("exact") is not None:
-            answers.append(Answer(item, "EXACT", float(theirs["exact"]), "msmodeling exact"))
+            answers.append(Answer(item, AnswerStatus.EXACT, float(theirs["exact"]), "msmodeling exact"))
         elif theirs.get("source") == "INTERPOLATED":
-            answers.append(Answer(item, "INTERPOLATED", float(theirs["latency_us"]),
+            answers.append(Answer(item, AnswerStatus.INTERPOLATED, float(theirs["latency_us"]),
                                   f"msmodeling {theirs.get('method')} over {theirs.get('axes')}"))
         else:
-            answers.append(Answer(item, "MISS", None, f"msmodeling: {theirs.get('miss_reason')}"))
+            answers.append(Answer(item, AnswerStatus.MISS, None, f"msmodeling: {theirs.get('miss_reason')}"))
     return mark_dtype_unmapped(answers, load_op_mapping(database).get("operator_mappings") or {})

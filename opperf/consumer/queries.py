@@ -25,18 +25,15 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from opperf.consumer.interpolation import Database, Interpolation, Query, TensorSpec, query_dtype
+from opperf.consumer.scenarios import Scenario, ScenarioSpace, load_scenario_space
+from opperf.consumer.status import AnswerStatus
 from opperf.contract import PROFILER_TYPE_TO_TORCH, SCALAR_TYPE_NAMES
-from opperf.database.interpolation import Database, Interpolation, Query, TensorSpec, query_dtype
 from opperf.errors import OpperfError
 from opperf.workload.model import DecoderDims, ReferenceDecoder, load_model_dims
 
+# The models `reference_queries` records by default; the scenarios, config/scenarios.yaml's `default` space.
 REFERENCE_MODELS = ("Qwen3-32B", "DeepSeek-V3")
-TP_SIZES = (1, 4, 8)
-# Prefill lengths 1..8k: the powers of two and a few lengths between them, as a serving trace has them.
-PREFILL_TOKENS = (1, 2, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 3000, 4096, 6000, 8192)
-DECODE_BATCHES = (1, 2, 3, 4, 8, 16, 32, 48, 64)
-DECODE_CONTEXT_TOKENS = (1024, 4096)
-STATUSES = ("EXACT", "ZERO_COST", "INTERPOLATED", "ILLEGAL", "MISS", "DTYPE_UNMAPPED", "RAISES", "UNMODELLED")
 
 
 # --- recording --------------------------------------------------------------------------------------------
@@ -163,24 +160,6 @@ def rank_dims(dims: DecoderDims, tp: int) -> DecoderDims:
                    vocab_size=math.ceil(dims.vocab_size / tp))
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """One forward step of one rank: prefill of `tokens` (batch 1), or decode of `batch` sequences that each
-    hold `context` tokens in the KV cache."""
-
-    model: str
-    tp: int
-    phase: str            # prefill | decode
-    batch: int
-    tokens: int
-    context: int = 0
-
-    @property
-    def label(self) -> str:
-        shape = f"{self.tokens} tokens" if self.phase == "prefill" else f"batch {self.batch}, context {self.context}"
-        return f"{self.model} TP{self.tp} {self.phase} {shape}"
-
-
 def record_step(dims: DecoderDims, scenario: Scenario, dtype: torch.dtype, attention: str) -> QueryRecorder:
     """The queries of one forward step of a decoder with `dims`, built and run on meta tensors."""
     if attention not in ATTENTION_KERNELS:
@@ -209,7 +188,7 @@ def scenario_queries(dims: DecoderDims | None, scenario: Scenario, dtype: torch.
                      ) -> tuple[Counter[Query], set[str], dict[Query, dict]]:
     """Query counts of a `num_layers`-deep step, from a 1-layer and a 2-layer run (the layers are identical),
     the view ops among them and each query's recorded arguments. `record(layers)` records a step of any model
-    (opperf.database.model_queries); by default the reference decoder of `dims`."""
+    (opperf.consumer.model_queries); by default the reference decoder of `dims`."""
     if record is None:
         def record(layers: int) -> QueryRecorder:
             return record_step(replace(dims, num_hidden_layers=layers), scenario, dtype, attention)
@@ -233,12 +212,13 @@ class RecordedQuery:
     arguments: dict | None = None   # the first call's arguments as torch.profiler records them (profiler_args)
 
 
-def scenarios(models: Sequence[str] = REFERENCE_MODELS, tp_sizes: Sequence[int] = TP_SIZES,
-              prefill_tokens: Sequence[int] = PREFILL_TOKENS, decode_batches: Sequence[int] = DECODE_BATCHES,
-              decode_context_tokens: Sequence[int] = DECODE_CONTEXT_TOKENS) -> list[Scenario]:
-    return ([Scenario(m, tp, "prefill", 1, t) for m in models for tp in tp_sizes for t in prefill_tokens]
-            + [Scenario(m, tp, "decode", b, 1, c) for m in models for tp in tp_sizes for c in decode_context_tokens
-               for b in decode_batches])
+def scenarios(models: Sequence[str] = REFERENCE_MODELS, space: ScenarioSpace | None = None) -> list[Scenario]:
+    """Every scenario of `space` (default: config/scenarios.yaml's `default`) at its TP sizes, for each model:
+    every model's prefill steps, then every model's decode steps."""
+    space = space or load_scenario_space()
+    return ([Scenario(m, tp, "prefill", 1, t) for m in models for tp in space.tp_sizes for t in space.prefill_tokens]
+            + [Scenario(m, tp, "decode", b, 1, c) for m in models for tp in space.tp_sizes
+               for c in space.decode_contexts for b in space.decode_batches])
 
 
 def merge_scenario_queries(steps: Iterable[tuple[str, tuple[Counter[Query], set[str], dict[Query, dict]]]]
@@ -264,9 +244,9 @@ def merge_scenario_queries(steps: Iterable[tuple[str, tuple[Counter[Query], set[
 def reference_queries(models_path: str | Path, scenario_list: Iterable[Scenario] | None = None, *,
                       dtype: torch.dtype = torch.bfloat16, attention: str = "cpu",
                       num_layers: int | None = None) -> list[RecordedQuery]:
-    """The distinct queries of every scenario (default: the two reference models at TP 1/4/8, prefill
-    1..8k tokens, decode batch 1..64 at two context lengths), with their call counts over full-depth steps
-    (or `num_layers` deep), most-called first."""
+    """The distinct queries of every scenario (default: the two reference models over config/scenarios.yaml's
+    `default` space: TP 1/4/8, prefill 1..8k tokens, decode batch 1..64 at two context lengths), with their call
+    counts over full-depth steps (or `num_layers` deep), most-called first."""
     dims_cache: dict[str, DecoderDims] = {}
 
     def steps():
@@ -293,23 +273,23 @@ class Answer:
     UNMODELLED (a runtime path opperf's model does not follow)."""
 
     recorded: RecordedQuery
-    status: str
+    status: AnswerStatus
     latency_us: float | None
     reason: str
 
 
 @functools.lru_cache(maxsize=8)
 def _database_tables(database_dir: str) -> tuple[dict, dict]:
-    from opperf.database.check import load_database
+    from opperf.consumer.runtime import load_database
 
     return load_database(database_dir)
 
 
 def modelled_exact_lookup(database_dir: str | Path, op_name: str, tensor_inputs: Sequence[TensorSpec],
                           output: TensorSpec | None) -> tuple[float | None, str]:
-    """`answer`'s exact lookup from opperf's model of the runtime's exact path (`opperf.database.runtime.find`):
+    """`answer`'s exact lookup from opperf's model of the runtime's exact path (`opperf.consumer.runtime.find`):
     zero_cost/accepted_miss entries answer 0; query modes that model does not cover answer None."""
-    from opperf.database.runtime import RuntimeQuery, answered_latency, find
+    from opperf.consumer.runtime import RuntimeQuery, answered_latency, find
 
     mappings, tables = _database_tables(str(database_dir))
     mapping = mappings.get(op_name)
@@ -365,8 +345,9 @@ def mark_dtype_unmapped(answers: Sequence[Answer], operator_mappings: dict) -> l
     marked = []
     for item in answers:
         query = item.recorded.query
-        unspelled = unspelled_dtypes(query, operator_mappings.get(query.op_name)) if item.status == "MISS" else ""
-        marked.append(Answer(item.recorded, "DTYPE_UNMAPPED", None,
+        unspelled = (unspelled_dtypes(query, operator_mappings.get(query.op_name))
+                     if item.status == AnswerStatus.MISS else "")
+        marked.append(Answer(item.recorded, AnswerStatus.DTYPE_UNMAPPED, None,
                              f"{unspelled}: no spelling in the runtime's DTYPE_MAP, so it never finds a row and "
                              f"prices the call at its roofline") if unspelled else item)
     return marked
@@ -376,7 +357,7 @@ def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_loo
            interpolate: InterpolateLookup | None = None, database: Database | None = None) -> list[Answer]:
     """Each query as the runtime answers it from `database_dir`: `exact_lookup(database_dir, op_name,
     tensor_inputs, output) -> (latency_us or None, reason)` first (tensor_inputs: (shape, torch dtype) pairs),
-    then, on a miss, `interpolate(database_dir, query)` (default: `opperf.database.interpolation` on `database`,
+    then, on a miss, `interpolate(database_dir, query)` (default: `opperf.consumer.interpolation` on `database`,
     the directory's, loaded here unless the caller has it already)."""
     database_dir = Path(database_dir)
     database = database or Database.load(database_dir)
@@ -390,24 +371,27 @@ def answer(queries: Sequence[RecordedQuery], database_dir: str | Path, exact_loo
         try:
             latency, reason = exact_lookup(database_dir, query.op_name, list(query.inputs), query.output)
         except Exception as exc:   # the runtime raising stops a model run: that is the answer
-            answers.append(Answer(recorded, "RAISES", None, f"exact lookup raises {type(exc).__name__}: {exc}"))
+            answers.append(Answer(recorded, AnswerStatus.RAISES, None,
+                                  f"exact lookup raises {type(exc).__name__}: {exc}"))
             continue
         if latency is not None:
             mapping = mappings.get(query.op_name) or {}
             zero = (latency == 0 and not _skips_zero_cost(mapping)
                     and bool(mapping.get("zero_cost") or mapping.get("accepted_miss")))
-            answers.append(Answer(recorded, "ZERO_COST" if zero else "EXACT", float(latency), reason))
+            answers.append(Answer(recorded, AnswerStatus.ZERO_COST if zero else AnswerStatus.EXACT, float(latency),
+                                  reason))
             continue
         result = interpolate(database_dir, query)
-        hint = " (a view: zero_cost in op_mapping answers it)" if recorded.view and result.status == "MISS" else ""
-        answers.append(Answer(recorded, result.status, result.latency_us,
+        hint = (" (a view: zero_cost in op_mapping answers it)" if recorded.view and result.status == AnswerStatus.MISS
+                else "")
+        answers.append(Answer(recorded, AnswerStatus(result.status), result.latency_us,
                               f"exact: {reason}; interpolation: {result.reason}{hint}"))
     return mark_dtype_unmapped(answers, mappings)
 
 
 def answer_summary(answers: Sequence[Answer]) -> dict[str, dict[str, int]]:
     """Per status: distinct queries and calls; per op name: the statuses of its queries."""
-    by_status = {s: {"queries": 0, "calls": 0} for s in STATUSES}
+    by_status = {s: {"queries": 0, "calls": 0} for s in AnswerStatus}
     by_op: dict[str, Counter] = {}
     for item in answers:
         by_status[item.status]["queries"] += 1

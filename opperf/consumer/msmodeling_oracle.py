@@ -1,7 +1,7 @@
 """Ask msmodeling's own runtime what it answers for queries: the oracle for opperf's model of it.
 
 Run with a Python that can import torch and pandas (and scipy), given a msmodeling checkout:
-    python opperf/database/msmodeling_oracle.py MSMODELING_DIR < request.json > answers.json
+    python opperf/consumer/msmodeling_oracle.py MSMODELING_DIR < request.json > answers.json
 request: {"database": DIR, "ep_size": null, "queries": [{"op_name": "aten.mm.default",
           "inputs": [[[16, 256], "float32"], ...], "outputs": [[[16, 512], "float32"]],
           "attention": null | {"query": [shape, dtype], "key": [shape, dtype], "seq_lens": [..],
@@ -32,8 +32,8 @@ def _op(name, torch):
 
 def main() -> int:
     sys.path.insert(0, sys.argv[1])
-    # the lookup itself is opperf/consumer/msmodeling_answer.py's, standalone as this file is
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumer"))
+    # the lookup itself is msmodeling_answer.py's, beside this file and standalone as it is
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
 
     import tensor_cast.ops  # noqa: F401  (registers tensor_cast.* ops)

@@ -5,16 +5,17 @@ A model is a transformers `config.json` (random weights on meta: nothing is down
 `config/models.yaml` entry (the reference decoder). Each scenario of the space — a prefill of N tokens, a decode
 step of B sequences over C cached tokens, at a tensor-parallel size — is one forward step run on meta tensors under
 `torch.no_grad()` and a TorchDispatchMode, as msmodeling's TensorCast records a model run
-(opperf.database.consumer_queries.QueryRecorder). Two choices the model code leaves to the device are made as the
+(opperf.consumer.queries.QueryRecorder). Two choices the model code leaves to the device are made as the
 target back end makes them: `scaled_dot_product_attention` runs the kernel that back end dispatches it to
-(consumer_queries.ATTENTION_KERNELS), and a MoE router's token counts are whatever the model's experts
+(queries.ATTENTION_KERNELS), and a MoE router's token counts are whatever the model's experts
 implementation makes of them on meta (transformers' grouped_mm path is shape-static: its rows are the same for any
 split).
 
 Tensor parallelism is a rank's share of the model, as serving stacks shard it: attention and KV heads, the MLP's
 and each expert's intermediate width, and the vocabulary split `tp` ways; the hidden size and head_dim unchanged.
 
-The scenario space (config/scenarios.yaml, opperf.scenarios) is a grid: prefill token counts, decode batches x contexts, TP sizes.
+The scenario space (config/scenarios.yaml, opperf.consumer.scenarios) is a grid: prefill token counts, decode batches x
+contexts, TP sizes.
 Its points follow the density standard's grids (M_GRID for tokens, ATTN_BATCH_GRID, ATTN_SEQ_GRID), so a scenario
 with at most one axis between grid points is answered EXACT or by a legal 1-D interpolation; one with two
 (a decode batch and a context both between points) varies two axes of its attention rows at once, which the
@@ -33,18 +34,18 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opperf.database.consumer_queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, Scenario,
-                                              merge_scenario_queries, rank_dims, scenario_queries)
+from opperf.consumer.queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, merge_scenario_queries,
+                                     rank_dims, scenario_queries)
+from opperf.consumer.scenarios import Scenario, parse_scenario_text
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.model_names import model_reference
-from opperf.scenarios import parse_scenario_text
 
 log = get_logger("queries")
 
 def parse_scenario(text: str, model: str, tp: int = 1) -> Scenario:
-    """`prefill:TOKENS` or `decode:BATCHxCONTEXT` (opperf.scenarios.parse_scenario_text) as a Scenario of `model`
-    at TP `tp`."""
+    """`prefill:TOKENS` or `decode:BATCHxCONTEXT` (opperf.consumer.scenarios.parse_scenario_text) as a Scenario of
+    `model` at TP `tp`."""
     try:
         parsed = parse_scenario_text(text)
     except OpperfError as exc:
@@ -273,7 +274,7 @@ def _recorder_for(source: ModelSource, dtype: torch.dtype, attention: str) -> Ca
         raise OpperfError(f"unknown attention kernel {attention!r}; one of {sorted(ATTENTION_KERNELS)}",
                           field="attention")
     if source.config is None:
-        from opperf.database.consumer_queries import record_step
+        from opperf.consumer.queries import record_step
         from opperf.workload.model import load_model_dims
 
         dims = load_model_dims(source.models_path, source.name)

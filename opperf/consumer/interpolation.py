@@ -48,7 +48,8 @@ import yaml
 
 from opperf.contract import (TORCH_TO_PROFILER_DTYPE, dtype_bytes, is_contiguous, is_known_dtype, parse_strides,
                              split_slots)
-from opperf.database.runtime import RUNTIME_QUERY_DTYPE, _logical, is_block_padded, strip_batch
+from opperf.consumer.runtime import RUNTIME_QUERY_DTYPE, _logical, is_block_padded, strip_batch
+from opperf.consumer.status import AnswerStatus
 from opperf.errors import OpperfError
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ ATTENTION_AXIS_GROUPS = tuple(group for size in (1, 2, 3) for group in combinati
 _ATTENTION_GRID_AXES = frozenset({"seq", "batch"})
 _UNKNOWN = -1
 
-STATUSES = ("INTERPOLATED", "ILLEGAL", "MISS", "RAISES", "UNMODELLED")
-
 
 # --- queries and answers -----------------------------------------------------------------------------
 
@@ -133,7 +132,7 @@ class Query:
 class Interpolation:
     """The runtime's answer to a query its exact lookup missed, and whether the standard allows it."""
 
-    status: str                           # one of STATUSES
+    status: AnswerStatus                  # INTERPOLATED, ILLEGAL, MISS, RAISES or UNMODELLED
     latency_us: float | None
     reason: str
     kernel_type: str | None = None
@@ -927,26 +926,26 @@ def path_for(mapping: Mapping, op_mapping: Mapping, columns: Sequence[str] = ())
     """The runtime's path for an op_mapping entry, or the status/reason it ends with before any path."""
     overrides = _overrides(op_mapping)
     if mapping.get("composite"):
-        return "UNMODELLED: composite"
+        return f"{AnswerStatus.UNMODELLED}: composite"
     if mapping.get("category") == "communication":
-        return "MISS: wrapper_communication_owned_by_base"
+        return f"{AnswerStatus.MISS}: wrapper_communication_owned_by_base"
     mode = mapping.get("query_mode")
     if mode in _UNMODELLED_QUERY_MODES:
-        return f"UNMODELLED: query_mode {mode}"
+        return f"{AnswerStatus.UNMODELLED}: query_mode {mode}"
     if mode == "attention_special":
         return _AttentionPath(overrides, columns)
     if mode == "attention_lightning_indexer":
-        return "MISS: runtime_attention_leaf_required"
+        return f"{AnswerStatus.MISS}: runtime_attention_leaf_required"
     if mode == "elementwise":
         return _ElementwisePath(overrides)
     subcategory = mapping.get("compute_subcategory")
     if subcategory is not None:
         if str(subcategory) in ("compute_scale", "quantized_matmul"):
-            return f"UNMODELLED: compute_subcategory {subcategory}"
-        return "MISS: compute_subcategory_unknown"
+            return f"{AnswerStatus.UNMODELLED}: compute_subcategory {subcategory}"
+        return f"{AnswerStatus.MISS}: compute_subcategory_unknown"
     kernel_type = mapping.get("kernel_type")
     if not kernel_type:
-        return "MISS: compute_kernel_type_missing"
+        return f"{AnswerStatus.MISS}: compute_kernel_type_missing"
     if kernel_type in INTERPOLATION_MATMUL_KERNELS:
         return _MatmulPath(overrides, mapping.get("tc_input_count"))
     return _GenericPath(overrides, mapping.get("tc_input_count"), kernel_type)
@@ -1034,13 +1033,13 @@ def interpolate(tables: Mapping[str, pd.DataFrame], query: Query, op_mapping: Ma
 def interpolate_query(database: Database, query: Query) -> Interpolation:
     mapping = (database.op_mapping.get("operator_mappings") or {}).get(query.op_name)
     if mapping is None:
-        return Interpolation("MISS", None, "wrapper_unmapped")
+        return Interpolation(AnswerStatus.MISS, None, "wrapper_unmapped")
     if mapping.get("zero_cost") or mapping.get("accepted_miss"):
-        return Interpolation("MISS", None, "wrapper_not_applicable")
+        return Interpolation(AnswerStatus.MISS, None, "wrapper_not_applicable")
     try:
         return _interpolate_mapped(database, query, mapping)
     except RuntimeWouldRaise as exc:
-        return Interpolation("RAISES", None, str(exc))
+        return Interpolation(AnswerStatus.RAISES, None, str(exc))
 
 
 def _interpolate_mapped(database: Database, query: Query, mapping: Mapping) -> Interpolation:
@@ -1048,7 +1047,7 @@ def _interpolate_mapped(database: Database, query: Query, mapping: Mapping) -> I
     path = path_for(mapping, database.op_mapping, database.columns(primary) if primary else ())
     if isinstance(path, str):
         status, reason = path.split(": ", 1)
-        return Interpolation(status, None, reason)
+        return Interpolation(AnswerStatus(status), None, reason)
     last_reason = "candidate_group_failed"
     for kernel_type in _kernel_types(mapping):
         if isinstance(path, _AttentionPath):
@@ -1076,7 +1075,7 @@ def _interpolate_mapped(database: Database, query: Query, mapping: Mapping) -> I
         if isinstance(answer, Interpolation):
             return answer
         last_reason = answer
-    return Interpolation("MISS", None, last_reason)
+    return Interpolation(AnswerStatus.MISS, None, last_reason)
 
 
 def _interpolate_target(path: _Path, points: Sequence[Point], target: _Target) -> Interpolation | str:
@@ -1103,10 +1102,11 @@ def _interpolate_target(path: _Path, points: Sequence[Point], target: _Target) -
             lines = tuple(sorted(line for p in step.used for line in p.lines))
             illegal = path.legal(target, step)
             if illegal is None:
-                return Interpolation("INTERPOLATED", step.latency_us, f"{step.method} along {', '.join(step.axes)}",
-                                     target.kernel_type, step.method, step.axes, lines)
-            return Interpolation("ILLEGAL", step.latency_us, illegal, target.kernel_type, step.method, step.axes,
-                                 lines)
+                return Interpolation(AnswerStatus.INTERPOLATED, step.latency_us,
+                                     f"{step.method} along {', '.join(step.axes)}", target.kernel_type, step.method,
+                                     step.axes, lines)
+            return Interpolation(AnswerStatus.ILLEGAL, step.latency_us, illegal, target.kernel_type, step.method,
+                                 step.axes, lines)
     return status
 
 

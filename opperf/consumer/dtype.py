@@ -1,5 +1,5 @@
 """The database's dtype: the activation dtype of its GEMM rows, recorded by the build in op_mapping.yaml
-(`opperf.dtype`, `opperf.dtype_rows`) and read by scripts/predict.py (opperf.database.predict.database_dtypes),
+(`opperf.dtype`, `opperf.dtype_rows`) and read by scripts/predict.py (opperf.consumer.predict.database_dtypes),
 which records a model's queries in it.
 
 Why the GEMM rows: a model's matmuls run in the dtype the model was built in, while its norms, rotary tables and
@@ -48,7 +48,7 @@ class DatabaseDtype:
 
 
 def _is_gemm(kernel_type: str, category: str | None) -> bool:
-    from opperf.database.runtime import RUNTIME_MATMUL_KERNELS
+    from opperf.consumer.runtime import RUNTIME_MATMUL_KERNELS
 
     return category == "matmul" or kernel_type in _GEMM_OPS or kernel_type in RUNTIME_MATMUL_KERNELS
 

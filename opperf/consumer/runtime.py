@@ -32,10 +32,14 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from opperf import contract
+from opperf.errors import OpperfError
+from opperf.io import read_database_csv
 
 # opperf's canonical dtype name -> the runtime's spelling, for databases written from torch traces (cpu, cuda).
 # The six the runtime can query are its own strings; the rest follow CANN's bare spelling (FLOAT16, DOUBLE).
@@ -59,6 +63,35 @@ RUNTIME_MATMUL_KERNELS = frozenset({
     "MatMulV2", "MatMulV3", "MatMulCommon", "MatMul", "QuantBatchMatmulV3", "BatchMatMulV2",
     "TransposeBatchMatMul", "GroupedMatmul", "GroupedMatmulSwigluQuant",
 })
+
+
+def load_op_mapping(database: str | Path) -> dict:
+    """A database directory's op_mapping.yaml, parsed (errors name the file)."""
+    database = Path(database)
+    mapping_path = database / "op_mapping.yaml"
+    if not mapping_path.is_file():
+        raise OpperfError("not a database directory: no op_mapping.yaml", path=database)
+    try:
+        document = yaml.safe_load(mapping_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise OpperfError(f"cannot parse YAML: {exc}", path=mapping_path) from exc
+    return document
+
+
+def load_database(database: str | Path) -> tuple[dict, dict]:
+    """(operator_mappings, {kernel type: its CSV as strings}) of a database directory."""
+    database = Path(database)
+    document = load_op_mapping(database)
+    tables = {path.stem: read_database_csv(path) for path in sorted(database.glob("*.csv"))}
+    if not tables:
+        raise OpperfError("no {KernelType}.csv in the database directory", path=database)
+    return document.get("operator_mappings") or {}, tables
+
+
+def layouts_path(kernel_csv: str | Path) -> Path:
+    """Where a database keeps every row of a kernel type: `layouts/{KernelType}.csv` beside the runtime's CSV."""
+    kernel_csv = Path(kernel_csv)
+    return kernel_csv.parent / "layouts" / kernel_csv.name
 
 
 def quoted_shape_cell(value: object) -> str:

@@ -1,6 +1,7 @@
-"""The scenario spaces of config/scenarios.yaml: the prefill token counts, decode batches x contexts and TP sizes a
-database must answer a model's steps at. Read without torch, so that the workflow's config check (grid.scenario_space)
-costs nothing at start-up; the steps themselves are recorded in opperf.database.model_queries."""
+"""Scenarios: one step of a model (`Scenario`), as a user writes it (`ScenarioText`), and the scenario spaces of
+config/scenarios.yaml (`ScenarioSpace`: the prefill token counts, decode batches x contexts and TP sizes a database
+must answer a model's steps at). Read without torch, so that the workflow's config check (grid.scenario_space)
+costs nothing at start-up; the steps themselves are recorded in opperf.consumer.model_queries."""
 
 from __future__ import annotations
 
@@ -8,18 +9,32 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
 from opperf.errors import OpperfError
 
-if TYPE_CHECKING:
-    from opperf.database.consumer_queries import Scenario
-
-DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[1] / "config" / "scenarios.yaml"
+DEFAULT_SCENARIO_SPACE = Path(__file__).resolve().parents[2] / "config" / "scenarios.yaml"
 SCENARIO_FORMS = "prefill:TOKENS or decode:BATCHxCONTEXT, e.g. prefill:1536, decode:16x1024"
 _SCENARIO_TEXT = re.compile(r"^(prefill):(\d+)$|^(decode):(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One forward step of one rank: prefill of `tokens` (batch 1), or decode of `batch` sequences that each
+    hold `context` tokens in the KV cache."""
+
+    model: str
+    tp: int
+    phase: str            # prefill | decode
+    batch: int
+    tokens: int
+    context: int = 0
+
+    @property
+    def label(self) -> str:
+        shape = f"{self.tokens} tokens" if self.phase == "prefill" else f"batch {self.batch}, context {self.context}"
+        return f"{self.model} TP{self.tp} {self.phase} {shape}"
 
 
 @dataclass(frozen=True)
@@ -67,8 +82,6 @@ class ScenarioSpace:
     tp_sizes: tuple[int, ...] = (1,)
 
     def scenarios(self, model: str, tp_sizes: Sequence[int] | None = None) -> list[Scenario]:
-        from opperf.database.consumer_queries import Scenario
-
         sizes = tuple(tp_sizes) if tp_sizes else self.tp_sizes
         return ([Scenario(model, tp, "prefill", 1, t) for tp in sizes for t in self.prefill_tokens]
                 + [Scenario(model, tp, "decode", b, 1, c) for tp in sizes for c in self.decode_contexts

@@ -1,8 +1,8 @@
 """A prediction the user reads: how long one step of *their* model takes at a scenario, from a database.
 
-The step's queries are recorded as a performance model records them (opperf.database.model_queries); each is
+The step's queries are recorded as a performance model records them (opperf.consumer.model_queries); each is
 answered as msmodeling's runtime answers it (opperf's model of the runtime: exact lookup, then interpolation,
-opperf.database.consumer_queries.answer; or the runtime itself, opperf.database.msmodeling, when a checkout is
+opperf.consumer.queries.answer; or the runtime itself, opperf.consumer.msmodeling_runtime, when a checkout is
 given): EXACT, ZERO_COST (a view), INTERPOLATED (legal), ILLEGAL (the runtime answers, across buckets or axes),
 MISS (the runtime falls back to its roofline model; here the roofline of the database's device: the larger of
 the bytes moved over its memory bandwidth and, for a matmul, its FLOPs over the dtype's peak). The predicted
@@ -18,16 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opperf.database.consumer_queries import Answer, RecordedQuery, Scenario
-from opperf.database.dtype import GEMM_ROWS, DatabaseDtype, count_activation_dtypes
-from opperf.database.interpolation import Query
+from opperf.consumer.dtype import GEMM_ROWS, DatabaseDtype, count_activation_dtypes
+from opperf.consumer.interpolation import Query
+from opperf.consumer.queries import Answer, RecordedQuery
+from opperf.consumer.scenarios import Scenario
+from opperf.consumer.status import PREDICTION_STATUSES, AnswerStatus
 from opperf.errors import OpperfError
 
-PREDICTION_STATUSES = ("EXACT", "INTERPOLATED", "ILLEGAL", "MISS")
 # A query of a dtype the runtime cannot spell (DTYPE_UNMAPPED) is a MISS priced at the roofline, as the runtime
-# prices it; its reason names the dtype.
-_STATUS_GROUP = {"EXACT": "EXACT", "ZERO_COST": "EXACT", "INTERPOLATED": "INTERPOLATED", "ILLEGAL": "ILLEGAL",
-                 "MISS": "MISS", "DTYPE_UNMAPPED": "MISS", "RAISES": "MISS", "UNMODELLED": "MISS"}
+# prices it; its reason names the dtype (AnswerStatus.prediction_group).
 _MATMULS = {"mm", "bmm", "addmm", "baddbmm", "_grouped_mm", "matmul", "linear"}
 
 
@@ -97,12 +96,12 @@ def predict_step(name: str, scenario: Scenario, recorded: Sequence[RecordedQuery
     """Σ answer × calls of one step's queries, grouped by kernel type and status; a MISS costs its roofline."""
     prediction = ScenarioPrediction(name, scenario)
     for item, answered in zip(recorded, answers):
-        if item.view and answered.status in ("MISS", "DTYPE_UNMAPPED", "ZERO_COST"):
+        if item.view and answered.status in (AnswerStatus.MISS, AnswerStatus.DTYPE_UNMAPPED, AnswerStatus.ZERO_COST):
             continue                 # a view: no kernel runs; the runtime's analytic fallback counts it free
-        status = _STATUS_GROUP[answered.status]
+        status = AnswerStatus(answered.status).prediction_group
         latency = answered.latency_us
-        if status == "MISS" or latency is None or not math.isfinite(latency):
-            status, latency = "MISS", (roofline.latency_us(item.query) if roofline else 0.0)
+        if status == AnswerStatus.MISS or latency is None or not math.isfinite(latency):
+            status, latency = AnswerStatus.MISS, (roofline.latency_us(item.query) if roofline else 0.0)
         time_us = latency * item.calls
         prediction.predicted_us += time_us
         prediction.status_time_us[status] += time_us
@@ -118,7 +117,7 @@ def predict_step(name: str, scenario: Scenario, recorded: Sequence[RecordedQuery
 
 def database_roofline(database_dir: str | Path, devices_path: str | Path | None = None) -> Roofline | None:
     """The roofline of the database's device (op_mapping.yaml `device`, config/devices.yaml), if it has one."""
-    from opperf.database.check import load_op_mapping
+    from opperf.consumer.runtime import load_op_mapping
     from opperf.devices import DEFAULT_CATALOG, load_catalog
 
     mapping = load_op_mapping(database_dir)
@@ -144,8 +143,7 @@ class PredictionDtype:
 def database_dtypes(database_dir: str | Path) -> DatabaseDtype:
     """What op_mapping.yaml records; for a database built before it did, counted from its rows (layouts/ where
     kept) with the categories its `opperf.kernel_types` records."""
-    from opperf.database.build import layouts_path
-    from opperf.database.check import load_op_mapping
+    from opperf.consumer.runtime import layouts_path, load_op_mapping
     from opperf.io import read_database_csv
 
     database_dir = Path(database_dir)
@@ -163,7 +161,7 @@ def database_dtypes(database_dir: str | Path) -> DatabaseDtype:
 
 
 def prediction_dtype(database_dir: str | Path, requested: str | None = None) -> PredictionDtype:
-    """The database's dtype (op_mapping.yaml `opperf.dtype`, opperf.database.dtype), or `requested` where the
+    """The database's dtype (op_mapping.yaml `opperf.dtype`, opperf.consumer.dtype), or `requested` where the
     database holds it. Refused (one line): a database of several dtypes without `requested`, and a `requested`
     dtype the database holds no row of: every GEMM query would fall to the roofline, and the number would be the
     roofline model's, not the database's (a float32 step predicted from a bfloat16 database: 12x off)."""
@@ -194,9 +192,9 @@ def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, 
     msmodeling's own runtime."""
     import torch
 
-    from opperf.database.consumer_queries import answer, modelled_exact_lookup
-    from opperf.database.interpolation import Database
-    from opperf.database.model_queries import scenario_name, step_queries
+    from opperf.consumer.interpolation import Database
+    from opperf.consumer.model_queries import scenario_name, step_queries
+    from opperf.consumer.queries import answer, modelled_exact_lookup
 
     database = Database.load(database_dir)
     roofline = database_roofline(database_dir)
@@ -204,7 +202,7 @@ def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, 
     dtype = dtype or getattr(torch, prediction_dtype(database_dir).name)
     for scenario, recorded in step_queries(source, scenarios, dtype=dtype, attention=attention):
         if msmodeling_dir:
-            from opperf.database.msmodeling import runtime_answers
+            from opperf.consumer.msmodeling_runtime import runtime_answers
 
             answers = runtime_answers(database_dir, recorded, msmodeling_dir, msmodeling_python)
         else:
