@@ -17,7 +17,8 @@ import pytest
 
 from opperf.consumer.msmodeling_env import find_msmodeling
 from opperf.consumer.msmodeling_queries import (AS_RECORDED, ATTENTION_OP, CACHE_WRITE_OP, RECORDER, ask_msmodeling,
-                                                record_model_queries, rows_from_calls, scenario_texts)
+                                                attention_call, lookup_attention_calls, record_model_queries,
+                                                rows_from_calls, scenario_texts)
 from opperf.contract import (CONSUMER_QUERY, INPUT_DTYPES, INPUT_SHAPES, REPLAY_AVERAGE, TORCH_TO_PROFILER_DTYPE,
                              order_columns)
 from opperf.errors import OpperfError
@@ -87,7 +88,15 @@ def test_paged_attention_rows_are_the_runners_calls(laid):
         ("16,64;1,128,2,16;1,128,2,16;;1,1;2;1;1", "16", "1"),
         ("64,64;1,128,2,16;1,128,2,16;;1,1;2;1;1", "64", "1"),
         ("4,64;17,128,2,16;17,128,2,16;;4,5;5;4;4", "513", "4"),       # 4 x 512 context + the new token
-        ("2,64;16,128,2,16;16,128,2,16;;2,8;3;2;2", "1001", "2")]
+        ("2,64;16,128,2,16;16,128,2,16;;2,8;3;2;2", "1001", "2"),
+        # Where msmodeling's lookup looks between them: prefill every 16 tokens, decode every batch at each context.
+        ("32,64;1,128,2,16;1,128,2,16;;1,1;2;1;1", "32", "1"),
+        ("48,64;1,128,2,16;1,128,2,16;;1,1;2;1;1", "48", "1"),
+        ("2,64;9,128,2,16;9,128,2,16;;2,5;3;2;2", "513", "2"),
+        ("3,64;13,128,2,16;13,128,2,16;;3,5;4;3;3", "513", "3"),
+        ("3,64;24,128,2,16;24,128,2,16;;3,8;4;3;3", "1001", "3"),
+        ("4,64;32,128,2,16;32,128,2,16;;4,8;5;4;4", "1001", "4")]
+    assert laid.lookup_rows == {"PagedAttention": 6}
     assert rows[2] == {
         "OP State": "eager", "Accelerator Core": "CPU", INPUT_SHAPES: "4,64;17,128,2,16;17,128,2,16;;4,5;5;4;4",
         INPUT_DTYPES: "DT_BF16;DT_BF16;DT_BF16;;INT64;INT64;INT64;INT64", "Input Formats": "ND;ND;ND;;ND;ND;ND;ND",
@@ -147,7 +156,7 @@ def test_every_query_has_one_row_in_a_deterministic_order(recorded, laid):
     got = [(r[CONSUMER_QUERY], tuple(sorted((shape, dtype) for shape, dtype in zip(
         r[INPUT_SHAPES].split(";"), r[INPUT_DTYPES].split(";")) if shape))) for r in aten_rows]
     assert set(got) == expected and len(got) == len(expected)
-    assert len(laid.rows["PagedAttention"]) == len(laid.rows["ReshapeAndCache"]) == 4
+    assert (len(laid.rows["PagedAttention"]), len(laid.rows["ReshapeAndCache"])) == (4 + 6, 4)   # + lookup rows
     assert laid.not_laid_out == {} and laid.over_hbm_budget == 0
     assert laid.queries == len(expected) + 8
     again = rows_from_calls(recorded, "CPU")
@@ -224,3 +233,20 @@ def test_the_recorder_refuses_a_scenario_option_among_the_shared_ones(tmp_path):
     assert done.returncode == 2 and not (tmp_path / "q.json").exists()
     assert done.stderr.strip() == ("msmodeling_record.py: --decode is set by each --scenario, not among the shared "
                                    "options")
+
+
+def test_lookup_attention_calls_are_laid_as_the_runner_lays_its_own(recorded, config):
+    """attention_call rebuilds each recorded call from another of the model's (the cache's block count and block
+    table are the runner's, at block boundaries too: a 127-token context fills a 128-token block with the new
+    token, and the runner keeps a slot for one more)."""
+    edges = record_model_queries(INSTALL, config, ["decode:1x127", "decode:3x128", "prefill:128",
+                                                              "prefill:129"], layers=1, timeout_s=600)
+    calls = [c for s in [*recorded.scenarios, *edges.scenarios] for c in calls_of(s, ATTENTION_OP)]
+    template = calls[0]
+    for call in calls:
+        made = attention_call(template, call["args"][6]["values"], call["args"][7]["values"])
+        assert (made["args"], made["out"]) == (call["args"], call["out"])
+    # Between the recorded points: every 16 prefill tokens up to the longest, every batch at each context.
+    laid = lookup_attention_calls(calls_of(recorded.scenarios[0], ATTENTION_OP)
+                                  + calls_of(recorded.scenarios[2], ATTENTION_OP))
+    assert [(c["args"][6]["values"], c["args"][7]["values"]) for c in laid] == [([16], [16]), ([513] * 4, [1] * 4)]

@@ -1,8 +1,8 @@
 """msmodeling's own runner reads a database the workflow built from its own queries: the grid records a transformers
 config.json model's queries with msmodeling's runner (grid.consumer_recorder), the rows replay on the cpu back end,
 the database keeps who recorded them (op_mapping.yaml's opperf.consumer_queries) and a DeviceProfile of its device,
-and msmodeling's unchanged CLI, run through opperf's launcher at the scenario space's points, misses nothing in its
-own account (m1 hit rate 1.0) and answers no op that runs device work as zero_cost.
+and msmodeling's unchanged CLI, run through opperf's launcher at the scenario space's points and between them,
+misses nothing in its own account (m1 hit rate 1.0) and answers no op that runs device work as zero_cost.
 
 The workflow test needs msmodeling's checkout (`$OPPERF_MSMODELING_DIR`, else the pinned copy in
 ../shared/msmodeling) and its Python dependencies (the `msmodeling` extra, part of `.[test]`); elsewhere it skips and
@@ -30,9 +30,12 @@ MODELS = REPO / "config" / "models.yaml"
 CONFIG_JSON = "config/my_model.json"
 SPACE = {"description": "the acceptance test's space", "prefill_tokens": [16, 64], "decode_batches": [2, 4],
          "decode_contexts": [256, 512], "tp_sizes": [1]}
-# Scenarios on the space's points, as msmodeling's CLI takes them.
-ON_THE_POINTS = {"prefill:64": ["--num-queries", "1", "--query-length", "64"],
-                 "decode:4x512": ["--num-queries", "4", "--query-length", "1", "--context-length", "512", "--decode"]}
+# Scenarios on the space's points and between them (each axis between two points), as msmodeling's CLI takes them.
+ON_AND_BETWEEN_THE_POINTS = {
+    "prefill:64": ["--num-queries", "1", "--query-length", "64"],
+    "decode:4x512": ["--num-queries", "4", "--query-length", "1", "--context-length", "512", "--decode"],
+    "prefill:40": ["--num-queries", "1", "--query-length", "40"],
+    "decode:3x384": ["--num-queries", "3", "--query-length", "1", "--context-length", "384", "--decode"]}
 
 
 def test_auto_takes_msmodeling_for_config_json_models_and_opperfs_recorder_for_models_yaml_names(monkeypatch):
@@ -189,8 +192,15 @@ def test_msmodelings_own_cli_misses_nothing_on_the_database_the_workflow_built_f
         "msmodeling_commit": INSTALL.commit, "msmodeling_commit_source": INSTALL.commit_source}
     assert document["opperf"]["dtype"] == "bfloat16"
     assert document["operator_mappings"]["tensor_cast.attention.default"]["kernel_type"] == "PagedAttention"
-    # One row per distinct attention call of the space: 2 prefills and 2 x 2 decode steps.
-    assert len(pd.read_csv(database / "layouts" / "PagedAttention.csv")) == 6
+    # A row per distinct attention call of the space (2 prefills, 2 x 2 decode steps) and where msmodeling's lookup
+    # looks between them: prefill at every 16 tokens (32, 48 besides the space's 16, 64), decode at every batch from
+    # 2 to 4 at both contexts (batch 3 besides the space's 2 and 4).
+    attention = pd.read_csv(database / "layouts" / "PagedAttention.csv", dtype=str)
+    assert sorted(zip(attention["Runtime batch_size"].astype(int), attention["Runtime avg_seq_len"].astype(int))) == [
+        (1, 16), (1, 32), (1, 48), (1, 64), (2, 257), (2, 513), (3, 257), (3, 513), (4, 257), (4, 513)]
+    # The cache write is looked up by its new keys alone: a row per token count of the space.
+    writes = pd.read_csv(database / "layouts" / "ReshapeAndCache.csv", dtype=str)
+    assert sorted(int(shapes.split(",")[0]) for shapes in writes["Input Shapes"]) == [2, 4, 16, 64]
     summary = workdir / "results" / "CPU" / "torch" / database.name / "grid" / "grid_summary.tsv"
     recorded_by = dict(pd.read_csv(summary, sep="\t", keep_default_na=False)[["kernel_type", "consumer_recorder"]]
                        .itertuples(index=False))
@@ -204,7 +214,7 @@ def test_msmodelings_own_cli_misses_nothing_on_the_database_the_workflow_built_f
     (model_dir / "config.json").write_text((workdir / CONFIG_JSON).read_text())
     profile = database / "msmodeling_device.py"
     mappings = document["operator_mappings"]
-    for name, scenario in ON_THE_POINTS.items():
+    for name, scenario in ON_AND_BETWEEN_THE_POINTS.items():
         metrics, trace = tmp_path / f"{name.replace(':', '_')}.json", tmp_path / f"{name.replace(':', '_')}.trace"
         run_cli(INSTALL, profile, [
             "inference", "text-generate", str(model_dir), *scenario, "--device", document["device"],

@@ -65,7 +65,9 @@ def test_out_slots_are_not_part_of_the_functional_call(cpu_database):
 def test_rows_the_runtime_cannot_tell_apart_become_the_dominant_layout(cpu_database):
     cat = _rows(cpu_database / "cat.csv")
     layouts = _rows(cpu_database / "layouts" / "cat.csv")
-    assert (len(cat), len(layouts)) == (21, 23)
+    # cat is looked up by its output alone (query_mode elementwise): of two layouts of one output, the runtime reads
+    # one (lines 3/22, 20/23: a RoPE cat and a KV-cache cat of the same output).
+    assert (len(cat), len(layouts)) == (19, 23)
     # Lines 5 and 17 of the replayed file differ only in Input Strides: the strided layout carried 4 calls,
     # the contiguous generated row none -> the runtime gets the strided one, where the first of them stood.
     merged = [r for r in cat if r[contract.INPUT_SHAPES] == layouts[3][contract.INPUT_SHAPES]]
@@ -84,7 +86,7 @@ def test_each_layouts_row_is_found_at_its_line_of_the_runtimes_csv(cpu_database)
     shared runtime key whose layout lost is at no line (None)."""
     from opperf.consumer.runtime import runtime_lines
 
-    for kernel_type, lines_missing in (("cat", 2), ("copy_", 3), ("sum", 0), ("add", 0)):
+    for kernel_type, lines_missing in (("cat", 4), ("copy_", 3), ("sum", 0), ("add", 0)):
         view = read_database_csv(cpu_database / f"{kernel_type}.csv")
         every = read_database_csv(cpu_database / "layouts" / f"{kernel_type}.csv")
         lines = runtime_lines(view, every)
@@ -181,8 +183,9 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
     assert {"aten.view.default", "aten.t.default", "aten.transpose.int", "aten.expand.default",
             "aten.slice.Tensor", "aten.split.Tensor", "aten.unsqueeze.default", "aten._unsafe_view.default"} <= views
     assert not views & {"aten.clone.default", "aten.contiguous.default", "aten.reshape.default", "aten.cat.default"}
-    assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1},
-                                                                      "cat": {"generic_compute": {"axis": "output_numel"}}}}
+    assert document["interpolation_policy"] == {"kernel_overrides": {"mm": {"max_interpolation_dim": 1}}}
+    # cat is looked up by its output, as msmodeling looks up elementwise ops (config/kernels/torch/cat.yaml).
+    assert document["operator_mappings"]["aten.cat.default"]["query_mode"] == "elementwise"
     # A3: attention is what TensorCast issues (tensor_cast.attention.default), never npu_fusion_attention;
     # collectives sit in the runtime's hccl/v{cann}/ directory.
     mapping = _op_mapping_of_empty_types(tmp_path / "data" / "A3" / "vllm_ascend" / "vllm0.18.0_torch2.9.0_cann8.5",
@@ -237,17 +240,17 @@ def test_the_check_finds_every_row_of_the_cpu_database(cpu_database):
     result = check_database(cpu_database)
     assert result["passed"]
     holdout = result["totals"].pop("holdout")
-    assert result["totals"] == {"rows": 102, "rows_with_duration": 102, "findable": 102, "answered_scaled": 0,
+    assert result["totals"] == {"rows": 100, "rows_with_duration": 100, "findable": 100, "answered_scaled": 0,
                                 "not_modelled": 0, "unmapped": 0, "dtype_unmapped": 0, "duplicate_runtime_keys": 0}
-    # The demo's replayed CPU rows (a loaded 2-core VM): 14 interior points, errors as printed (the elementwise
-    # kernel types are interpolated by the elements they read and write, query_mode: elementwise). Four of them
-    # are mm rows predicted with a neighbour whose weight is read transposed (Input Strides `;1,256`): another
-    # execution branch, ILLEGAL, counted apart.
-    assert holdout["count"] == 10
-    assert holdout["median"] == pytest.approx(0.2151139, rel=1e-6)
-    assert holdout["p90"] == pytest.approx(1.9941035, rel=1e-6)
-    assert holdout["cross_branch"]["count"] == 4
-    assert "10 points, median 21.51 %, p90 199.41 %; 4 more predictions used a neighbour" in result["table"]
+    # The demo's replayed CPU rows (a loaded 2-core VM): 18 interior points, errors as printed (the elementwise
+    # kernel types and cat are interpolated by the elements they read and write, query_mode: elementwise). Seven of
+    # them are predicted with a neighbour on another execution branch (mm rows whose weight is read transposed,
+    # Input Strides `;1,256`; cats of strided inputs): ILLEGAL, counted apart.
+    assert holdout["count"] == 11
+    assert holdout["median"] == pytest.approx(0.1841021, rel=1e-6)
+    assert holdout["p90"] == pytest.approx(1.7687454, rel=1e-6)
+    assert holdout["cross_branch"]["count"] == 7
+    assert "11 points, median 18.41 %, p90 176.87 %; 7 more predictions used a neighbour" in result["table"]
 
 
 def test_an_elementwise_row_of_another_dtype_is_answered_scaled_and_passes(cpu_database, tmp_path):
@@ -268,15 +271,16 @@ def test_an_elementwise_row_of_another_dtype_is_answered_scaled_and_passes(cpu_d
 def test_the_check_fails_on_rows_the_runtime_cannot_tell_apart(cpu_database, tmp_path):
     broken = tmp_path / CPU_VERSION
     shutil.copytree(cpu_database, broken)
-    # Put back the layouts file as the runtime's CSV: cat lines 5/17 and 8/9 then share a key.
+    # Put back the layouts file as the runtime's CSV: cat lines 3/22, 5/17, 8/9 and 20/23 then share a key.
     shutil.copy(broken / "layouts" / "cat.csv", broken / "cat.csv")
     result = check_database(broken)
     assert not result["passed"]
     cat = result["kernel_types"]["cat"]
-    assert cat["duplicate_key_lines"] == [[5, 17], [8, 9]]
-    assert [m["line"] for m in cat["misses"]] == [9, 17]
-    assert "aten.cat.default is answered by cat.csv line 5" in cat["misses"][1]["why"]
-    assert "duplicate runtime keys: 2; FAILED" in result["table"]
+    assert cat["duplicate_key_lines"] == [[3, 22], [5, 17], [8, 9], [20, 23]]
+    assert [(m["line"], m["why"]) for m in cat["misses"]] == [
+        (4, "aten.cat.default is answered by cat.csv line 2"), (5, "aten.cat.default is answered by cat.csv line 3"),
+        (17, "aten.cat.default is answered by cat.csv line 3")]
+    assert "duplicate runtime keys: 4; FAILED" in result["table"]
 
 
 def test_the_lookup_model_follows_the_runtime_rules():
@@ -334,5 +338,5 @@ def test_msmodelings_own_lookup_finds_every_row(cpu_database, tmp_path):
                                capture_output=True, text=True, cwd=REPO)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     totals = json.loads(out.read_text())["results"][0]["totals"]
-    assert totals["found"] == totals["rows_with_duration"] == 102
+    assert totals["found"] == totals["rows_with_duration"] == 100
     assert totals["exceptions"] == 0 and totals["model_disagrees"] == 0

@@ -177,8 +177,10 @@ def test_op_mapping_maps_tensor_casts_ops_to_them_with_the_runtimes_attention_ru
     mappings = document["operator_mappings"]
     assert mappings["tensor_cast.attention.default"] == {"kernel_type": "PagedAttention", "alternate_kernel_types": [],
                                                          "category": "attention", "query_mode": "attention_special"}
+    # The cache write is looked up by its new keys alone (tc_input_count 1), not the cache it writes into.
     assert mappings["tensor_cast.reshape_and_cache.default"] == {"kernel_type": "ReshapeAndCache",
-                                                                 "alternate_kernel_types": [], "category": "kv_cache"}
+                                                                 "alternate_kernel_types": [], "category": "kv_cache",
+                                                                 "tc_input_count": 1}
     assert document["query_selection_policy"] == {"kernel_overrides": {"PagedAttention":
                                                                        {"require_semantic_unique": True}}}
 

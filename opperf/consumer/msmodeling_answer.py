@@ -21,9 +21,13 @@ from pathlib import Path
 def lookup_answer(base, wrapper, info, query_source) -> dict:
     """How msmodeling's data sources answer one OpInvokeInfo: {"exact" (the base source's own exact or padded
     match, else null), "source" (MEASURED / INTERPOLATED / null), "latency_us", "method", "axes", "rule" (its
-    shape-match rule), "miss_reason", "raised"}. Shared with opperf/consumer/msmodeling_oracle.py."""
+    shape-match rule), "path", "miss_reason", "raised"}. Shared with opperf/consumer/msmodeling_oracle.py.
+
+    `path` says which of the runtime's rules answered: `exact` (a row of the call's shapes), `padded` (a row whose
+    token count the call's pads to, or the reverse), `interpolated` (between rows), `merged` (between rows, one of
+    them the median of rows at one point), `zero_cost` / `accepted_miss` (the mapping's), or null (no answer)."""
     answer = {"exact": None, "source": None, "latency_us": None, "method": None, "axes": None, "rule": None,
-              "miss_reason": None, "raised": None}
+              "path": None, "miss_reason": None, "raised": None}
     try:
         hit = base.lookup(info)
         if hit is not None and hit.source != query_source.PARTIAL:
@@ -41,7 +45,41 @@ def lookup_answer(base, wrapper, info, query_source) -> dict:
         answer.update(source=result.source.name, latency_us=result.latency_us, method=result.details.get("method"),
                       axes=result.details.get("axes"),
                       rule=match.shape_match_rule if match is not None else None)
+        answer["path"] = _path(base, info, result, answer)
     return answer
+
+
+def _path(base, info, result, answer: dict) -> str:
+    rule = answer["rule"] or ""
+    if rule in ("zero_cost", "accepted_miss"):
+        return rule
+    if answer["exact"] is None:
+        merged = any(meta.get("aggregation") == "median" for meta in result.details.get("matched_row_meta") or [])
+        return "merged" if merged else "interpolated"
+    if "padding" in rule:
+        return "padded"
+    if rule == "attention":
+        return _attention_path(base, info, result)
+    return "exact"
+
+
+def _attention_path(base, info, result) -> str:
+    """`exact` where a row of the call's q tokens holds the answered latency, else `padded` (the runtime's attention
+    match does not say which row answered it; its latency does)."""
+    kernel_type = result.details.get("kernel_type")
+    frame = base._load_csv(kernel_type) if kernel_type else None
+    if frame is None or not info.args:
+        return "exact"
+    tokens = int(info.args[0].shape[0])
+    column = base._latency_col(frame)
+    for shapes, latency in zip(frame.get("Input Shapes", []), frame.get(column, [])):
+        try:
+            same = abs(float(latency) - result.latency_us) <= 1e-9 * max(1.0, abs(result.latency_us))
+            if same and int(str(shapes).strip('"').split(";")[0].split(",")[0]) == tokens:
+                return "exact"
+        except ValueError:
+            continue
+    return "padded"
 
 
 def main(argv: list[str]) -> int:

@@ -35,7 +35,7 @@ from opperf.log import get_logger
 from opperf.parse.fia_metadata import (RUNTIME_AVG_SEQ_LEN, RUNTIME_BLOCK_SIZE, RUNTIME_INPUT_LAYOUT,
                                        RUNTIME_NUM_HEADS, RUNTIME_NUM_KEY_VALUE_HEADS, RUNTIME_SEQ_LENGTHS_KV_VALUES,
                                        RUNTIME_SEQ_LENGTHS_VALUES, RUNTIME_SPARSE_MODE, runtime_payload)
-from opperf.scenarios import ScenarioSpace, parse_scenario_text
+from opperf.consumer.scenarios import ScenarioSpace, parse_scenario_text
 
 log = get_logger("consumer")
 
@@ -173,7 +173,7 @@ def record_model_queries(install: Msmodeling | None, model_dir_or_config: str | 
 def _with_full_depth(call: dict, layers: int | None, depth: int | None) -> dict:
     """The call with its count per step at the model's own depth: from its counts at `layers` and at 1 layer
     (those of the first layer, the embedding and the head, plus one layer's per further layer), as
-    opperf.database.consumer_queries.scenario_queries derives them."""
+    opperf.consumer.queries.scenario_queries derives them."""
     full = None
     if layers is None:
         full = call["count"]
@@ -194,7 +194,7 @@ def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerato
     `not_laid_out`. `estimator`: drop rows over the device's memory (grid.memory.MemoryEstimator)."""
     import torch
 
-    from opperf.database.consumer_queries import merge_scenario_queries, profiler_args, query_of
+    from opperf.consumer.queries import merge_scenario_queries, profiler_args, query_of
     from opperf.grid.queries import _fits, query_rows
 
     scenarios = recorded.scenarios if isinstance(recorded, ModelQueries) else list(recorded)
@@ -233,8 +233,14 @@ def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerato
         steps.append((scenario.name, (counts, views, arguments)))
 
     result = query_rows(merge_scenario_queries(steps), accelerator_core, estimator)
+    recorded_attention = [call for scenario in scenarios for call in scenario.calls if call["op"] == ATTENTION_OP]
+    for call in lookup_attention_calls(recorded_attention):
+        row, key = paged_attention_row(call, accelerator_core, "lookup")
+        if key not in paged[PAGED_ATTENTION]:
+            paged[PAGED_ATTENTION][key] = row
+            result.lookup_rows[PAGED_ATTENTION] = result.lookup_rows.get(PAGED_ATTENTION, 0) + 1
     for kernel_type, rows in paged.items():
-        result.queries += len(rows)
+        result.queries += len(rows) - result.lookup_rows.get(kernel_type, 0)
         kept = [row for row in rows.values() if estimator is None or _fits(row, estimator)]
         result.over_hbm_budget += len(rows) - len(kept)
         if kept:
@@ -243,6 +249,78 @@ def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerato
     for op, queries in sorted(not_laid_out.items()):
         result.not_laid_out[op] = result.not_laid_out.get(op, 0) + queries
     return result
+
+
+# msmodeling answers a prefill's attention from a row of q tokens block-padded to 16 within 16 tokens of context.
+PREFILL_LOOKUP_STEP = 16
+
+
+def lookup_attention_calls(recorded: Sequence[dict]) -> list[dict]:
+    """The tensor_cast.attention calls whose rows let msmodeling's lookup answer every scenario between the recorded
+    ones (docs/msmodeling.md, "Rows where its runtime looks"), as its runner issues them, per attention of the model
+    (query width, cache block, KV heads, head size, dtypes):
+
+    - prefill: every multiple of 16 tokens up to the longest recorded prefill rounded up. A prefill of T tokens is
+      answered exactly by the row of T rounded up to 16 (q tokens block-padded, context within 16).
+    - decode: every batch from the smallest recorded to the largest at each recorded context. The lookup does not
+      pad a decode batch to a neighbour: between two contexts it interpolates the rows of the call's own batch.
+
+    The runner's cache has ceil(batch x (length + 1) / block) blocks (a slot for one more token per sequence) and a
+    block table of ceil(length / block) columns (tensor_cast/core/input_generator.py; a test compares recorded
+    calls)."""
+    families: dict[tuple, dict] = {}
+    for call in recorded:
+        if call["args"][3] is not None:      # a mask follows the call's own shapes: no row laid from it
+            continue
+        query, key_cache = call["args"][0], call["args"][1]
+        seq_lens = _lengths(call["args"][6], "seq_lens", call["op"], "lookup")
+        query_lens = _lengths(call["args"][7], "query_lens", call["op"], "lookup")
+        family = families.setdefault((tuple(query["shape"][1:]), tuple(key_cache["shape"][1:]), query["dtype"],
+                                      key_cache["dtype"], call["args"][4]["dtype"]),
+                                     {"template": call, "prefill": set(), "decode": set()})
+        if len(seq_lens) == 1 and query_lens == seq_lens:
+            family["prefill"].add(seq_lens[0])
+        elif query_lens and set(query_lens) == {1} and len(set(seq_lens)) == 1:
+            family["decode"].add((len(seq_lens), seq_lens[0] - 1))
+    calls = []
+    for family in families.values():
+        template = family["template"]
+        if family["prefill"]:
+            top = -(-max(family["prefill"]) // PREFILL_LOOKUP_STEP) * PREFILL_LOOKUP_STEP
+            calls += [attention_call(template, [tokens], [tokens])
+                      for tokens in range(PREFILL_LOOKUP_STEP, top + 1, PREFILL_LOOKUP_STEP)]
+        if family["decode"]:
+            batches = [batch for batch, _ in family["decode"]]
+            for context in sorted({context for _, context in family["decode"]}):
+                calls += [attention_call(template, [context + 1] * batch, [1] * batch)
+                          for batch in range(min(batches), max(batches) + 1)]
+    return calls
+
+
+def attention_call(template: dict, seq_lens: Sequence[int], query_lens: Sequence[int]) -> dict:
+    """A tensor_cast.attention call of `template`'s model for sequences of these lengths (context + new tokens)
+    and new tokens, its paged cache laid as msmodeling's runner lays it."""
+    query, key_cache, value_cache, mask, block_table, start, lens, new = template["args"]
+    block = key_cache["shape"][1]
+    blocks = -(-(sum(seq_lens) + len(seq_lens)) // block)
+    tokens = sum(query_lens)
+    starts = [0]
+    for length in query_lens:
+        starts.append(starts[-1] + length)
+
+    def tensor(like: dict, shape: list[int], values: list[int] | None = None) -> dict:
+        return {**{k: v for k, v in like.items() if k != "values"}, "shape": shape,
+                **({"values": list(values)} if values is not None else {})}
+
+    args = [tensor(query, [tokens, *query["shape"][1:]]), tensor(key_cache, [blocks, *key_cache["shape"][1:]]),
+            tensor(value_cache, [blocks, *value_cache["shape"][1:]]), mask,
+            tensor(block_table, [len(seq_lens), -(-max(seq_lens) // block)]),
+            tensor(start, [len(starts)], starts), tensor(lens, [len(seq_lens)], seq_lens),
+            tensor(new, [len(query_lens)], query_lens)]
+    out = template.get("out")
+    if isinstance(out, dict) and "shape" in out:
+        out = tensor(out, [tokens, *out["shape"][1:]])
+    return {**template, "args": args, "out": out, "count": 0, "full_depth_count": None}
 
 
 def _torch_op(torch, name: str):
@@ -320,8 +398,9 @@ def paged_attention_row(call: dict, accelerator_core: str, scenario: str = "") -
 
 def cache_write_row(call: dict, attention_calls: Sequence[dict], accelerator_core: str, scenario: str = ""
                     ) -> tuple[dict[str, str], tuple]:
-    """(the ReshapeAndCache row of a tensor_cast.reshape_and_cache call, its identity): the step's batch and
-    lengths from the scenario's attention call over the same cache and tokens where there is exactly one such."""
+    """(the ReshapeAndCache row of a tensor_cast.reshape_and_cache call, its identity as msmodeling looks it up: the
+    new keys' shape and dtype): the step's batch and lengths from the scenario's attention call over the same cache
+    and tokens where there is exactly one such."""
     args = _positional(call, CACHE_WRITE_ARGUMENTS, scenario)
     key, cache = args[0], args[2]
     shapes, dtypes, formats = _slots(args)
@@ -339,7 +418,9 @@ def cache_write_row(call: dict, attention_calls: Sequence[dict], accelerator_cor
            RUNTIME_SEQ_LENGTHS_VALUES: ",".join(map(str, query_lens)),
            RUNTIME_SEQ_LENGTHS_KV_VALUES: ",".join(map(str, seq_lens)),
            SOURCE: SOURCE_GENERATED, CONSUMER_QUERY: call["op"]}
-    return row, (shapes, dtypes, seq_lens, query_lens)
+    # msmodeling looks the write up by its new keys alone (ReshapeAndCache.yaml's tc_input_count): one row per
+    # token count and dtype answers every cache it writes into.
+    return row, (format_shape(key["shape"]), key["dtype"])
 
 
 # --- asking msmodeling -------------------------------------------------------------------------------------

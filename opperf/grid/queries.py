@@ -43,6 +43,9 @@ class QueryRows:
     over_hbm_budget: int = 0
     not_laid_out: dict[str, int] = field(default_factory=dict)   # op → queries whose arguments were not recorded
     recorder: str = ""            # who recorded the queries: msmodeling | transformers (opperf.consumer.recorder)
+    # kernel type → rows laid between the recorded queries where the runtime's lookup looks (an attention row per
+    # decode batch at each context, per 16 prefill tokens: opperf.consumer.msmodeling_queries.lookup_attention_calls)
+    lookup_rows: dict[str, int] = field(default_factory=dict)
 
     def merged(self, other: QueryRows) -> QueryRows:
         """These rows and another recorder's, one list per kernel type (the grid drops repeated signatures)."""
@@ -51,9 +54,12 @@ class QueryRows:
         not_laid_out = dict(self.not_laid_out)
         for op, count in other.not_laid_out.items():
             not_laid_out[op] = not_laid_out.get(op, 0) + count
+        lookup_rows = dict(self.lookup_rows)
+        for kernel, count in other.lookup_rows.items():
+            lookup_rows[kernel] = lookup_rows.get(kernel, 0) + count
         return QueryRows(rows, self.queries + other.queries, self.views + other.views,
                          self.over_hbm_budget + other.over_hbm_budget, not_laid_out,
-                         ",".join(r for r in (self.recorder, other.recorder) if r))
+                         ",".join(r for r in (self.recorder, other.recorder) if r), lookup_rows)
 
 
 def record_consumer_queries(models_path: str | Path, models: Sequence[str], backend: str, dtype: str,

@@ -364,6 +364,9 @@ def _add_consumer_rows(frames: dict[str, pd.DataFrame], results: list[KernelGrid
     log.info("consumer queries: %d distinct (%d views, no kernel), %d rows added (%d over the HBM budget) in %d "
              "kernel types, %d of them new: %s", consumer.queries + consumer.views, consumer.views, added_rows,
              consumer.over_hbm_budget, len(consumer.rows), len(added_types), ", ".join(added_types) or "none")
+    for kernel_type, count in sorted(consumer.lookup_rows.items()):
+        log.info("consumer queries: %s: %d of its rows lie between the recorded queries where msmodeling's lookup "
+                 "looks (docs/msmodeling.md, \"Rows where its runtime looks\")", kernel_type, count)
     for op, count in sorted(consumer.not_laid_out.items()):
         log.warning("consumer queries: %d queries of %s have no recorded arguments and became no row", count, op)
     return added_types
