@@ -648,7 +648,22 @@ def predict_options(wildcards):
         f"--model {shlex.quote(m)}" for m in per_device(config["grid"]["target_models"], wildcards.device)
     )
     scenarios = " ".join(f"--scenario {s}" for s in per_device(config["predict"]["scenarios"], wildcards.device))
-    return f"{models} {scenarios} --tp {config['predict']['tp']}" + (f" --dtype {dtype}" if dtype else "")
+    runner = f" --runner {config['predict']['runner']}{predict_msmodeling_option()}"
+    return f"{models} {scenarios} --tp {config['predict']['tp']}{runner}" + (f" --dtype {dtype}" if dtype else "")
+
+
+def predict_msmodeling_option():
+    """--msmodeling DIR where a checkout is found when the workflow plans (as the grid's recorder finds it), so
+    predict.py, which may then give way to msmodeling's own runner, uses the same one; none for runner opperf."""
+    if config["predict"]["runner"] == "opperf":
+        return ""
+    from opperf.consumer.msmodeling_env import find_msmodeling
+
+    try:
+        install = find_msmodeling()
+    except OpperfError as error:
+        raise WorkflowError(str(error)) from None
+    return f" --msmodeling {shlex.quote(str(install.directory))}" if install is not None else ""
 
 
 def replayed_csvs(wildcards):

@@ -11,6 +11,9 @@ says why. The recorder's choice is tested without it."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -92,8 +95,6 @@ def test_the_grid_records_who_recorded_the_queries_and_the_database_keeps_it_wit
     """scripts/generate_shape_grid.py writes consumer_queries.json (here opperf's recorder: no msmodeling needed);
     scripts/build_database.py keeps it in op_mapping.yaml's opperf block and writes msmodeling_device.py."""
     import shutil
-    import subprocess
-    import sys
 
     parsed, rows = tmp_path / "parsed", tmp_path / "rows"
     parsed.mkdir()
@@ -159,7 +160,7 @@ def msmodeling_config() -> dict:
             "grid": {"target_models": {"cpu": [CONFIG_JSON]}, "consumer_queries": True, "consumer_dtype": "bfloat16",
                      "scenario_space": "msmodeling", "queries_only": True, "consumer_recorder": "msmodeling"},
             "replay": {"repeat_count": 3, "warmup_count": 1},
-            "predict": {"enabled": False},
+            "predict": {"scenarios": ["prefill:40", "decode:3x384"]},     # runner auto: msmodeling's own
             "comm": {"enabled": False}}
 
 
@@ -200,13 +201,17 @@ def test_msmodelings_own_cli_misses_nothing_on_the_database_the_workflow_built_f
         (1, 16), (1, 32), (1, 48), (1, 64), (2, 257), (2, 513), (3, 257), (3, 513), (4, 257), (4, 513)]
     # The cache write is looked up by its new keys alone: a row per token count of the space.
     writes = pd.read_csv(database / "layouts" / "ReshapeAndCache.csv", dtype=str)
-    assert sorted(int(shapes.split(",")[0]) for shapes in writes["Input Shapes"]) == [2, 4, 16, 64]
+    assert sorted(int(shapes.strip("\"").split(",")[0]) for shapes in writes["Input Shapes"]) == [2, 4, 16, 64]
     summary = workdir / "results" / "CPU" / "torch" / database.name / "grid" / "grid_summary.tsv"
     recorded_by = dict(pd.read_csv(summary, sep="\t", keep_default_na=False)[["kernel_type", "consumer_recorder"]]
                        .itertuples(index=False))
     assert recorded_by["PagedAttention"] == recorded_by["index_select"] == "msmodeling"
     check = next((workdir / "logs" / "database").rglob("check.log")).read_text()
     assert "as msmodeling's own data sources answer them" in check and "none falls back to roofline" in check
+    # The check asks msmodeling's data sources between the space's points too, and says which rule answered.
+    assert ("at the space's points and 6 scenarios between them (prefill:40, decode:3x256, decode:3x512, "
+            "decode:2x384, …)") in check
+    assert "answered by the runtime's rule: exact " in check and "padded " in check and "interpolated " in check
     assert run_workflow(workdir, dry_run=True, config=config) == []
 
     model_dir = tmp_path / "my_model"
@@ -214,13 +219,15 @@ def test_msmodelings_own_cli_misses_nothing_on_the_database_the_workflow_built_f
     (model_dir / "config.json").write_text((workdir / CONFIG_JSON).read_text())
     profile = database / "msmodeling_device.py"
     mappings = document["operator_mappings"]
+    step_us = {}
     for name, scenario in ON_AND_BETWEEN_THE_POINTS.items():
         metrics, trace = tmp_path / f"{name.replace(':', '_')}.json", tmp_path / f"{name.replace(':', '_')}.trace"
-        run_cli(INSTALL, profile, [
+        done = run_cli(INSTALL, profile, [
             "inference", "text-generate", str(model_dir), *scenario, "--device", document["device"],
             "--num-hidden-layers-override", "2", "--quantize-linear-action", "DISABLED",
             "--performance-model", "profiling", "--profiling-database-path", str(database),
             "--export-empirical-metrics-file", str(metrics), "--chrome-trace-file", str(trace)], timeout_s=300)
+        step_us[name] = float(re.search(r"^\[empirical\] Execution time: (\S+) s$", done.stdout, re.M)[1]) * 1e6
         report = json.loads(metrics.read_text())
         assert (report["m1"]["m1_miss"], report["m1"]["m1_raw_op_count_hr"]) == (0, 1.0), (name, report["misses"])
         assert report["m1"]["m1_total"] > 40
@@ -234,5 +241,32 @@ def test_msmodelings_own_cli_misses_nothing_on_the_database_the_workflow_built_f
             own_type = op.split(".")[1]
             assert not any(_positive_durations(database, kernel_type)
                            for kernel_type in {mapping.get("kernel_type"), own_type} if kernel_type), (name, op)
+        # TensorCast's own ops answered from rows: measured at the points, interpolated or padded between them.
         assert {"tensor_cast.attention.default", "tensor_cast.reshape_and_cache.default"} <= {
-            e["name"].removeprefix("torch.ops.") for e in events if e["args"].get("source") == "MEASURED"}
+            e["name"].removeprefix("torch.ops.") for e in events if e["args"].get("source") in ("MEASURED",
+                                                                                                "INTERPOLATED")}
+
+    # predict.py gives way to msmodeling's own runner where it is present: its step time, its account.
+    out = tmp_path / "predictions.json"
+    done = subprocess.run([sys.executable, "scripts/predict.py", "--database", str(database), "--transformers-config",
+                           str(model_dir), "--num-layers", "2", "--scenario", "prefill:40", "--scenario",
+                           "decode:3x384", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("predicted by msmodeling's own runner, msmodeling ")
+    predicted = json.loads(out.read_text())
+    assert (predicted["runner"], predicted["msmodeling_commit"]) == ("msmodeling", INSTALL.commit)
+    for scenario in predicted["scenarios"]:
+        assert scenario["predicted_us"] == pytest.approx(step_us[scenario["name"]], rel=1e-3), scenario["name"]
+        assert (scenario["m1_hit_rate"], scenario["misses"], scenario["answered_share"]) == (1.0, [], 1.0)
+        assert scenario["by_op"]["tensor_cast.attention.default"]["calls"] == 2
+    # The workflow's own predictions (predict.runner auto) are msmodeling's runner's, at the model's own depth.
+    workflow = json.loads(next((workdir / "reports" / "CPU" / "torch").rglob("predictions.json")).read_text())
+    assert workflow["runner"] == "msmodeling" and [s["name"] for s in workflow["scenarios"]] == ["prefill:40",
+                                                                                               "decode:3x384"]
+    assert all(s["m1_hit_rate"] == 1.0 for s in workflow["scenarios"])
+    # Told to, opperf's model answers instead, and says so.
+    done = subprocess.run([sys.executable, "scripts/predict.py", "--database", str(database), "--transformers-config",
+                           str(model_dir), "--num-layers", "2", "--scenario", "prefill:40", "--runner", "opperf"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[1] == "answered by opperf's model of msmodeling's runtime (--runner opperf)"

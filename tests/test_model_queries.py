@@ -137,6 +137,20 @@ def _query_database(work, config_json, dtype="float32"):
     return database
 
 
+def test_the_scenarios_between_a_spaces_points_are_its_midpoints():
+    from opperf.consumer.scenarios import ScenarioSpace
+
+    space = ScenarioSpace(prefill_tokens=(1, 2, 16, 64), decode_batches=(1, 4, 5), decode_contexts=(256, 512))
+    # No room between 1 and 2 tokens, nor between batches 4 and 5: decode with the batch, the context or both
+    # between points.
+    assert space.between_points() == ["prefill:9", "prefill:40", "decode:2x256", "decode:2x512", "decode:1x384",
+                                      "decode:4x384", "decode:5x384", "decode:2x384"]
+    assert ScenarioSpace((8,), (2,), (64,)).between_points() == []
+    dense = load_scenario_space(REPO / "config" / "scenarios.yaml", "dense")
+    # 23 of its 30 prefill gaps and 6 of its 7 batch gaps have room for a midpoint; its 5 contexts leave 4.
+    assert len(dense.between_points()) == 23 + 6 * 5 + 8 * 4 + 6 * 4
+
+
 def test_a_listed_scenario_is_exact_and_one_between_grid_points_interpolates(space_database):
     from opperf.consumer.predict import predict
 
@@ -204,6 +218,14 @@ def test_the_database_records_its_dtype_and_predict_uses_it(space_database, tmp_
                                         "--scenario", "decode:4x16", "--json", str(out))
     assert code == 0, stderr
     assert stdout.splitlines()[0] == "database dtype: float32 (op_mapping.yaml)"
+    # msmodeling's runner would ask for TensorCast's ops, which opperf's recorder did not record (or there is no
+    # msmodeling checkout here): opperf's model answers, and says why.
+    assert stdout.splitlines()[1] in (
+        "answered by opperf's model of msmodeling's runtime (auto: the database's consumer queries were not recorded "
+        "by msmodeling's runner (op_mapping.yaml opperf.consumer_queries), so it has no rows for what the runner "
+        "asks; --runner msmodeling asks it anyway)",
+        "answered by opperf's model of msmodeling's runtime (auto: no msmodeling checkout: set OPPERF_MSMODELING_DIR "
+        "or --msmodeling, or lay it in ../shared/msmodeling)")
     document = json.loads(out.read_text())
     assert document["dtype"] == "float32" and document["scenarios"][0]["status_time_share"]["EXACT"] == 1.0
     code, stdout, stderr = _predict_cli("--database", str(space_database), "--model", "opperf-tiny", "--scenario",
@@ -287,7 +309,7 @@ def test_a_scenario_past_the_model_positions_is_answered_with_a_warning(space_da
         "max_position_embeddings 512: predicted as asked, but the model serves no such step",
         "WARNING opperf.predict: hf_qwen3: decode:2x512 reaches position 513, past the model's "
         "max_position_embeddings 512: predicted as asked, but the model serves no such step"]
-    assert [line.split()[0] for line in stdout.splitlines()[3:]] == ["prefill:512", "prefill:600", "decode:2x512"]
+    assert [line.split()[0] for line in stdout.splitlines()[4:]] == ["prefill:512", "prefill:600", "decode:2x512"]
     assert model_source("Llama-3-70B", MODELS).max_positions == 8192
     assert model_source("opperf-tiny", MODELS).max_positions is None
     assert position_limit_warning(parse_scenario("prefill:100000", "Llama-3-70B", tp=8), 8192) == (

@@ -32,10 +32,15 @@ def _inputs(call: dict) -> list:
     return [[value["shape"], value["dtype"]] for value in call["args"] if isinstance(value, dict) and "shape" in value]
 
 
+PATHS = ("exact", "padded", "interpolated", "merged", "zero_cost", "accepted_miss")
+
+
 def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequence) -> dict:
     """The gate over recorded scenarios (opperf.consumer.recorder.record_msmodeling_calls): {"ok", "queries",
-    "by_status": {status: {"queries", "calls"}}, "failing": [{"op", "status", "calls", "inputs", "scenarios",
-    "reason"}], "msmodeling_commit"}. Calls are counted per step at the model's own depth where known."""
+    "by_status": {status: {"queries", "calls"}}, "by_path": {path: {"queries", "calls"}} (which of the runtime's
+    rules answered: msmodeling_answer's `path`), "between_points": [scenario names between the space's points],
+    "failing": [{"op", "status", "calls", "inputs", "scenarios", "reason"}], "msmodeling_commit"}. Calls are counted
+    per step at the model's own depth where known."""
     from opperf.consumer.msmodeling_queries import ask_msmodeling
 
     distinct: dict[str, dict] = {}
@@ -48,17 +53,22 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
     entries = list(distinct.values())
     answers = ask_msmodeling(install, database, [entry["call"] for entry in entries]) if entries else []
     by_status = {status: {"queries": 0, "calls": 0} for status in MSMODELING_STATUSES}
+    by_path = {path: {"queries": 0, "calls": 0} for path in PATHS}
     failing = []
     for entry, answer in zip(entries, answers):
         status, reason = _status(answer)
         by_status[status]["queries"] += 1
         by_status[status]["calls"] += entry["calls"]
+        if answer.get("path") in by_path:
+            by_path[answer["path"]]["queries"] += 1
+            by_path[answer["path"]]["calls"] += entry["calls"]
         if status.fails_gate:
             failing.append({"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
                             "inputs": _inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason})
     failing.sort(key=lambda item: -item["calls"])
-    return {"ok": not failing, "queries": len(entries), "by_status": by_status, "failing": failing,
-            "msmodeling_commit": install.commit}
+    between = [scenario.name for scenario in scenarios if " between " in f" {scenario.name} "]
+    return {"ok": not failing, "queries": len(entries), "by_status": by_status, "by_path": by_path,
+            "between_points": between, "failing": failing, "msmodeling_commit": install.commit}
 
 
 def database_gate(install: Msmodeling, database: str | Path, models: Sequence[str], models_path: str | Path, *,
@@ -71,16 +81,24 @@ def database_gate(install: Msmodeling, database: str | Path, models: Sequence[st
 
     key = (load_op_mapping(database).get("opperf") or {}).get("device", "CPU")
     device = resolve_device(key, load_catalog(devices or DEFAULT_CATALOG))
-    recorded = record_msmodeling_calls(install, models, models_path, scenarios=scenarios, space=space, device=device)
+    recorded = record_msmodeling_calls(install, models, models_path, scenarios=scenarios, space=space, device=device,
+                                       between_points=True)
     return msmodeling_gate(install, database, recorded)
 
 
 def gate_lines(gate: dict) -> list[str]:
     counts = ", ".join(f"{status} {v['queries']} ({v['calls']} calls)"
                        for status, v in gate["by_status"].items() if v["queries"])
-    lines = [f"msmodeling's queries ({gate['queries']} distinct), as msmodeling's own data sources answer them: "
-             f"{counts}; " + ("none falls back to roofline" if gate["ok"] else
-                              f"{len(gate['failing'])} fall back to roofline or raise")]
+    paths = ", ".join(f"{path} {v['queries']}" for path, v in gate.get("by_path", {}).items() if v["queries"])
+    between = gate.get("between_points", [])
+    where = (f" at the space's points and {len(between)} scenarios between them "
+             f"({', '.join(name.split(' between ')[-1] for name in between[:4])}{', …' if len(between) > 4 else ''})"
+             if between else "")
+    lines = [f"msmodeling's queries ({gate['queries']} distinct){where}, as msmodeling's own data sources answer "
+             f"them: {counts}; " + ("none falls back to roofline" if gate["ok"] else
+                                    f"{len(gate['failing'])} fall back to roofline or raise")]
+    if paths:
+        lines.append(f"answered by the runtime's rule: {paths}")
     for item in gate["failing"][:SHOWN]:
         lines.append(f"- {item['op']} {item['inputs']}: {item['status']} ({item['calls']} calls; "
                      f"{item['scenarios'][0]}): {item['reason']}")

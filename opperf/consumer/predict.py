@@ -2,12 +2,15 @@
 
 The step's queries are recorded as a performance model records them (opperf.consumer.model_queries); each is
 answered as msmodeling's runtime answers it (opperf's model of the runtime: exact lookup, then interpolation,
-opperf.consumer.queries.answer; or the runtime itself, opperf.consumer.msmodeling_runtime, when a checkout is
-given): EXACT, ZERO_COST (a view), INTERPOLATED (legal), ILLEGAL (the runtime answers, across buckets or axes),
+opperf.consumer.queries.answer): EXACT, ZERO_COST (a view), INTERPOLATED (legal), ILLEGAL (the runtime answers, across buckets or axes),
 MISS (the runtime falls back to its roofline model; here the roofline of the database's device: the larger of
 the bytes moved over its memory bandwidth and, for a matmul, its FLOPs over the dtype's peak). The predicted
 device time of the step is Σ answer × calls; each status's share of it says how much of the number rests on
 measured rows.
+
+Where msmodeling is present, predict.py gives way to its own runner (opperf.consumer.msmodeling_predict), which
+predicts the step TensorCast builds (its paged attention and cache write, its rotary path), not the transformers
+model's aten ops recorded here.
 """
 
 from __future__ import annotations
@@ -185,11 +188,11 @@ def prediction_dtype(database_dir: str | Path, requested: str | None = None) -> 
     return PredictionDtype(held.dtype, f"database dtype: {held.dtype} ({held.source})")
 
 
-def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, dtype=None, attention: str = "cuda",
-            msmodeling_dir: str | Path | None = None, msmodeling_python: str | None = None) -> list[ScenarioPrediction]:
+def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, dtype=None,
+            attention: str = "cuda") -> list[ScenarioPrediction]:
     """Each scenario's predicted step from `database_dir`, its queries recorded in `dtype` (a torch dtype; default:
-    the database's, prediction_dtype) and answered by opperf's model of the runtime or, given `msmodeling_dir`, by
-    msmodeling's own runtime."""
+    the database's, prediction_dtype) and answered by opperf's model of the runtime. Where msmodeling is present its
+    own runner predicts instead (opperf.consumer.msmodeling_predict)."""
     import torch
 
     from opperf.consumer.interpolation import Database
@@ -201,12 +204,7 @@ def predict(database_dir: str | Path, source, scenarios: Sequence[Scenario], *, 
     predictions = []
     dtype = dtype or getattr(torch, prediction_dtype(database_dir).name)
     for scenario, recorded in step_queries(source, scenarios, dtype=dtype, attention=attention):
-        if msmodeling_dir:
-            from opperf.consumer.msmodeling_runtime import runtime_answers
-
-            answers = runtime_answers(database_dir, recorded, msmodeling_dir, msmodeling_python)
-        else:
-            answers = answer(recorded, database_dir, modelled_exact_lookup, database=database)
+        answers = answer(recorded, database_dir, modelled_exact_lookup, database=database)
         predictions.append(predict_step(scenario_name(scenario), scenario, recorded, answers, database, roofline))
     return predictions
 

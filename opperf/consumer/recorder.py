@@ -144,12 +144,13 @@ def recorders_for(setting: str, models: Sequence[str], models_path: str | Path, 
 
 def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_path: str | Path, *,
                             scenarios: str | Path | None, space: str, device, layers: int | None = 2,
-                            timeout_s: float | None = None) -> list:
+                            between_points: bool = False, timeout_s: float | None = None) -> list:
     """The calls msmodeling's runner issues for `models` (config.json models) over scenario space `space` at each of
     its TP sizes (ScenarioCalls, named `{model} TP{tp} {scenario}`), recorded on the database's `device` (its
     DeviceProfile, opperf.consumer.msmodeling_device), `layers` deep (the counts at the model's own depth follow).
     A TP size msmodeling refuses for a model is left out with a warning naming its error; TP 1 refused is an
-    error."""
+    error. `between_points`: the scenarios between the space's points too (ScenarioSpace.between_points), named
+    `{model} TP{tp} between {scenario}`."""
     from opperf.consumer.msmodeling_device import msmodeling_name, write_device_profile
     from opperf.consumer.msmodeling_queries import record_model_queries, scenario_texts
     from opperf.consumer.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
@@ -157,6 +158,7 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
 
     scenario_space = load_scenario_space(scenarios or DEFAULT_SCENARIO_SPACE, space)
     texts = scenario_texts(scenario_space)
+    between = scenario_space.between_points() if between_points else []
     recorded = []
     with tempfile.TemporaryDirectory(prefix="opperf-device-") as work:
         profile = write_device_profile(device, work)
@@ -165,7 +167,8 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
             tp_sizes, left_out = [], {}
             for tp in scenario_space.tp_sizes:
                 try:
-                    queries = record_model_queries(install, reference.config_path, texts, layers=layers, tp=tp,
+                    queries = record_model_queries(install, reference.config_path, [*texts, *between],
+                                                   layers=layers, tp=tp,
                                                    device=msmodeling_name(device), device_profile=profile,
                                                    timeout_s=timeout_s)
                 except OpperfError as exc:
@@ -175,14 +178,16 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
                     continue
                 tp_sizes.append(tp)
                 for scenario in queries.scenarios:
-                    scenario.name = f"{reference.name} TP{tp} {scenario.name}"
+                    where = "between " if scenario.name in between else ""
+                    scenario.name = f"{reference.name} TP{tp} {where}{scenario.name}"
                 recorded += queries.scenarios
             if left_out:
                 log.warning("scenario space %r: msmodeling records %s at TP %s; left out: %s", space, reference.name,
                             ", ".join(map(str, tp_sizes)),
                             "; ".join(f"TP {tp} ({reason})" for tp, reason in left_out.items()))
-            log.info("recorded msmodeling's queries: %d scenarios of %s at TP %s on %s", len(texts) * len(tp_sizes),
-                     reference.name, ", ".join(map(str, tp_sizes)), msmodeling_name(device))
+            log.info("recorded msmodeling's queries: %d scenarios of %s at TP %s on %s%s",
+                     len(texts) * len(tp_sizes), reference.name, ", ".join(map(str, tp_sizes)),
+                     msmodeling_name(device), f", and {len(between) * len(tp_sizes)} between them" if between else "")
     return recorded
 
 

@@ -87,6 +87,21 @@ class ScenarioSpace:
                 + [Scenario(model, tp, "decode", b, 1, c) for tp in sizes for c in self.decode_contexts
                    for b in self.decode_batches])
 
+    def between_points(self) -> list[str]:
+        """Scenarios between the space's points, as scenario texts: the prefill between each two neighbouring token
+        counts, and decode between neighbouring batches, between neighbouring contexts and between both (the
+        midpoints, where two points leave room for one). msmodeling must answer them from rows laid at the points
+        (docs/msmodeling.md, "Rows where its runtime looks")."""
+        def middles(points: Sequence[int]) -> list[int]:
+            return [(a + b) // 2 for a, b in zip(points, points[1:]) if b - a >= 2]
+
+        batches, contexts = middles(self.decode_batches), middles(self.decode_contexts)
+        decode = ([(b, c) for c in self.decode_contexts for b in batches]
+                  + [(b, c) for c in contexts for b in self.decode_batches]
+                  + [(b, c) for c in contexts for b in batches])
+        return ([f"prefill:{tokens}" for tokens in middles(self.prefill_tokens)]
+                + [f"decode:{b}x{c}" for b, c in decode])
+
 
 def _positive_ints(value, path: Path, key: str) -> tuple[int, ...]:
     if (not isinstance(value, list) or not value
