@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opperf.cli import add_logging_args, positive_int, run_cli  # noqa: E402
 from opperf.versions import check_stack_matches  # noqa: E402
 from opperf.workload.model import load_model_dims  # noqa: E402
-from opperf.workload.profile import DTYPES, WorkloadPlan, profile_workload  # noqa: E402
+from opperf.workload.profile import DTYPES, KV_CACHES, WorkloadPlan, profile_workload  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--transformers-config", metavar="CONFIG_JSON",
                         help="a transformers config.json (or its directory): profile that model instead of the "
                              "reference decoder (--models/--model are then not used)")
+    parser.add_argument("--kv-cache", choices=KV_CACHES, default="dynamic",
+                        help="with --transformers-config: 'dynamic' runs the model's own attention and "
+                             "transformers' cache; 'paged' a paged KV cache (128-token blocks) written and read by "
+                             "opperf's replay of tensor_cast.reshape_and_cache / tensor_cast.attention, the step "
+                             "msmodeling's runner predicts (default: %(default)s)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                         help="dtype of the weights and activations (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
@@ -76,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                         profile_iterations=args.profile_iterations,
                         decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
     profile_workload(dims, plan, args.backend, args.dtype, args.output, transformers_config=config,
-                     config_path=args.transformers_config or "")
+                     config_path=args.transformers_config or "", kv_cache=args.kv_cache)
     return 0
 
 

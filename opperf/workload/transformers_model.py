@@ -171,11 +171,13 @@ class WrittenTransformersCache(WrittenCache):
 
 class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
-    transformers model."""
+    transformers model. `attention` names the attn_implementation where not the default (the paged step's,
+    opperf.workload.paged_step)."""
 
-    def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = ""):
+    def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = "",
+                 attention: str | None = None):
         transformers, hf_config = hf_config_of(config, path)
-        attention = attention_implementation(transformers, hf_config)
+        attention = attention or attention_implementation(transformers, hf_config)
         torch.manual_seed(seed)
         with torch.device(device):
             self.model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype,
@@ -186,7 +188,7 @@ class TransformersCausalLM:
         self.vocab_size = int(hf_config.vocab_size)
         self.description = {"source": "transformers", "transformers": transformers.__version__,
                             "model_class": type(self.model).__name__, "attn_implementation": attention,
-                            "config": config}
+                            "kv_cache": {"kind": "dynamic"}, "config": config}
 
     def new_cache(self):
         return None                      # transformers creates its DynamicCache on the first forward
