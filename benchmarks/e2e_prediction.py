@@ -4,21 +4,31 @@
 For each workload (a transformers config.json; random weights, nothing downloaded; models that are not in
 config/models.yaml):
 
-  0. workflow the database as a user builds it (the device): `snakemake --resources gpu=1` in a copy of the
-              workflow, with a config naming the model's config.json as the workload (profiled at --profile-prefill
-              and decode --profile-decode-batches x --profile-context) and as the grid's target, its queries over
-              --scenario-space the only generated rows (grid.queries_only), replay with stage 4b, database, check,
-              predictions of the held-out scenarios; the database lands where `predict` reads it. Stages 1-2 are
-              the same without a profile, by hand.
-  1. grid     scripts/generate_shape_grid.py --consumer-models CONFIG --queries-only --scenario-space SPACE: the
-              model's queries over the scenario space (config/scenarios.yaml), recorded on meta as msmodeling's
-              TensorCast records a model run, one row each (host; no device needed)
-  2. replay   scripts/replay.py --database-path on those rows (the device), repetitions chosen per row by
-              --time-budget-s; then scripts/build_database.py directory (kernel CSVs + op_mapping.yaml)
-  3. profile  scripts/profile_workload.py at the held-out scenarios (the device): prefill lengths and decode
-              batches x contexts between the space's points, in-workload, --profile-iterations passes
-  4. predict  each held-out scenario's queries answered from the database (opperf.consumer.predict: opperf's
-              model of msmodeling's runtime) against the held-out profile (host)
+  0. workflow   the database as a user builds it (the device): `snakemake --resources gpu=1` in a copy of the
+                workflow, with a config naming the model's config.json as the workload (profiled at --profile-prefill
+                and decode --profile-decode-batches x --profile-context: the workflow builds a database for its
+                workload, so a queries-only database needs one too) and as the grid's target, its queries over
+                --scenario-space the only generated rows (grid.queries_only), recorded by --recorder (msmodeling:
+                its own runner, bfloat16 rows, the way docs/msmodeling.md builds "A database for msmodeling";
+                transformers: opperf's recorder, as before), replay with stage 4b, database, check, predictions of
+                the held-out scenarios (predict.runner auto: msmodeling's runner on a database of its queries); the
+                database lands where the later stages read it. Stages 1-2 are the same without a profile, by hand.
+  1. grid       scripts/generate_shape_grid.py --consumer-models CONFIG --queries-only --scenario-space SPACE
+                --consumer-recorder RECORDER: the model's queries over the scenario space (config/scenarios.yaml),
+                one row each (host; no device needed)
+  2. replay     scripts/replay.py --database-path on those rows (the device), repetitions chosen per row by
+                --time-budget-s; then scripts/build_database.py directory (kernel CSVs + op_mapping.yaml) and
+                msmodeling-device (the DeviceProfile msmodeling's CLI loads)
+  3. profile    scripts/profile_workload.py at the held-out scenarios (the device), twice: `--kv-cache paged` (the
+                step msmodeling predicts: a paged KV cache written and read by opperf.consumer.paged_attention's
+                kernels, under held_out/paged/) and `--kv-cache dynamic` (the transformers eager step, its
+                DynamicCache, under held_out/dynamic/): prefill lengths and decode batches x contexts between the
+                space's points, in-workload, --profile-iterations passes
+  4. predict    each held-out scenario's queries answered from the database by opperf's model of msmodeling's
+                runtime (opperf.consumer.predict) against the eager profile (host)
+  5. msmodeling msmodeling's own runner on the database (opperf.consumer.msmodeling_predict.runner_predictions: its
+                unchanged CLI through the launcher with the database's msmodeling_device.py, at --num-layers, with
+                its chrome trace) for each held-out scenario, against both profiles (host)
 
 Measured (the ground truth) is what a performance model predicts: the device time of the step, Σ over its kernels
 (and memcpy/memset) launched inside the step's record_function range, mean over the passes. Per row: the
@@ -28,10 +38,20 @@ by (op, tensor input shapes, dtypes) — against the prediction's answer for the
 `paired_time_share` says how much of the measured step time such pairs cover (the rest: calls whose key the
 recording did not issue, e.g. an attention backend other than the one the recorder assumed).
 
+msmodeling's answer per op (its trace's events, grouped by op name without the overload) is paired with the measured
+paged step's kernels of the same op (grouped by their dispatch op, or by a record_function range of the step's own
+inside it) through OP_PAIRS: TensorCast's attention and cache write against the paged kernels' ops, its GEMMs
+against mm/addmm, its rotary table lookup against the transformers rotary's cos/sin; any other op by its own name.
+What one side has and the other lacks is `graph_differences`, with its time.
+
 Writes `e2e_prediction.json` and `README.md` in --output: `device`, and `workloads: [{name, unseen: true,
-grid_rows, replay_s, scenarios: [{name, predicted_us, measured_us, status_time_share, row_median_error,
-row_p90_error, paired_time_share}]}]`. Stages run separately (`--stages workflow profile` on the device machine,
-`--stages predict report` here) with one --work-dir.
+recorder, grid_rows, replay_s, profile_s, scenarios: [{name, measured_paged_us, measured_eager_us, msmodeling:
+{predicted_us, m1_hit_rate, misses: [{op, reason}], zero_cost_ops_with_device_work, ...}, msmodeling_vs_paged,
+per_op: [{op, msmodeling_ops, measured_ops, predicted_us, measured_us, error}], per_op_median_error,
+graph_differences: {msmodeling_only, measured_only}}]}]` (the msmodeling stage's), and the predict stage's
+opperf-model fields in the same scenarios (predicted_us, measured_us: the eager step, status_time_share,
+row_median_error, row_p90_error, paired_time_share). Stages run separately (`--stages workflow profile` on the device
+machine, `--stages msmodeling report` here, predict too for opperf's model) with one --work-dir.
 """
 
 from __future__ import annotations
@@ -53,7 +73,9 @@ sys.path.insert(0, str(ROOT))
 
 from opperf.model_names import config_model_name  # noqa: E402
 
-STAGES = ("workflow", "grid", "replay", "profile", "predict", "report")
+STAGES = ("workflow", "grid", "replay", "profile", "predict", "msmodeling", "report")
+RECORDERS = ("msmodeling", "transformers")
+KV_CACHES = ("paged", "dynamic")             # held_out/<kv cache>/: the step msmodeling predicts, the eager step
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
 HELD_OUT_DECODE = {1024: (12, 24), 1536: (8,)}           # context -> batches: one axis off the grid at a time
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -84,10 +106,17 @@ def stage_grid(config: Path, work: Path, args) -> dict:
     rows = database_rows(work, args)
     seconds = run([sys.executable, "scripts/generate_shape_grid.py", "--input-dir", str(empty), "--output-dir",
                    str(rows), "--device", args.device, "--consumer-models", str(config), "--consumer-dtype",
-                   args.dtype, "--scenarios", str(args.scenarios), "--scenario-space", args.scenario_space, "--queries-only", "--num-layers",
-                   str(args.num_layers)], work / "logs" / "grid.log")
+                   consumer_dtype(args), "--consumer-recorder", args.recorder, "--scenarios", str(args.scenarios),
+                   "--scenario-space", args.scenario_space, "--queries-only", "--num-layers", str(args.num_layers)],
+                  work / "logs" / "grid.log")
     counts = {p.stem: sum(1 for _ in p.open()) - 1 for p in rows.glob("*.csv")}
-    return {"grid_rows": sum(counts.values()), "grid_kernel_types": len(counts), "grid_s": round(seconds, 1)}
+    return {"recorder": args.recorder, "grid_rows": sum(counts.values()), "grid_kernel_types": len(counts),
+            "grid_s": round(seconds, 1)}
+
+
+def consumer_dtype(args) -> str:
+    """The queries' dtype: msmodeling's runner builds in float16, which its runtime reads as bfloat16 rows."""
+    return "bfloat16" if args.recorder == "msmodeling" else args.dtype
 
 
 def stage_replay(work: Path, args) -> dict:
@@ -98,14 +127,20 @@ def stage_replay(work: Path, args) -> dict:
     database = work / "database" / args.device / "torch" / args.version_dir
     run([sys.executable, "scripts/build_database.py", "directory", "--rows-dir", str(rows), "--device", args.device,
          "--output", str(database), "--overwrite"], work / "logs" / "build.log")
+    from opperf.consumer.msmodeling_predict import DEVICE_PROFILE
+
+    run([sys.executable, "scripts/build_database.py", "msmodeling-device", "--device", args.device, "--output",
+         str(database / DEVICE_PROFILE)], work / "logs" / "build_device.log")
     return {"replay_s": round(seconds, 1)}
 
 
 def workflow_config(config: Path, args) -> dict:
     """The config a user writes to build a database for their model with the workflow: the model's config.json as
-    the workload (profiled at --profile-prefill and decode --profile-decode-batches x --profile-context) and as the
-    grid's one target, its queries over --scenario-space the only generated rows, replayed with stage 4b, the
-    held-out scenarios predicted (stage 7b)."""
+    the workload (profiled at --profile-prefill and decode --profile-decode-batches x --profile-context; the
+    workflow builds a database for a workload or a registered source, so a queries-only database keeps it) and as
+    the grid's one target, its queries over --scenario-space recorded by --recorder the only generated rows,
+    replayed with stage 4b, the held-out scenarios predicted (stage 7b; runner auto: msmodeling's own on a database
+    of its queries)."""
     model = str(config.resolve())
     held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
         f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
@@ -114,11 +149,11 @@ def workflow_config(config: Path, args) -> dict:
                          "num_layers": args.num_layers, "prefill_lengths": args.profile_prefill, "decode_steps": 1,
                          "decode_context": args.profile_context, "decode_batch_sizes": args.profile_decode_batches,
                          "profile_iterations": args.profile_iterations},
-            "grid": {"target_models": [model], "consumer_queries": True, "consumer_dtype": args.dtype,
-                     "scenario_space": args.scenario_space, "queries_only": True},
+            "grid": {"target_models": [model], "consumer_queries": True, "consumer_dtype": consumer_dtype(args),
+                     "consumer_recorder": args.recorder, "scenario_space": args.scenario_space, "queries_only": True},
             "replay": {"backends": [args.backend], "repeat_count": args.repeat_count,
                        "time_budget_s": args.time_budget_s, "phase": {"enabled": True, "backends": [args.backend]}},
-            "predict": {"scenarios": held_out, "dtype": args.dtype},
+            "predict": {"scenarios": held_out, "dtype": args.dtype, "runner": "auto"},
             "comm": {"enabled": False}}
 
 
@@ -144,6 +179,16 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
     target = f"{args.device}/torch/{workload_database_version_dir(args.version_dir, str(config.resolve()), {})}"
     targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json",
                f"reports/{target}/predictions.json"]
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if args.recorder == "msmodeling":
+        # The copy of the workflow lies elsewhere: it finds the checkout this project finds, not one beside it.
+        from opperf.consumer.msmodeling_env import find_msmodeling
+
+        install = find_msmodeling()
+        if install is None:
+            raise SystemExit("--recorder msmodeling: no msmodeling checkout (set OPPERF_MSMODELING_DIR or lay it in "
+                             "../shared/msmodeling)")
+        environment["OPPERF_MSMODELING_DIR"] = str(install.directory)
     began = time.perf_counter()
     log_path = work / "logs" / "workflow.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +196,7 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
         done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(args.cores), "--resources", "gpu=1",
                                "--scheduler", "greedy",
                                "--configfile", "e2e.yaml", "--keep-going", *targets], cwd=root, stdout=log,
-                              stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              stderr=subprocess.STDOUT, env=environment)
     seconds = time.perf_counter() - began
     database = root / "data" / target
     if not (root / "results" / target / "database_manifest.tsv").is_file():
@@ -178,7 +223,7 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
     generated, profiled = sources.count(contract.SOURCE_GENERATED), sources.count(contract.SOURCE_PROFILED)
     check_path = root / "reports" / target / "database_check.json"          # a failed check leaves none
     check = json.loads(check_path.read_text()) if check_path.is_file() else {}
-    return {"database": "workflow", "workflow_s": round(seconds, 1), "grid_rows": generated,
+    return {"database": "workflow", "recorder": args.recorder, "workflow_s": round(seconds, 1), "grid_rows": generated,
             "profiled_rows": profiled, "grid_kernel_types": len(layouts),
             "profile_s": job_seconds(f"workload/{target}.tsv"), "grid_s": job_seconds(f"grid/{target}.tsv"),
             "replay_s": job_seconds(f"replay/{target}/*.tsv", but="phase_replay.tsv"),
@@ -187,7 +232,8 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
 
 
 def stage_profile(config: Path, work: Path, args) -> dict:
-    seconds = 0.0
+    """Each held-out scenario profiled with each KV cache: the paged step msmodeling predicts, the eager one."""
+    seconds = {kv_cache: 0.0 for kv_cache in KV_CACHES}
     common = [sys.executable, "scripts/profile_workload.py", "--backend", args.backend, "--transformers-config",
               str(config), "--num-layers", str(args.num_layers), "--dtype", args.dtype, "--decode-steps", "1",
               "--profile-iterations", str(args.profile_iterations)]
@@ -195,10 +241,13 @@ def stage_profile(config: Path, work: Path, args) -> dict:
     plans += [(f"decode_c{context}", ["--prefill-lengths", "1", "--decode-context", str(context),
                                       "--decode-batch-sizes", *map(str, batches)])
               for context, batches in args.held_out_decode.items()]
-    for name, plan in plans:
-        seconds += run(common + plan + ["--output", str(work / "held_out" / name)],
-                       work / "logs" / f"profile_{name}.log")
-    return {"profile_s": round(seconds, 1)}
+    for kv_cache in KV_CACHES:
+        for name, plan in plans:
+            seconds[kv_cache] += run(common + plan + ["--kv-cache", kv_cache, "--output",
+                                                      str(work / "held_out" / kv_cache / name)],
+                                     work / "logs" / f"profile_{kv_cache}_{name}.log")
+    return {"profile_s": round(sum(seconds.values()), 1),
+            **{f"profile_{kv_cache}_s": round(value, 1) for kv_cache, value in seconds.items()}}
 
 
 # --- the ground truth -------------------------------------------------------------------------------------
@@ -247,13 +296,15 @@ def query_key(recorded) -> tuple:
 
 
 def measured_steps(trace_path: Path) -> dict[str, dict]:
-    """Per step label (`prefill_640`, `decode_b12_0`): `device_us` (Σ device time per pass) and `calls` {key:
-    [device time of each call]} over every pass, from a torch.profiler Chrome trace."""
+    """Per step label (`prefill_640`, `decode_b12_0`): `device_us` (Σ device time per pass), `calls` {key:
+    [device time of each call]} over every pass, and `ops_us` {op: device time per pass}, from a torch.profiler
+    Chrome trace. An `ops_us` op is the innermost record_function range of the step's own that the launch lies in
+    (the paged step's, where it names its kernels' function), else the dispatch op as `aten.<name>`."""
     import bisect
 
     events = json.loads(trace_path.read_text(encoding="utf-8"))["traceEvents"]
     ops_by_tid: dict = defaultdict(list)
-    steps = []
+    steps, ranges = [], defaultdict(list)
     launches, device = {}, []
     for event in events:
         cat = event.get("cat")
@@ -261,12 +312,18 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
             ops_by_tid[event.get("tid")].append(event)
         elif cat == "user_annotation" and event.get("name", "").startswith(("prefill_", "decode_")):
             steps.append(event)
+        elif cat == "user_annotation":
+            ranges[event.get("tid")].append(event)
         elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in event.get("args", {}):
             launches[event["args"]["correlation"]] = event
         elif cat in DEVICE_KINDS:
             device.append(event)
     for ops in ops_by_tid.values():
         ops.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+    for tid, named in ranges.items():               # the steps' own ranges, not one around the passes
+        ranges[tid] = [r for r in named if any(
+            s.get("tid") == tid and s["ts"] <= r["ts"] and r["ts"] + r.get("dur", 0) <= s["ts"] + s.get("dur", 0)
+            for s in steps)]
     starts = {tid: [e["ts"] for e in ops] for tid, ops in ops_by_tid.items()}
     composite: dict[str, bool] = {}
 
@@ -281,6 +338,13 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
             if not composite[name]:
                 return op
         return None
+
+    def op_name(tid, ts, op) -> str:
+        """The innermost range enclosing host time `ts`, else the dispatch op's name."""
+        enclosing = [r for r in ranges.get(tid, []) if r["ts"] <= ts <= r["ts"] + r.get("dur", 0)]
+        if enclosing:
+            return min(enclosing, key=lambda r: r.get("dur", 0))["name"]
+        return "aten." + op["name"].removeprefix("aten::") if op is not None else "(no aten op)"
 
     def step_of(tid, ts):
         for step in steps:
@@ -302,9 +366,10 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
             step = step_of(launch.get("tid"), launch["ts"])
             if step is None:
                 continue
-            result.setdefault(step, {"device_us": 0.0, "calls": defaultdict(list)})
+            result.setdefault(step, {"device_us": 0.0, "calls": defaultdict(list), "ops_us": defaultdict(float)})
             result[step]["device_us"] += kernel.get("dur", 0.0)
             op = dispatch_op(launch.get("tid"), launch["ts"])
+            result[step]["ops_us"][op_name(launch.get("tid"), launch["ts"], op)] += kernel.get("dur", 0.0)
             if op is not None:
                 per_call[(step, id(op))] += kernel.get("dur", 0.0)
                 op_of[(step, id(op))] = op
@@ -314,8 +379,9 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
                 step = step_of(tid, op["ts"])
                 if step is None or dispatch_op(tid, op["ts"] + 1e-3) is not op:
                     continue
-                result.setdefault(step, {"device_us": 0.0, "calls": defaultdict(list)})
+                result.setdefault(step, {"device_us": 0.0, "calls": defaultdict(list), "ops_us": defaultdict(float)})
                 result[step]["device_us"] += op.get("dur", 0.0)
+                result[step]["ops_us"][op_name(tid, op["ts"], op)] += op.get("dur", 0.0)
                 per_call[(step, id(op))] += op.get("dur", 0.0)
                 op_of[(step, id(op))] = op
     for (step, _), us in per_call.items():
@@ -323,6 +389,7 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
         result[step]["calls"][_key(op["name"], op.get("args", {}))].append(us)
     for step, value in result.items():
         value["device_us"] /= max(1, len(passes[step]))
+        value["ops_us"] = {name: us / max(1, len(passes[step])) for name, us in value["ops_us"].items()}
         value["passes"] = len(passes[step])
     return result
 
@@ -336,6 +403,30 @@ def _scenario_of(label: str, batch_size: int):
     return "decode", int(part.removeprefix("b")) if part.startswith("b") else batch_size
 
 
+def held_out_profiles(work: Path, kv_cache: str) -> list[Path]:
+    """The held-out profiles of one KV cache (held_out/<kv cache>/*); a work dir of before the paged step holds
+    the eager ones directly in held_out/."""
+    root = work / "held_out" / kv_cache
+    if not root.is_dir() and kv_cache == "dynamic":
+        root = work / "held_out"
+    return sorted(p for p in root.iterdir() if (p / "workload.json").is_file()) if root.is_dir() else []
+
+
+def measured_by_scenario(work: Path, kv_cache: str) -> dict[str, list[dict]]:
+    """Held-out scenario (`prefill:640`, `decode:12x1024`) -> measured_steps' value of each of its steps (a decode
+    profile's one step per batch; a prefill's from the profiles of prefill alone)."""
+    by_scenario: dict = defaultdict(list)
+    for profile in held_out_profiles(work, kv_cache):
+        plan = json.loads((profile / "workload.json").read_text())["plan"]
+        for label, value in measured_steps(profile / "trace.json").items():
+            phase, size = _scenario_of(label, plan["batch_size"])
+            if phase == "prefill" and plan["decode_steps"] == 0:
+                by_scenario[f"prefill:{size}"].append(value)
+            elif phase == "decode":
+                by_scenario[f"decode:{size}x{plan['decode_context']}"].append(value)
+    return dict(by_scenario)
+
+
 # --- predict ------------------------------------------------------------------------------------------------
 
 def stage_predict(config: Path, work: Path, args) -> list[dict]:
@@ -343,21 +434,15 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
 
     from opperf.consumer.model_queries import model_source, scenario_name
     from opperf.consumer.predict import predict
-    from opperf.consumer.scenarios import Scenario
+    from opperf.consumer.scenarios import Scenario, parse_scenario_text
     from opperf.consumer.status import PREDICTION_STATUSES
 
     database_dir = work / "database" / args.device / "torch" / args.version_dir
     source = model_source(str(config), str(ROOT / "config" / "models.yaml"), num_layers=args.num_layers)
-    by_scenario: dict = defaultdict(list)           # held-out scenario -> its steps' measurements, every profile's
-    for profile in sorted((work / "held_out").iterdir()):
-        manifest = json.loads((profile / "workload.json").read_text())
-        context = manifest["plan"]["decode_context"]
-        for label, value in measured_steps(profile / "trace.json").items():
-            phase, size = _scenario_of(label, manifest["plan"]["batch_size"])
-            if phase == "prefill" and manifest["plan"]["decode_steps"] == 0:
-                by_scenario[Scenario(source.name, 1, "prefill", 1, size)].append(value)
-            elif phase == "decode":
-                by_scenario[Scenario(source.name, 1, "decode", size, 1, context)].append(value)
+    by_scenario: dict = {}                          # held-out scenario -> its steps' measurements, every profile's
+    for text, values in measured_by_scenario(work, "dynamic").items():
+        given = parse_scenario_text(text)
+        by_scenario[Scenario(source.name, 1, given.phase, given.batch, given.tokens, given.context)] = values
     held_out = sorted(by_scenario, key=scenario_name)
     predictions = predict(database_dir, source, held_out, dtype=getattr(torch, args.dtype), attention=args.attention)
     scenarios = []
@@ -404,6 +489,161 @@ def stage_predict(config: Path, work: Path, args) -> list[dict]:
     return scenarios
 
 
+# --- msmodeling's own runner ----------------------------------------------------------------------------
+
+# TensorCast's op -> the measured paged step's ops that compute it: (msmodeling's ops: its trace's events, the
+# overload dropped; the measured step's ranges: a record_function range the paged step puts around the call; the
+# measured step's ops where it has no such range: measured_steps' aten.<dispatch op>). Any op not listed pairs with
+# the op of its own name on the other side.
+OP_PAIRS = {
+    # opperf.consumer.paged_attention.paged_attention, which the replay times whole: each call's output buffer
+    # (empty_like, then copy_ into it), the blocks gathered with index_select, SDPA
+    "tensor_cast.attention": (("tensor_cast.attention",), ("tensor_cast.attention", "paged_attention"), (
+        "aten.index_select", "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
+        "aten._scaled_dot_product_cudnn_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten._flash_attention_forward", "aten._efficient_attention_forward", "aten.empty_like", "aten.copy_")),
+    # its reshape_and_cache: one index_copy_ into the slots per half
+    "tensor_cast.reshape_and_cache": (("tensor_cast.reshape_and_cache",),
+                                      ("tensor_cast.reshape_and_cache", "reshape_and_cache"), ("aten.index_copy_",)),
+    # linear layers: mm (addmm with a bias) on both sides
+    "matmul": (("aten.mm", "aten.addmm"), (), ("aten.mm", "aten.addmm")),
+    # the rotary cos/sin: TensorCast looks them up in its table (index_select), transformers computes them
+    "rotary cos/sin": (("aten.index_select",), (), ("aten.cos", "aten.sin")),
+}
+
+
+def _op_group(name: str, side: str, ranged: set[str]) -> str:
+    """The OP_PAIRS entry `name` belongs to on `side` (msmodeling, measured), else itself. A measured op counts
+    for an entry only where the step has none of the entry's ranges (`ranged`: the entries it has ranges of)."""
+    for group, (msmodeling, ranges, fallback) in OP_PAIRS.items():
+        if side == "msmodeling" and name in msmodeling:
+            return group
+        if side == "measured" and (name in ranges or (name in fallback and group not in ranged)):
+            return group
+    return name
+
+
+def pair_ops(predicted: dict[str, dict], measured: dict[str, float]) -> dict:
+    """msmodeling's answer per op (runner by_op: {op: {us, ...}}) against the measured step's time per op (ops_us):
+    the pairs with their error |predicted / measured - 1|, their median, and the ops only one side has, with their
+    time (an op neither side spends time on is left out)."""
+    ranged = {group for group, (_, ranges, _) in OP_PAIRS.items() if set(ranges) & set(measured)}
+    groups: dict = defaultdict(lambda: {"msmodeling_ops": set(), "measured_ops": set(), "predicted_us": 0.0,
+                                        "measured_us": 0.0})
+    for op, entry in predicted.items():
+        name = ".".join(op.split(".")[:2])
+        group = groups[_op_group(name, "msmodeling", ranged)]
+        group["msmodeling_ops"].add(name)
+        group["predicted_us"] += entry["us"]
+    for name, us in measured.items():
+        group = groups[_op_group(name, "measured", ranged)]
+        group["measured_ops"].add(name)
+        group["measured_us"] += us
+    per_op, errors = [], []
+    differences = {"msmodeling_only": [], "measured_only": []}
+    for name, group in sorted(groups.items(), key=lambda item: -max(item[1]["predicted_us"],
+                                                                     item[1]["measured_us"])):
+        predicted_us, measured_us = round(group["predicted_us"], 3), round(group["measured_us"], 3)
+        if group["msmodeling_ops"] and group["measured_ops"]:
+            error = round(abs(predicted_us / measured_us - 1), 4) if measured_us else None
+            if error is not None:
+                errors.append(error)
+            per_op.append({"op": name, "msmodeling_ops": sorted(group["msmodeling_ops"]),
+                           "measured_ops": sorted(group["measured_ops"]), "predicted_us": predicted_us,
+                           "measured_us": measured_us, "error": error})
+        elif group["msmodeling_ops"] and predicted_us > 0:
+            differences["msmodeling_only"].append({"op": name, "msmodeling_ops": sorted(group["msmodeling_ops"]),
+                                                   "predicted_us": predicted_us})
+        elif group["measured_ops"] and measured_us > 0:
+            differences["measured_only"].append({"op": name, "measured_ops": sorted(group["measured_ops"]),
+                                                 "measured_us": measured_us})
+    return {"per_op": per_op, "per_op_median_error": round(statistics.median(errors), 4) if errors else None,
+            "graph_differences": differences}
+
+
+def zero_cost_ops_with_device_work(database: Path, by_op: dict[str, dict]) -> list[dict]:
+    """The ops msmodeling answered zero_cost or accepted_miss (its trace's `zero_cost`) whose kernel type's rows in
+    the database (the op mapping's kernel type, and the op's own name as one) ran device work: a positive replayed
+    duration."""
+    from opperf.consumer.runtime import load_op_mapping
+    from opperf.contract import REPLAY_AVERAGE
+    from opperf.io import read_database_csv
+
+    mappings = load_op_mapping(database).get("operator_mappings") or {}
+    found = []
+    for op, entry in by_op.items():
+        if not entry["zero_cost_calls"]:
+            continue
+        kernel_types = {(mappings.get(op) or {}).get("kernel_type"), op.split(".")[1]} - {None, ""}
+        for kernel_type in sorted(kernel_types):
+            path = database / "layouts" / f"{kernel_type}.csv"
+            if not path.is_file():
+                continue
+            durations = [float(d) for d in read_database_csv(path).get(REPLAY_AVERAGE, []) if str(d).strip()]
+            positive = [d for d in durations if d > 0]
+            if positive:
+                found.append({"op": op, "kernel_type": kernel_type, "calls": entry["zero_cost_calls"],
+                              "rows_with_duration": len(positive), "median_row_us": statistics.median(positive)})
+    return found
+
+
+def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
+    """Each held-out scenario as msmodeling's own runner predicts it from the database, against the measured paged
+    and eager steps, op by op against the paged one."""
+    from opperf.consumer.msmodeling_env import find_msmodeling
+    from opperf.consumer.msmodeling_predict import runner_predictions
+
+    install = find_msmodeling()
+    if install is None:
+        raise SystemExit("no msmodeling checkout: set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling")
+    database = work / "database" / args.device / "torch" / args.version_dir
+    paged, eager = measured_by_scenario(work, "paged"), measured_by_scenario(work, "dynamic")
+    held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
+        f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
+    began = time.perf_counter()
+    predictions = runner_predictions(install, database, config, held_out, num_layers=args.num_layers)
+    seconds = time.perf_counter() - began
+    scenarios = []
+    for prediction in predictions:
+        paged_steps, eager_steps = paged.get(prediction.scenario, []), eager.get(prediction.scenario, [])
+        measured_ops: dict = defaultdict(float)
+        for value in paged_steps:
+            for op, us in value["ops_us"].items():
+                measured_ops[op] += us / len(paged_steps)
+        account = prediction.as_json()
+        misses = list({(m["op"], m["reason"]): {"op": m["op"], "reason": m["reason"]}
+                       for m in prediction.misses}.values())
+        paged_us = statistics.mean(v["device_us"] for v in paged_steps) if paged_steps else None
+        eager_us = statistics.mean(v["device_us"] for v in eager_steps) if eager_steps else None
+        scenarios.append({
+            "name": prediction.scenario,
+            "measured_paged_us": round(paged_us, 3) if paged_us is not None else None,
+            "measured_eager_us": round(eager_us, 3) if eager_us is not None else None,
+            "msmodeling": {"predicted_us": round(prediction.predicted_us, 3),
+                           "m1_hit_rate": round(account["m1_hit_rate"], 4), "misses": misses,
+                           "zero_cost_ops_with_device_work": zero_cost_ops_with_device_work(
+                               database, prediction.by_op),
+                           "m1_hit": prediction.m1_hit, "m1_total": prediction.m1_total,
+                           "answered_share": round(prediction.answered_share, 4),
+                           "trace_us": round(sum(op["us"] for op in prediction.by_op.values()), 3),
+                           "msmodeling_commit": install.commit, "msmodeling_args": prediction.arguments},
+            "msmodeling_vs_paged": round(prediction.predicted_us / paged_us, 4) if paged_us else None,
+            **(pair_ops(prediction.by_op, measured_ops) if paged_steps else {})})
+    print(f"msmodeling's runner: {len(predictions)} scenarios in {seconds:.1f} s", flush=True)
+    return scenarios
+
+
+def merge_scenarios(record: dict, scenarios: list[dict]) -> None:
+    """A stage's per-scenario fields into the workload's scenarios of the same name (each stage adds its own)."""
+    by_name = {s["name"]: s for s in record.setdefault("scenarios", [])}
+    for scenario in scenarios:
+        if scenario["name"] in by_name:
+            by_name[scenario["name"]].update(scenario)
+        else:
+            record["scenarios"].append(scenario)
+            by_name[scenario["name"]] = scenario
+
+
 # --- report -------------------------------------------------------------------------------------------------
 
 def device_facts(backend: str) -> dict:
@@ -422,34 +662,71 @@ def device_facts(backend: str) -> dict:
     return facts
 
 
+def _us(value) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def msmodeling_lines(document: dict) -> list[str]:
+    """The report's table of msmodeling's runner against the measured paged and eager steps, per scenario."""
+    lines = ["## msmodeling's own runner against the measured steps", "",
+             "msmodeling's predicted step against the measured paged step (the step it models: paged KV cache, "
+             "opperf.consumer.paged_attention's kernels) and the transformers eager one; `m1` its own account's "
+             "hits; `zero-cost with work` the ops it answered zero_cost/accepted_miss whose database rows ran "
+             "device work; per-op error over the ops both have (OP_PAIRS); graph differences: the ops one side "
+             "has and the other lacks, with their time.", "",
+             "| workload | scenario | msmodeling µs | paged µs | eager µs | msm/paged | m1 | misses | zero-cost with "
+             "work | per-op median err | graph differences |", "|---|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
+    for workload in document["workloads"]:
+        for s in workload.get("scenarios", []):
+            runner = s.get("msmodeling")
+            if runner is None:
+                continue
+            differences = s.get("graph_differences", {})
+            said = [f"msmodeling only: {d['op']} {d['predicted_us']:.1f} µs" for d in differences.get(
+                "msmodeling_only", [])] + [f"measured only: {d['op']} {d['measured_us']:.1f} µs"
+                                           for d in differences.get("measured_only", [])]
+            misses = ", ".join(f"{m['op']} ({m['reason']})" for m in runner["misses"]) or "none"
+            free = ", ".join(f"{z['op']} ({z['kernel_type']})" for z in runner["zero_cost_ops_with_device_work"])
+            lines.append(f"| {workload['name']} | {s['name']} | {_us(runner['predicted_us'])} | "
+                         f"{_us(s.get('measured_paged_us'))} | {_us(s.get('measured_eager_us'))} | "
+                         f"{s.get('msmodeling_vs_paged')} | {runner['m1_hit_rate']} | {misses} | {free or 'none'} | "
+                         f"{s.get('per_op_median_error')} | {'; '.join(said) or 'none'} |")
+    return lines + [""]
+
+
 def write_report(output: Path, document: dict) -> None:
     from opperf.consumer.status import PREDICTION_STATUSES, AnswerStatus
+    from opperf.io import write_text_atomic
 
     output.mkdir(parents=True, exist_ok=True)
-    (output / "e2e_prediction.json").write_text(json.dumps(document, indent=1) + "\n")
+    write_text_atomic(output / "e2e_prediction.json", json.dumps(document, indent=1) + "\n")
     lines = [f"# End-to-end prediction ({document['date'][:10]})", "",
              f"{document.get('device', {}).get('device', '?')}; torch {document.get('device', {}).get('torch')}; "
              f"scenario space `{document['scenario_space']}`, {document['num_layers']} layers, {document['dtype']}. "
-             f"Produced by `python benchmarks/e2e_prediction.py` (method in its docstring).", "",
-             "Status shares are of the predicted time; `MISS meas` is the share of the measured step time whose query "
-             "fell to roofline.", "",
-             "| workload | scenario | predicted µs | measured µs | pred/meas | EXACT | INTERP | ILLEGAL | MISS | MISS meas "
-             "| rows | row median err | row p90 err | paired time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-             "---:|---:|---:|"]
+             f"Produced by `python benchmarks/e2e_prediction.py` (method in its docstring).", ""]
+    lines += msmodeling_lines(document)
+    predicted = [(w, s) for w in document["workloads"] for s in w.get("scenarios", []) if "predicted_us" in s]
+    if predicted:
+        lines += ["## opperf's model of msmodeling's runtime against the eager step", "",
+                  "Status shares are of the predicted time; `MISS meas` is the share of the measured step time whose "
+                  "query fell to roofline.", "",
+                  "| workload | scenario | predicted µs | measured µs | pred/meas | EXACT | INTERP | ILLEGAL | MISS | "
+                  "MISS meas | rows | row median err | row p90 err | paired time |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for workload, s in predicted:
+        share = s["status_time_share"]
+        lines.append(f"| {workload['name']} | {s['name']} | {s['predicted_us']:.1f} | {s['measured_us']:.1f} | "
+                     f"{s['ratio']} | " + " | ".join(f"{100 * share[k]:.1f} %" for k in PREDICTION_STATUSES)
+                     + f" | {100 * s.get('status_measured_share', {}).get(AnswerStatus.MISS, 0):.1f} %"
+                     + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
+                     f"{s['paired_time_share']} |")
+    lines += ["", "| workload | recorder | grid rows | kernel types | replay s | profile s (paged + eager) |",
+              "|---|---|---:|---:|---:|---:|"]
     for workload in document["workloads"]:
-        for s in workload.get("scenarios", []):
-            share = s["status_time_share"]
-            lines.append(f"| {workload['name']} | {s['name']} | {s['predicted_us']:.1f} | {s['measured_us']:.1f} | "
-                         f"{s['ratio']} | " + " | ".join(f"{100 * share[k]:.1f} %" for k in
-                                                         PREDICTION_STATUSES)
-                         + f" | {100 * s.get('status_measured_share', {}).get(AnswerStatus.MISS, 0):.1f} %"
-                         + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
-                         f"{s['paired_time_share']} |")
-    lines += ["", "| workload | grid rows | kernel types | replay s | profile s |", "|---|---:|---:|---:|---:|"]
-    for workload in document["workloads"]:
-        lines.append(f"| {workload['name']} | {workload.get('grid_rows')} | {workload.get('grid_kernel_types')} | "
-                     f"{workload.get('replay_s')} | {workload.get('profile_s')} |")
-    (output / "README.md").write_text("\n".join(lines) + "\n")
+        lines.append(f"| {workload['name']} | {workload.get('recorder', 'transformers')} | "
+                     f"{workload.get('grid_rows')} | {workload.get('grid_kernel_types')} | {workload.get('replay_s')} "
+                     f"| {workload.get('profile_s')} |")
+    write_text_atomic(output / "README.md", "\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -460,6 +737,9 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/opperf_e2e"))
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "e2e_prediction")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--recorder", choices=RECORDERS, default="msmodeling",
+                        help="who records the model's queries for the database: msmodeling's own runner (bfloat16 "
+                             "rows) or opperf's transformers recorder, as before (default: %(default)s)")
     parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--device", default="H200", help="device key of config/devices.yaml (default: %(default)s)")
     parser.add_argument("--version-dir", required=True, help="the device host's version directory "
@@ -500,7 +780,9 @@ def main() -> int:
         if "profile" in args.stages:
             record.update(stage_profile(config, work, args))
         if "predict" in args.stages:
-            record["scenarios"] = stage_predict(config, work, args)
+            merge_scenarios(record, stage_predict(config, work, args))
+        if "msmodeling" in args.stages:
+            merge_scenarios(record, stage_msmodeling(config, work, args))
         args.work_dir.mkdir(parents=True, exist_ok=True)
         state_path.write_text(json.dumps(state, indent=1))
         print(f"{name}: {', '.join(args.stages)} done", flush=True)
