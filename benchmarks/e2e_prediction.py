@@ -153,7 +153,10 @@ def workflow_config(config: Path, args) -> dict:
                      "consumer_recorder": args.recorder, "scenario_space": args.scenario_space, "queries_only": True},
             "replay": {"backends": [args.backend], "repeat_count": args.repeat_count,
                        "time_budget_s": args.time_budget_s, "phase": {"enabled": True, "backends": [args.backend]}},
-            "predict": {"scenarios": held_out, "dtype": args.dtype, "runner": "auto"},
+            # With msmodeling's recorder the host's msmodeling stage predicts the held-out steps at the profiled depth
+            # (--num-layers); the workflow's own predictions would run its runner at the model's full depth.
+            "predict": {"enabled": args.recorder != "msmodeling", "scenarios": held_out, "dtype": args.dtype,
+                        "runner": "auto"},
             "comm": {"enabled": False}}
 
 
@@ -177,8 +180,9 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
 
     # The workflow's folder for the model's database ({stack}_{model}); copied below to where `predict` reads it.
     target = f"{args.device}/torch/{workload_database_version_dir(args.version_dir, str(config.resolve()), {})}"
-    targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json",
-               f"reports/{target}/predictions.json"]
+    targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json"]
+    if args.recorder != "msmodeling":
+        targets.append(f"reports/{target}/predictions.json")
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if args.recorder == "msmodeling":
         # The copy of the workflow lies elsewhere: it finds the checkout this project finds, not one beside it.
