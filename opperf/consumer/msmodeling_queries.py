@@ -7,6 +7,10 @@ not per scenario. `rows_from_calls` lays one row per distinct query, in opperf's
 - `tensor_cast.attention` → kernel type `PagedAttention`, `tensor_cast.reshape_and_cache` → `ReshapeAndCache`: the
   call's slots as the runner issues them, and its sequence lengths, heads and block size in the `Runtime …` columns
   msmodeling's attention lookup and opperf's replay read (docs/msmodeling.md, "What its runtime reads").
+- `tensor_cast.moe_gating_top_k_softmax` → `MoeGatingTopK`, `tensor_cast.init_routing_v2` → `MoeTokenPermute`,
+  `tensor_cast.unpermute_tokens` → `MoeTokenUnpermute`: the call's slots as the runner issues them (the gating's k in
+  `Input Scalars`), and for the permutes the experts the ids route over in `Runtime num_experts`, from the step's
+  router call (`expert_count`).
 - every other op (aten: mm, the rotary index_select and cat, the RMSNorm's float32 ops, …) as the grid lays a
   consumer query (opperf.grid.queries.query_rows): one row per distinct query, every schema argument, the call's
   strides, under the kernel type named after its op. Views run no kernel and get no row.
@@ -26,10 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opperf.consumer.moe_routing import RUNTIME_NUM_EXPERTS
 from opperf.consumer.msmodeling_env import Msmodeling, find_msmodeling
 from opperf.consumer.msmodeling_record import SCENARIO_OPTIONS, rebuild
-from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SHAPES, OP_STATE,
-                             OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED, format_shape)
+from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
+                             OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED,
+                             format_shape)
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.parse.fia_metadata import (RUNTIME_AVG_SEQ_LEN, RUNTIME_BLOCK_SIZE, RUNTIME_INPUT_LAYOUT,
@@ -45,6 +51,10 @@ ATTENTION_OP = "tensor_cast.attention.default"
 CACHE_WRITE_OP = "tensor_cast.reshape_and_cache.default"
 PAGED_ATTENTION = "PagedAttention"
 RESHAPE_AND_CACHE = "ReshapeAndCache"
+GATING_OP = "tensor_cast.moe_gating_top_k_softmax.default"
+PERMUTE_OP = "tensor_cast.init_routing_v2.default"
+UNPERMUTE_OP = "tensor_cast.unpermute_tokens.default"
+MOE_ROUTING_TYPES = {GATING_OP: "MoeGatingTopK", PERMUTE_OP: "MoeTokenPermute", UNPERMUTE_OP: "MoeTokenUnpermute"}
 # msmodeling's attention lookup filters rows by decode batch with this column where a table has it.
 RUNTIME_BATCH_SIZE = "Runtime batch_size"
 # The dtype of a tensor_cast op's slot as msmodeling's runtime spells it (its DTYPE_MAP): float16 is DT_BF16 there.
@@ -189,16 +199,18 @@ def _with_full_depth(call: dict, layers: int | None, depth: int | None) -> dict:
 
 def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerator_core: str, estimator=None):
     """One generated row per distinct query of the recorded scenarios, per kernel type (opperf.grid.queries.
-    QueryRows): PagedAttention and ReshapeAndCache for TensorCast's paged-cache ops, the grid's consumer-query rows
-    for the rest; a tensor_cast op of another kind, or an op this torch does not have, is counted in
-    `not_laid_out`. `estimator`: drop rows over the device's memory (grid.memory.MemoryEstimator)."""
+    QueryRows): PagedAttention and ReshapeAndCache for TensorCast's paged-cache ops, MoeGatingTopK, MoeTokenPermute
+    and MoeTokenUnpermute for its MoE routing ops, the grid's consumer-query rows for the rest; a tensor_cast op of
+    another kind, a permute whose expert count no router call of its step gives, or an op this torch does not have,
+    is counted in `not_laid_out`. `estimator`: drop rows over the device's memory (grid.memory.MemoryEstimator)."""
     import torch
 
     from opperf.consumer.queries import merge_scenario_queries, profiler_args, query_of
     from opperf.grid.queries import _fits, query_rows
 
     scenarios = recorded.scenarios if isinstance(recorded, ModelQueries) else list(recorded)
-    paged: dict[str, dict[tuple, dict]] = {PAGED_ATTENTION: {}, RESHAPE_AND_CACHE: {}}
+    paged: dict[str, dict[tuple, dict]] = {PAGED_ATTENTION: {}, RESHAPE_AND_CACHE: {},
+                                           **{kernel_type: {} for kernel_type in MOE_ROUTING_TYPES.values()}}
     not_laid_out: Counter[str] = Counter()
     unknown: set[tuple] = set()
     steps = []
@@ -216,6 +228,11 @@ def rows_from_calls(recorded: ModelQueries | Sequence[ScenarioCalls], accelerato
                 row, key = cache_write_row(call, attention_calls, accelerator_core, scenario.name)
                 paged[RESHAPE_AND_CACHE].setdefault(key, row)
                 continue
+            if call["op"] in MOE_ROUTING_TYPES:
+                laid = moe_routing_row(call, scenario.calls, accelerator_core, scenario.name)
+                if laid is not None:
+                    paged[MOE_ROUTING_TYPES[call["op"]]].setdefault(laid[1], laid[0])
+                    continue
             func = _torch_op(torch, call["op"])
             if func is None or call["op"].startswith("tensor_cast."):
                 key = (call["op"], json.dumps([call["args"], call["kwargs"]], sort_keys=True))
@@ -421,6 +438,56 @@ def cache_write_row(call: dict, attention_calls: Sequence[dict], accelerator_cor
     # msmodeling looks the write up by its new keys alone (ReshapeAndCache.yaml's tc_input_count): one row per
     # token count and dtype answers every cache it writes into.
     return row, (format_shape(key["shape"]), key["dtype"])
+
+
+def moe_routing_row(call: dict, step_calls: Sequence[dict], accelerator_core: str, scenario: str = ""
+                    ) -> tuple[dict[str, str], tuple] | None:
+    """(the row of a TensorCast MoE routing call, its identity: slots, k and expert count), under the kernel type
+    MOE_ROUTING_TYPES names; None for a permute or unpermute whose expert count `expert_count` cannot tell from
+    the step's calls (`step_calls`): its ids could not be laid."""
+    if call["op"] == GATING_OP:
+        logits, top_k = _positional(call, ("x", "top_k"), scenario)
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise OpperfError(f"{call['op']}: top_k is {json.dumps(top_k)[:40]}, not an integer",
+                              field=f"scenario {scenario}")
+        slots, scalars, runtime = [logits, None], f";{top_k}", {}
+    else:
+        slots = _positional(call, ("x", "topk_indices"), scenario)
+        experts = expert_count(slots[1], step_calls)
+        if experts is None:
+            log.warning("%s in scenario %s: no router call of the step gives the experts its ids %s route over; "
+                        "no row laid", call["op"], scenario, slots[1].get("shape") if isinstance(slots[1], dict)
+                        else slots[1])
+            return None
+        scalars, runtime = "", {RUNTIME_NUM_EXPERTS: str(experts)}
+    shapes, dtypes, formats = _slots(slots)
+    outputs = call["out"] if isinstance(call["out"], list) else [call["out"]]
+    out_shapes, out_dtypes, out_formats = _slots(outputs)
+    row = {OP_STATE: "eager", ACCELERATOR_CORE: accelerator_core, INPUT_SHAPES: shapes, INPUT_DTYPES: dtypes,
+           INPUT_FORMATS: formats, OUTPUT_SHAPES: out_shapes, OUTPUT_DTYPES: out_dtypes, OUTPUT_FORMATS: out_formats,
+           INPUT_SCALARS: scalars, **runtime, SOURCE: SOURCE_GENERATED, CONSUMER_QUERY: call["op"]}
+    return row, (shapes, dtypes, scalars, out_shapes, tuple(runtime.values()))
+
+
+def expert_count(topk_indices: dict, step_calls: Sequence[dict]) -> int | None:
+    """How many experts the expert ids `topk_indices` [T, k] route over: the logits width of the step's router call
+    that picked them (its int64 output of their shape): the fused gating where the model has it, else aten.topk
+    (the layer's own top-k over its scores). None where no such call, or several of other widths, say."""
+    if not isinstance(topk_indices, dict) or not topk_indices.get("shape"):
+        return None
+    shape, top_k = topk_indices["shape"], topk_indices["shape"][-1]
+    for op in (GATING_OP, "aten.topk.default"):
+        widths = set()
+        for call in step_calls:
+            outputs = call.get("out") if isinstance(call.get("out"), list) else []
+            scores = call["args"][0] if call["op"] == op and call["args"] else None
+            if (isinstance(scores, dict) and scores.get("shape") and scores["shape"][-1] >= top_k
+                    and any(isinstance(o, dict) and o.get("dtype") == "int64" and o.get("shape") == shape
+                            for o in outputs)):
+                widths.add(scores["shape"][-1])
+        if widths:
+            return widths.pop() if len(widths) == 1 else None
+    return None
 
 
 # --- asking msmodeling -------------------------------------------------------------------------------------

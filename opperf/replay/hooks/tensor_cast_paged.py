@@ -100,7 +100,7 @@ def _attention(ctx: BuildContext) -> ReplayCase:
     warm = [t for name, t in inputs.items() if prefill or name not in ("key_cache", "value_cache")]
     layout = _layout_note(needed, block_size, num_blocks, inputs["key_cache"].shape[0])
     cache = "warm (a pure prefill: written just before)" if prefill else "cold (context from earlier steps)"
-    return ReplayCase(fn=_one_range("tensor_cast::attention", paged_attention, ctx.device), kwargs=inputs,
+    return ReplayCase(fn=one_range("tensor_cast::attention", paged_attention, ctx.device), kwargs=inputs,
                       warm=tuple(warm),
                       description=f"{describe_call(f'{_API}.paged_attention', (), inputs)}  [seq_lens {seq_lens}, "
                                   f"query_lens {query_lens}; {layout}; key/value cache {cache}]",
@@ -139,14 +139,14 @@ def _cache_write(ctx: BuildContext) -> ReplayCase:
         layout = (f"no {RUNTIME_SEQ_LENGTHS_VALUES}: the {tokens} tokens written to {tokens} distinct consecutive "
                   "slots (one sequence's prefill)")
     warm = [t for name, t in inputs.items() if name != "kv_cache"]
-    return ReplayCase(fn=_one_range("tensor_cast::reshape_and_cache", reshape_and_cache, ctx.device),
+    return ReplayCase(fn=one_range("tensor_cast::reshape_and_cache", reshape_and_cache, ctx.device),
                       kwargs=inputs, warm=tuple(warm),
                       description=f"{describe_call(f'{_API}.reshape_and_cache', (), inputs)}  [{layout}; kv_cache "
                                   "cold]",
                       recipe=f"{ctx.definition.recipe}; {layout}")
 
 
-def _one_range(name: str, fn, device: torch.device):
+def one_range(name: str, fn, device: torch.device):
     """The call as one op for the timer. Its calls are several torch ops, and the cuda timer counts the kernels that
     the ops at the top of a row's range launch themselves (SDPA's kernel is launched by an op nested in it): under
     one range of their own, which launches nothing itself, every kernel inside counts. The cpu timer sums the top

@@ -7,7 +7,9 @@ The rows of the MoE routing ops (topk, sort, bincount, floor_divide, index_add_,
 _local_scalar_dense) are the smallest of their kind in the H100 MoE workload's parsed database
 (benchmarks/cuda_replay.py), appended by hand: the CPU reference decoder is dense. So are the PagedAttention and
 ReshapeAndCache rows (msmodeling's decode 4 x 512 calls for a tiny model, with their `Runtime actual_seq_lengths_*`
-columns; tests/test_replay_tensor_cast.py lays such rows).
+columns; tests/test_replay_tensor_cast.py lays such rows) and the MoeGatingTopK / MoeTokenPermute / MoeTokenUnpermute
+rows (its decode 4 x 512 calls for tests/data/workload/tiny_glm4_moe.json, with `Runtime num_experts`;
+tests/test_tensor_cast_moe.py).
 The workload covers most definitions; `extra_ops_trace` profiles the few the reference decoder does
 not call (addmm, baddbmm, gelu, softmax, where, stack, gather, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
 `Concrete Inputs`; a TensorList is flattened into one slot per tensor). Output slots are those
