@@ -67,28 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from opperf.consumer.msmodeling_predict import choose_runner
+    from opperf.consumer.scenarios import parse_scenario_option
     from opperf.model_names import model_reference
 
     database = Path(args.database)
     if not (database / "op_mapping.yaml").is_file():
         raise OpperfError("not a database directory (no op_mapping.yaml)", path=database)
     for text in args.scenario:
-        parse_scenario_text_or_exit(text)            # every scenario read before any model is built
+        parse_scenario_option(text)                  # every scenario read before any model is built
     names = [args.transformers_config] if args.transformers_config else args.model
     references = [model_reference(name, args.models, field="--model") for name in names]
     runner = choose_runner(args.runner, args.msmodeling, database, references, args.dtype)
     if runner.install is not None:
         return predict_with_msmodeling(args, database, references, runner)
     return predict_with_opperf(args, database, runner.said)
-
-
-def parse_scenario_text_or_exit(text: str) -> None:
-    from opperf.consumer.scenarios import parse_scenario_text
-
-    try:
-        parse_scenario_text(text)
-    except OpperfError as exc:
-        raise OpperfError(exc.reason, field="--scenario") from None
 
 
 def predict_with_msmodeling(args: argparse.Namespace, database: Path, references, runner) -> int:
@@ -139,8 +131,6 @@ def predict_with_opperf(args: argparse.Namespace, database: Path, said: str) -> 
     backend = (load_op_mapping(database).get("opperf") or {}).get("backend", "cuda")
     attention = args.attention or ("cpu" if backend == "cpu" else "cuda")
     answerer = "opperf's model of msmodeling's runtime"
-    for text in args.scenario:
-        parse_scenario(text, "", args.tp)
     dtype = prediction_dtype(database, args.dtype)
     print(dtype.said)
     print(said)

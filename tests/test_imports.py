@@ -14,22 +14,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, modules: set[str]) -> set[str]:
-    """opperf modules one file imports (`from opperf.x import y` is opperf.x.y if that is a module, else opperf.x)."""
+def import_statements(path: Path) -> list[tuple[str, list[str]]]:
+    """Each import of one file, module level and inside functions: (the module it names, relative imports resolved;
+    the names `from ... import` takes from it, [] for a plain `import`)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
+    found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                         for alias in node.names)
-    return {m for m in found if m in modules and m != name}
+            found.append((base, [alias.name for alias in node.names]))
+    return found
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """opperf modules one file imports (`from opperf.x import y` is opperf.x.y if that is a module, else opperf.x)."""
+    found = set()
+    for base, names in import_statements(path):
+        if not names:
+            found.add(base)
+        found.update(f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names)
+    return {m for m in found if m in modules and m != module_name(path)}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -4,13 +4,12 @@ module or inside a function; one scenario space; one answer-status type, whose v
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
 
 import torch
-from test_imports import PACKAGE, module_name
+from test_imports import PACKAGE, import_statements, module_name
 
 from opperf.consumer.queries import reference_queries, scenarios
 from opperf.consumer.scenarios import DEFAULT_SCENARIO_SPACE, Scenario, load_scenario_space
@@ -23,19 +22,10 @@ DATABASE_STAGE = "opperf.database"
 def imported_names(path) -> set[str]:
     """Every opperf name one file imports, module level and inside functions, whether or not it is a module:
     `from opperf.x import y` gives opperf.x and opperf.x.y (relative imports resolved)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+    for base, names in import_statements(path):
+        found.add(base)
+        found.update(f"{base}.{n}" for n in names)
     return {m for m in found if m == "opperf" or m.startswith("opperf.")}
 
 

@@ -136,14 +136,12 @@ def _run(*command: str) -> subprocess.CompletedProcess:
     return done
 
 
-@pytest.fixture(scope="module")
-def database(tmp_path_factory) -> Path:
-    """The rows replayed on the cpu by scripts/replay.py, built into a database by scripts/build_database.py."""
-    root = tmp_path_factory.mktemp("tensor_cast")
+def replayed_database(root: Path, tables: dict[str, list[dict]]) -> Path:
+    """Rows per kernel type replayed on the cpu by scripts/replay.py through their torch definitions, built into a
+    database under `root` by scripts/build_database.py."""
     rows, replayed = root / "rows", root / "replayed"
     rows.mkdir()
-    for kernel_type, table in (("PagedAttention", [DECODE, DECODE_519, PREFILL]),
-                               ("ReshapeAndCache", [CACHE_WRITE_DECODE, CACHE_WRITE_PREFILL])):
+    for kernel_type, table in tables.items():
         pd.DataFrame(table).to_csv(rows / f"{kernel_type}.csv", index=False)
         _run("scripts/replay.py", "--rows", str(rows / f"{kernel_type}.csv"), "--kernel", kernel_type,
              "--definition", str(DEFINITIONS / f"{kernel_type}.yaml"), "--backend", "cpu", "--version-dir",
@@ -153,6 +151,14 @@ def database(tmp_path_factory) -> Path:
     _run("scripts/build_database.py", "directory", "--rows-dir", str(replayed), "--device", "CPU", "--output",
          str(output))
     return output
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory) -> Path:
+    """The rows replayed on the cpu by scripts/replay.py, built into a database by scripts/build_database.py."""
+    return replayed_database(tmp_path_factory.mktemp("tensor_cast"),
+                             {"PagedAttention": [DECODE, DECODE_519, PREFILL],
+                              "ReshapeAndCache": [CACHE_WRITE_DECODE, CACHE_WRITE_PREFILL]})
 
 
 def _read(path: Path) -> pd.DataFrame:

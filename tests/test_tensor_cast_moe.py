@@ -7,11 +7,8 @@ count between two rows by interpolation."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 import yaml
@@ -26,7 +23,7 @@ from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
 from opperf.replay.engine import STATUS_FAILED_BUILD, STATUS_OK, replay_row
 from opperf.replay.inputs import build_case
 from opperf.replay.timing import CpuProfilerTimer
-from opperf.versions import cpu_version_dir
+from test_replay_tensor_cast import _read, replayed_database
 
 REPO = Path(__file__).resolve().parent.parent
 DEFINITIONS = DEFAULT_DEFINITIONS_DIR / "torch"
@@ -192,31 +189,11 @@ def test_a_row_that_contradicts_itself_is_refused_naming_the_column(kernel_type,
     assert contract.REPLAY_AVERAGE not in outcome.columns
 
 
-def _run(*command: str) -> None:
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
 def database(tmp_path_factory) -> Path:
     """The rows replayed on the cpu by scripts/replay.py, built into a database by scripts/build_database.py."""
-    root = tmp_path_factory.mktemp("tensor_cast_moe")
-    rows, replayed = root / "rows", root / "replayed"
-    rows.mkdir()
-    for kernel_type in KERNEL_TYPES:
-        pd.DataFrame([PREFILL[kernel_type], DECODE[kernel_type]]).to_csv(rows / f"{kernel_type}.csv", index=False)
-        _run("scripts/replay.py", "--rows", str(rows / f"{kernel_type}.csv"), "--kernel", kernel_type,
-             "--definition", str(DEFINITIONS / f"{kernel_type}.yaml"), "--backend", "cpu", "--version-dir",
-             cpu_version_dir(), "--device", "CPU", "--output", str(replayed / f"{kernel_type}.csv"), "--trace-dir",
-             str(root / "traces"), "--repeat-count", "5", "--cpu-threads", "1")
-    output = root / "db" / cpu_version_dir()
-    _run("scripts/build_database.py", "directory", "--rows-dir", str(replayed), "--device", "CPU", "--output",
-         str(output))
-    return output
-
-
-def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
+    return replayed_database(tmp_path_factory.mktemp("tensor_cast_moe"),
+                             {kernel_type: [PREFILL[kernel_type], DECODE[kernel_type]] for kernel_type in KERNEL_TYPES})
 
 
 def test_each_row_replays_on_the_cpu_through_its_definition(database):

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from opperf.consumer.queries import (ATTENTION_KERNELS, QueryRecorder, RecordedQuery, merge_scenario_queries,
                                      rank_dims, scenario_queries)
-from opperf.consumer.scenarios import Scenario, parse_scenario_text
+from opperf.consumer.scenarios import Scenario, parse_scenario_option
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.model_names import model_reference
@@ -46,10 +46,7 @@ log = get_logger("queries")
 def parse_scenario(text: str, model: str, tp: int = 1) -> Scenario:
     """`prefill:TOKENS` or `decode:BATCHxCONTEXT` (opperf.consumer.scenarios.parse_scenario_text) as a Scenario of
     `model` at TP `tp`."""
-    try:
-        parsed = parse_scenario_text(text)
-    except OpperfError as exc:
-        raise OpperfError(exc.reason, field="--scenario") from None
+    parsed = parse_scenario_option(text)
     return Scenario(model, tp, parsed.phase, parsed.batch, parsed.tokens, parsed.context)
 
 

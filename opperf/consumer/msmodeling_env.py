@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -88,3 +89,24 @@ def run_cli(install: Msmodeling, device_profile: str | Path | None, arguments: l
         raise OpperfError(f"msmodeling's CLI failed (exit {done.returncode}): {' '.join(arguments)}\n{tail}",
                           path=install.directory)
     return done
+
+
+def model_directory(model_dir_or_config: str | Path, work: str | Path) -> Path:
+    """The directory msmodeling's runner takes for a model (one holding config.json): the given one, or, for a
+    config.json file, `work/model` with the file laid into it."""
+    from opperf.workload.transformers_model import CONFIG_NAME
+
+    path = Path(model_dir_or_config)
+    if path.is_dir():
+        return path
+    model_dir = Path(work) / "model"
+    model_dir.mkdir()
+    shutil.copyfile(path, model_dir / CONFIG_NAME)
+    return model_dir
+
+
+def runner_options(device: str, tp: int, quantize_linear: str, layers: int | None) -> list[str]:
+    """text-generate's options for a model's device, tensor parallelism (--num-devices, --tp-size: one rank's share),
+    linear-layer quantization and --num-hidden-layers-override (None: the model's own depth)."""
+    return ["--device", device, "--num-devices", str(tp), "--tp-size", str(tp), "--quantize-linear-action",
+            quantize_linear, *(["--num-hidden-layers-override", str(layers)] if layers else [])]

@@ -66,7 +66,7 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
             failing.append({"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
                             "inputs": _inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason})
     failing.sort(key=lambda item: -item["calls"])
-    between = [scenario.name for scenario in scenarios if " between " in f" {scenario.name} "]
+    between = [scenario.name for scenario in scenarios if scenario.between_points]
     return {"ok": not failing, "queries": len(entries), "by_status": by_status, "by_path": by_path,
             "between_points": between, "failing": failing, "msmodeling_commit": install.commit}
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opperf.consumer.msmodeling_env import Msmodeling, run_cli
+from opperf.consumer.msmodeling_env import Msmodeling, model_directory, run_cli, runner_options
 from opperf.consumer.msmodeling_record import scenario_arguments
 from opperf.errors import OpperfError
 
@@ -72,23 +71,14 @@ def runner_predictions(install: Msmodeling, database: str | Path, model_config: 
     """msmodeling's runner's prediction of each scenario (`prefill:T`, `decode:BxC`) for a transformers config.json
     (or its directory), from `database`, at `num_layers` (None: the model's own depth) and `tp` ranks of tensor
     parallelism (--num-devices, --tp-size), linear layers unquantized (a database of bfloat16 rows)."""
-    from opperf.workload.transformers_model import CONFIG_NAME
-
     database = Path(database)
     device, profile = database_device(database)
-    path = Path(model_config)
     predictions = []
     with tempfile.TemporaryDirectory(prefix="opperf-msmodeling-predict-") as work:
-        model_dir = path
-        if not path.is_dir():                        # msmodeling takes a directory holding config.json
-            model_dir = Path(work) / "model"
-            model_dir.mkdir()
-            shutil.copyfile(path, model_dir / CONFIG_NAME)
+        model_dir = model_directory(model_config, work)
         for text in scenarios:
             metrics, trace = Path(work) / "metrics.json", Path(work) / "trace.json"
-            arguments = [*scenario_arguments(text), "--device", device, "--num-devices", str(tp), "--tp-size",
-                         str(tp), "--quantize-linear-action", "DISABLED",
-                         *(["--num-hidden-layers-override", str(num_layers)] if num_layers else []),
+            arguments = [*scenario_arguments(text), *runner_options(device, tp, "DISABLED", num_layers),
                          "--performance-model", "profiling", "--profiling-database-path", str(database.resolve())]
             done = run_cli(install, profile, ["inference", "text-generate", str(model_dir), *arguments,
                                               "--export-empirical-metrics-file", str(metrics),

@@ -22,7 +22,6 @@ row is bfloat16 (replayed in bfloat16); float32 stays float32.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opperf.consumer.moe_routing import RUNTIME_NUM_EXPERTS
-from opperf.consumer.msmodeling_env import Msmodeling, find_msmodeling
+from opperf.consumer.msmodeling_env import Msmodeling, find_msmodeling, model_directory, runner_options
 from opperf.consumer.msmodeling_record import SCENARIO_OPTIONS, rebuild
 from opperf.contract import (ACCELERATOR_CORE, CONSUMER_QUERY, INPUT_DTYPES, INPUT_FORMATS, INPUT_SCALARS, INPUT_SHAPES,
                              OP_STATE, OUTPUT_DTYPES, OUTPUT_FORMATS, OUTPUT_SHAPES, SOURCE, SOURCE_GENERATED,
@@ -74,6 +73,7 @@ class ScenarioCalls:
     name: str                       # prefill:64, decode:4x512
     msmodeling_args: list[str]      # its text-generate arguments after the model
     calls: list[dict]
+    between_points: bool = False    # recorded between a scenario space's points (ScenarioSpace.between_points)
 
 
 @dataclass
@@ -142,14 +142,7 @@ def record_model_queries(install: Msmodeling | None, model_dir_or_config: str | 
     config_path = path / CONFIG_NAME if path.is_dir() else path
     config = read_config(config_path)
     with tempfile.TemporaryDirectory(prefix="opperf-msmodeling-") as work:
-        model_dir = path
-        if not path.is_dir():                      # msmodeling takes a directory holding config.json
-            model_dir = Path(work) / "model"
-            model_dir.mkdir()
-            shutil.copyfile(path, model_dir / CONFIG_NAME)
-        common = [str(model_dir), "--device", device, "--num-devices", str(tp), "--tp-size", str(tp),
-                  "--quantize-linear-action",
-                  quantize_linear, *(["--num-hidden-layers-override", str(layers)] if layers else []),
+        common = [str(model_directory(path, work)), *runner_options(device, tp, quantize_linear, layers),
                   *map(str, extra_args)]
         output = Path(work) / "queries.json"
         command = [install.python, str(RECORDER), str(install.directory), "--output", str(output)]

@@ -178,7 +178,8 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
                     continue
                 tp_sizes.append(tp)
                 for scenario in queries.scenarios:
-                    where = "between " if scenario.name in between else ""
+                    scenario.between_points = scenario.name in between
+                    where = "between " if scenario.between_points else ""
                     scenario.name = f"{reference.name} TP{tp} {where}{scenario.name}"
                 recorded += queries.scenarios
             if left_out:

@@ -71,6 +71,14 @@ def parse_scenario_text(text: str) -> ScenarioText:
     return scenario
 
 
+def parse_scenario_option(text: str, option: str = "--scenario") -> ScenarioText:
+    """parse_scenario_text of a command-line option's value: its error names the option."""
+    try:
+        return parse_scenario_text(text)
+    except OpperfError as exc:
+        raise OpperfError(exc.reason, field=option) from None
+
+
 @dataclass(frozen=True)
 class ScenarioSpace:
     """The scenarios a database must answer for a model: prefill at each token count (batch 1), decode at each
