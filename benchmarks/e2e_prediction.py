@@ -73,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 
 from opperf.model_names import config_model_name  # noqa: E402
 
-STAGES = ("workflow", "grid", "replay", "profile", "predict", "msmodeling", "report")
+STAGES = ("workflow", "check", "grid", "replay", "profile", "predict", "msmodeling", "report")
 RECORDERS = ("msmodeling", "transformers")
 KV_CACHES = ("paged", "dynamic")             # held_out/<kv cache>/: the step msmodeling predicts, the eager step
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
@@ -180,7 +180,9 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
 
     # The workflow's folder for the model's database ({stack}_{model}); copied below to where `predict` reads it.
     target = f"{args.device}/torch/{workload_database_version_dir(args.version_dir, str(config.resolve()), {})}"
-    targets = [f"results/{target}/database_manifest.tsv", f"reports/{target}/database_check.json"]
+    targets = [f"results/{target}/database_manifest.tsv"]
+    if not args.check_on_host:
+        targets.append(f"reports/{target}/database_check.json")
     if args.recorder != "msmodeling":
         targets.append(f"reports/{target}/predictions.json")
     environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -232,7 +234,36 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
             "profile_s": job_seconds(f"workload/{target}.tsv"), "grid_s": job_seconds(f"grid/{target}.tsv"),
             "replay_s": job_seconds(f"replay/{target}/*.tsv", but="phase_replay.tsv"),
             "phase_replay_s": job_seconds(f"replay/{target}/phase_replay.tsv"),
-            "database_check_passed": bool(check.get("passed")), "workflow_exit": done.returncode}
+            **({} if args.check_on_host else {"database_check_passed": bool(check.get("passed"))}),
+            "workflow_exit": done.returncode}
+
+
+def stage_check(config: Path, work: Path, args) -> dict:
+    """The workflow's database check (its rule `database_check`, the same gates) run here on the database the
+    device built: msmodeling records and answers on the CPU, and a MoE model's check (msmodeling at every point and
+    between) does not fit beside the build in one device command (`--check-on-host` there)."""
+    from opperf.consumer.msmodeling_env import find_msmodeling
+
+    install = find_msmodeling()
+    if install is None:
+        raise SystemExit("check: no msmodeling checkout (set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling)")
+    model = str(config.resolve())
+    database = work / "database" / args.device / "torch" / args.version_dir
+    report = work / "check"
+    report.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "scripts/check_database.py", str(database), "--json", str(report / "check.json"),
+               "--markdown", str(report / "check.md"), "--models", "config/models.yaml", "--grid-config",
+               "config/grid.yaml", "--target-models", model, "--consumer-models", model, "--consumer-dtype",
+               consumer_dtype(args), "--scenarios", str(args.scenarios), "--scenario-space", args.scenario_space,
+               "--consumer-recorder", args.recorder, "--msmodeling", str(install.directory), "--devices",
+               "config/devices.yaml"]
+    began = time.perf_counter()
+    log_path = work / "logs" / "check.log"
+    with open(log_path, "w", encoding="utf-8") as log:
+        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    check = json.loads((report / "check.json").read_text()) if (report / "check.json").is_file() else {}
+    return {"database_check_passed": done.returncode == 0 and bool(check.get("passed")),
+            "database_check_s": round(time.perf_counter() - began, 1), "database_check_where": "host"}
 
 
 def stage_profile(config: Path, work: Path, args) -> dict:
@@ -763,6 +794,8 @@ def main() -> int:
                         help="the workflow's profiled decode batches (default: %(default)s)")
     parser.add_argument("--profile-context", type=int, default=1024,
                         help="the workflow's profiled decode context (default: %(default)s)")
+    parser.add_argument("--check-on-host", action="store_true",
+                        help="leave the database check out of the workflow stage (run the `check` stage here later)")
     parser.add_argument("--held-out-prefill", type=int, nargs="+", default=list(HELD_OUT_PREFILL))
     parser.add_argument("--held-out-decode", type=json.loads, default=HELD_OUT_DECODE,
                         help='JSON {context: [batches]} (default: %(default)s)')
@@ -777,6 +810,8 @@ def main() -> int:
         record = state["workloads"].setdefault(name, {"name": name, "unseen": True, "config": str(config)})
         if "workflow" in args.stages:
             record.update(stage_workflow(config, work, args))
+        if "check" in args.stages:
+            record.update(stage_check(config, work, args))
         if "grid" in args.stages:
             record.update(stage_grid(config, work, args))
         if "replay" in args.stages:

@@ -23,6 +23,7 @@ from opperf.consumer.runtime import RuntimeQuery, find, runtime_receives, runtim
 from opperf.database.build import build_database_directory, build_op_mapping, finalise_kernel_csv
 from opperf.database.report import check_database
 from opperf.io import read_database_csv, write_csv_atomic
+from opperf.replay.definitions import load_definition
 
 REPO = Path(__file__).resolve().parent.parent
 REPLAYED = REPO / "tests" / "data" / "database" / "cpu_replayed"
@@ -199,6 +200,25 @@ def test_op_mapping_is_what_the_runtime_can_use(cpu_database, tmp_path):
                                                                      "no kernel runs"}
     assert mapping["interpolation_policy"]["kernel_overrides"]["FusedInferAttentionScore"] == {
         "axis_transform": "sqrt_seq"}
+
+
+def test_the_moe_layers_lookups_between_the_points_are_set_by_their_definitions(tmp_path):
+    """msmodeling's generic lookup keys on inputs that carry the token count (a bias first, an index, a list);
+    the definitions key those ops on their output (docs/msmodeling.md, "Rows where its runtime looks")."""
+    mapping = _op_mapping_of_empty_types(tmp_path / "data" / "CPU" / "torch" / "torch2.13.0_cpu", "CPU", "torch",
+                                         ("addmm", "scatter_", "gather", "clone", "stack"))
+    overrides = mapping["interpolation_policy"]["kernel_overrides"]
+    by_output = {"generic_compute": {"axis": "output_numel"}}
+    assert overrides == {"addmm": {"max_interpolation_dim": 1, **by_output}, "gather": by_output,
+                         "scatter_": by_output}
+    ops = mapping["operator_mappings"]
+    assert {op: ops[op]["kernel_type"] for op in ops if op.startswith("aten.scatter_.")} == {
+        f"aten.scatter_.{overload}": "scatter_" for overload in ("src", "value", "reduce", "value_reduce")}
+    assert ops["aten.clone.default"]["query_mode"] == ops["aten.stack.default"]["query_mode"] == "elementwise"
+    # scatter_'s file only adds the policy: its rows are built from the op's schema, as a Type with no file.
+    scatter = load_definition(REPO / "config" / "kernels" / "torch" / "scatter_.yaml")
+    assert (scatter.schema_op, scatter.reference, scatter.recipe) == ("aten::scatter_", "schema:aten::scatter_",
+                                                                      "schema aten::scatter_")
 
 
 def test_an_op_whose_every_replayed_call_ran_no_device_work_costs_nothing(tmp_path):

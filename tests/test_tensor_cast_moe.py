@@ -18,7 +18,9 @@ from opperf.consumer.moe_routing import (balanced_expert_ids, init_routing_v2, m
                                          unpermute_tokens)
 from opperf.consumer.msmodeling_env import find_msmodeling
 from opperf.consumer.msmodeling_queries import (GATING_OP, PERMUTE_OP, UNPERMUTE_OP, ask_msmodeling, expert_count,
+                                                ScenarioCalls, expert_split_scenarios, moe_routing_width,
                                                 record_model_queries, rows_from_calls)
+from opperf.consumer.scenarios import ScenarioSpace, load_scenario_space
 from opperf.replay.definitions import DEFAULT_DEFINITIONS_DIR, load_definition
 from opperf.replay.engine import STATUS_FAILED_BUILD, STATUS_OK, replay_row
 from opperf.replay.inputs import build_case
@@ -145,6 +147,27 @@ def test_rows_are_the_runners_routing_calls_one_per_distinct_call(recorded):
     # glm4_moe: layer 0 dense, the MoE layers after it: one call per step at 2 layers, 2 at the config's 3
     assert [(c["count"], c["full_depth_count"]) for c in decode if c["op"] in (GATING_OP, PERMUTE_OP, UNPERMUTE_OP)
             ] == [(1, 2)] * 3
+
+
+@needs_msmodeling
+def test_the_routing_width_is_the_permutes_top_k_and_its_routers_experts(recorded):
+    assert moe_routing_width(recorded.scenarios) == (TOP_K, EXPERTS)
+    assert moe_routing_width([ScenarioCalls("dense", [], [c for c in recorded.scenarios[0].calls
+                                                           if c["op"] != PERMUTE_OP])]) is None
+
+
+def test_expert_splits_are_the_token_counts_between_the_points_where_an_expert_gets_fewer_than_two_tokens():
+    # 8 experts, top-2: 2 x tokens copies < 16 below 8 tokens; the points are recorded already, and decode at the
+    # smallest context only (the MoE calls do not depend on it).
+    space = ScenarioSpace(prefill_tokens=(1, 4, 64), decode_batches=(2, 4, 16), decode_contexts=(512, 256))
+    assert expert_split_scenarios(space, 2, 8) == ["prefill:2", "prefill:3", "prefill:5", "prefill:6", "prefill:7",
+                                                    "decode:3x256", "decode:5x256", "decode:6x256", "decode:7x256"]
+    # ERNIE-4.5-21B-A3B's 64 experts, top-6 over the dense space: below 22 tokens
+    dense = load_scenario_space(REPO / "config" / "scenarios.yaml", "dense")
+    assert expert_split_scenarios(dense, 6, 64) == [
+        *(f"prefill:{t}" for t in (9, 11, 13, 15, 17, 18, 19, 21)),
+        *(f"decode:{b}x256" for b in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21))]
+    assert expert_split_scenarios(space, 1, 1) == []            # one expert gets every token
 
 
 # --- replay and msmodeling's lookup -------------------------------------------------------------------------------

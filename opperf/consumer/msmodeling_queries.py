@@ -307,6 +307,37 @@ def lookup_attention_calls(recorded: Sequence[dict]) -> list[dict]:
     return calls
 
 
+def moe_routing_width(recorded: Sequence[ScenarioCalls]) -> tuple[int, int] | None:
+    """(top_k, experts) of the MoE layers msmodeling's runner routed in the recorded scenarios (its
+    init_routing_v2's ids and the step's router call, `expert_count`); None for a model without them. The widest
+    where layers differ: it needs the most token counts laid (`expert_split_scenarios`)."""
+    widths = set()
+    for scenario in recorded:
+        for call in scenario.calls:
+            if call["op"] == PERMUTE_OP and len(call["args"]) > 1 and isinstance(call["args"][1], dict):
+                experts = expert_count(call["args"][1], scenario.calls)
+                if experts is not None:
+                    widths.add((call["args"][1]["shape"][-1], experts))
+    return max(widths, key=lambda width: 2 * width[1] / width[0]) if widths else None
+
+
+def expert_split_scenarios(space: ScenarioSpace, top_k: int, experts: int) -> list[str]:
+    """The scenarios between the space's points whose MoE calls msmodeling's lookup answers only from a row of
+    their own token count: those where its layer gives an expert fewer than 2 of the tokens x top_k copies (it
+    splits them evenly, the first experts one more: `get_split_sizes`). The list of per-expert token blocks it
+    concatenates is then one of 0- and 1-row blocks, and the elementwise lookup keys on each block's relation to
+    the output (a 1-row block broadcasts): no two token counts share a key. At 2 or more copies per expert every
+    block is `other` and the count interpolates. Prefill at every such length between the smallest and largest
+    prefill point, decode at every such batch between the smallest and largest batch at the smallest context (the
+    MoE calls do not depend on it); the points themselves are recorded already."""
+    def splits(points: Sequence[int]) -> list[int]:
+        return [tokens for tokens in range(min(points), max(points) + 1)
+                if tokens * top_k < 2 * experts and tokens not in points]
+
+    return ([f"prefill:{tokens}" for tokens in splits(space.prefill_tokens)]
+            + [f"decode:{batch}x{min(space.decode_contexts)}" for batch in splits(space.decode_batches)])
+
+
 def attention_call(template: dict, seq_lens: Sequence[int], query_lens: Sequence[int]) -> dict:
     """A tensor_cast.attention call of `template`'s model for sequences of these lengths (context + new tokens)
     and new tokens, its paged cache laid as msmodeling's runner lays it."""

@@ -150,9 +150,12 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
     DeviceProfile, opperf.consumer.msmodeling_device), `layers` deep (the counts at the model's own depth follow).
     A TP size msmodeling refuses for a model is left out with a warning naming its error; TP 1 refused is an
     error. `between_points`: the scenarios between the space's points too (ScenarioSpace.between_points), named
-    `{model} TP{tp} between {scenario}`."""
+    `{model} TP{tp} between {scenario}`. A MoE model's token counts between the points that only a row of their
+    own answers (msmodeling_queries.expert_split_scenarios) are recorded too, named `{model} TP{tp} expert split
+    {scenario}`."""
     from opperf.consumer.msmodeling_device import msmodeling_name, write_device_profile
-    from opperf.consumer.msmodeling_queries import record_model_queries, scenario_texts
+    from opperf.consumer.msmodeling_queries import (expert_split_scenarios, moe_routing_width, record_model_queries,
+                                                    scenario_texts)
     from opperf.consumer.scenarios import DEFAULT_SCENARIO_SPACE, load_scenario_space
     from opperf.model_names import model_reference
 
@@ -166,22 +169,33 @@ def record_msmodeling_calls(install: Msmodeling, models: Sequence[str], models_p
             reference = model_reference(model, models_path)
             tp_sizes, left_out = [], {}
             for tp in scenario_space.tp_sizes:
+                def record(scenario_texts: list[str], tp: int = tp) -> list:
+                    return record_model_queries(install, reference.config_path, scenario_texts, layers=layers, tp=tp,
+                                                device=msmodeling_name(device), device_profile=profile,
+                                                timeout_s=timeout_s).scenarios
+
                 try:
-                    queries = record_model_queries(install, reference.config_path, [*texts, *between],
-                                                   layers=layers, tp=tp,
-                                                   device=msmodeling_name(device), device_profile=profile,
-                                                   timeout_s=timeout_s)
+                    scenarios = record([*texts, *between])
                 except OpperfError as exc:
                     if tp == 1:
                         raise
                     left_out[tp] = exc.reason.strip().splitlines()[-1]
                     continue
                 tp_sizes.append(tp)
-                for scenario in queries.scenarios:
+                width = moe_routing_width(scenarios)
+                splits = [text for text in (expert_split_scenarios(scenario_space, *width) if width else [])
+                          if text not in between]
+                if splits:
+                    log.info("%s TP%d: %d token counts where an expert of %d (top-%d) gets fewer than 2 tokens, "
+                             "between the points: recorded for their own rows", reference.name, tp, len(splits),
+                             width[1], width[0])
+                    scenarios += record(splits)
+                for scenario in scenarios:
                     scenario.between_points = scenario.name in between
-                    where = "between " if scenario.between_points else ""
+                    where = ("between " if scenario.between_points else
+                             "expert split " if scenario.name in splits else "")
                     scenario.name = f"{reference.name} TP{tp} {where}{scenario.name}"
-                recorded += queries.scenarios
+                recorded += scenarios
             if left_out:
                 log.warning("scenario space %r: msmodeling records %s at TP %s; left out: %s", space, reference.name,
                             ", ".join(map(str, tp_sizes)),

@@ -37,6 +37,7 @@ Schema (see docs/replay.md, "Kernel definition reference"):
     dtype_overrides: {1: DT_INT8}     # slot index -> dtype forced regardless of the row
     outputs: {verify: true}           # verify produced outputs against Output Shapes / Output Data Types
     hook: opperf.replay.hooks.npu_fused_infer_attention   # module with build_case(row, ctx) -> ReplayCase
+                                      # (opperf.replay.schema: built from the op's schema, as a Type with no file)
     requires_custom_opp: true         # check ASCEND_CUSTOM_OPP_PATH / LD_LIBRARY_PATH before replaying
     op_mapping: {query_mode: elementwise}   # extra fields the peer runtime reads from op_mapping.yaml
     runtime_policies:                 # the runtime's per-kernel policies (op_mapping.yaml's *_policy keys)
@@ -175,7 +176,7 @@ class KernelDefinition:
     description: str = ""
     op_mapping: Mapping[str, Any] = field(default_factory=dict)   # runtime fields for op_mapping.yaml
     runtime_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    schema_op: str | None = None      # `aten::cumsum`: built from the op's schema (no file; opperf.replay.schema)
+    schema_op: str | None = None      # `aten::cumsum`: built from the op's schema (no file, or hook opperf.replay.schema)
     # The op's CUDA work is ATen's copy_: one cudaMemcpyAsync device-to-device, not a kernel, when source and
     # destination share a dtype and one dense layout; its time then steps with the byte count (execution_branch).
     memcpy_when_dense: bool = False
@@ -487,6 +488,8 @@ def parse_definition(raw: Any, path: str | Path) -> KernelDefinition:
         description=description, op_mapping=dict(op_mapping),
         runtime_policies={name: dict(value) for name, value in policies.items()},
         memcpy_when_dense=_boolean(raw.get("memcpy_when_dense"), path, "memcpy_when_dense"),
+        # A file whose hook is the schema's states only what a schema cannot (the runtime's fields, policies).
+        schema_op=schema_op_for(kernel_type) if hook == SCHEMA_HOOK else None,
     )
 
 
