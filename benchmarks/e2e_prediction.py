@@ -76,6 +76,11 @@ from opperf.model_names import config_model_name  # noqa: E402
 STAGES = ("workflow", "check", "grid", "replay", "profile", "predict", "msmodeling", "report")
 RECORDERS = ("msmodeling", "transformers")
 KV_CACHES = ("paged", "dynamic")             # held_out/<kv cache>/: the step msmodeling predicts, the eager step
+# A MoE model's paged step once more with transformers' eager experts (held_out/paged_eager_experts/): a loop of
+# per-expert GEMMs, as msmodeling's graph has the experts, beside the grouped_mm its step runs by default.
+EAGER_EXPERTS = "paged_eager_experts"
+PROFILE_OPTIONS = {"paged": ["--kv-cache", "paged"], "dynamic": ["--kv-cache", "dynamic"],
+                   EAGER_EXPERTS: ["--kv-cache", "paged", "--experts-implementation", "eager"]}
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
 HELD_OUT_DECODE = {1024: (12, 24), 1536: (8,)}           # context -> batches: one axis off the grid at a time
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -266,9 +271,17 @@ def stage_check(config: Path, work: Path, args) -> dict:
             "database_check_s": round(time.perf_counter() - began, 1), "database_check_where": "host"}
 
 
+def is_moe(config: Path) -> bool:
+    """Whether the config.json is a mixture of experts' (an expert count under any of the names transformers uses)."""
+    document = json.loads(config.read_text())
+    return any(document.get(key) for key in ("num_experts", "n_routed_experts", "moe_num_experts",
+                                             "num_local_experts"))
+
+
 def stage_profile(config: Path, work: Path, args) -> dict:
     """Each held-out scenario profiled with each KV cache: the paged step msmodeling predicts, the eager one."""
-    seconds = {kv_cache: 0.0 for kv_cache in KV_CACHES}
+    variants = [*KV_CACHES, *([EAGER_EXPERTS] if is_moe(config) else [])]
+    seconds = {variant: 0.0 for variant in variants}
     common = [sys.executable, "scripts/profile_workload.py", "--backend", args.backend, "--transformers-config",
               str(config), "--num-layers", str(args.num_layers), "--dtype", args.dtype, "--decode-steps", "1",
               "--profile-iterations", str(args.profile_iterations)]
@@ -276,11 +289,11 @@ def stage_profile(config: Path, work: Path, args) -> dict:
     plans += [(f"decode_c{context}", ["--prefill-lengths", "1", "--decode-context", str(context),
                                       "--decode-batch-sizes", *map(str, batches)])
               for context, batches in args.held_out_decode.items()]
-    for kv_cache in KV_CACHES:
+    for variant in variants:
         for name, plan in plans:
-            seconds[kv_cache] += run(common + plan + ["--kv-cache", kv_cache, "--output",
-                                                      str(work / "held_out" / kv_cache / name)],
-                                     work / "logs" / f"profile_{kv_cache}_{name}.log")
+            seconds[variant] += run(common + plan + [*PROFILE_OPTIONS[variant], "--output",
+                                                     str(work / "held_out" / variant / name)],
+                                    work / "logs" / f"profile_{variant}_{name}.log")
     return {"profile_s": round(sum(seconds.values()), 1),
             **{f"profile_{kv_cache}_s": round(value, 1) for kv_cache, value in seconds.items()}}
 
@@ -633,6 +646,7 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
         raise SystemExit("no msmodeling checkout: set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling")
     database = work / "database" / args.device / "torch" / args.version_dir
     paged, eager = measured_by_scenario(work, "paged"), measured_by_scenario(work, "dynamic")
+    eager_experts = measured_by_scenario(work, EAGER_EXPERTS)
     held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
         f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
     began = time.perf_counter()
@@ -650,6 +664,8 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
                        for m in prediction.misses}.values())
         paged_us = statistics.mean(v["device_us"] for v in paged_steps) if paged_steps else None
         eager_us = statistics.mean(v["device_us"] for v in eager_steps) if eager_steps else None
+        experts_steps = eager_experts.get(prediction.scenario, [])
+        experts_us = statistics.mean(v["device_us"] for v in experts_steps) if experts_steps else None
         scenarios.append({
             "name": prediction.scenario,
             "measured_paged_us": round(paged_us, 3) if paged_us is not None else None,
@@ -663,6 +679,9 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
                            "trace_us": round(sum(op["us"] for op in prediction.by_op.values()), 3),
                            "msmodeling_commit": install.commit, "msmodeling_args": prediction.arguments},
             "msmodeling_vs_paged": round(prediction.predicted_us / paged_us, 4) if paged_us else None,
+            **({"measured_paged_eager_experts_us": round(experts_us, 3),
+                "msmodeling_vs_paged_eager_experts": round(prediction.predicted_us / experts_us, 4)}
+               if experts_us else {}),
             **(pair_ops(prediction.by_op, measured_ops) if paged_steps else {})})
     print(f"msmodeling's runner: {len(predictions)} scenarios in {seconds:.1f} s", flush=True)
     return scenarios
@@ -708,9 +727,12 @@ def msmodeling_lines(document: dict) -> list[str]:
              "opperf.consumer.paged_attention's kernels) and the transformers eager one; `m1` its own account's "
              "hits; `zero-cost with work` the ops it answered zero_cost/accepted_miss whose database rows ran "
              "device work; per-op error over the ops both have (OP_PAIRS); graph differences: the ops one side "
-             "has and the other lacks, with their time.", "",
-             "| workload | scenario | msmodeling µs | paged µs | eager µs | msm/paged | m1 | misses | zero-cost with "
-             "work | per-op median err | graph differences |", "|---|---|---:|---:|---:|---:|---:|---|---|---:|---|"]
+             "has and the other lacks, with their time. A MoE model's paged step is its transformers experts' "
+             "default (grouped_mm); `paged, eager experts` the same step with a loop over the experts, as "
+             "msmodeling's graph has them.", "",
+             "| workload | scenario | msmodeling µs | paged µs | eager µs | msm/paged | paged, eager experts µs | "
+             "msm/that | m1 | misses | zero-cost with work | per-op median err | graph differences |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for workload in document["workloads"]:
         for s in workload.get("scenarios", []):
             runner = s.get("msmodeling")
@@ -724,9 +746,19 @@ def msmodeling_lines(document: dict) -> list[str]:
             free = ", ".join(f"{z['op']} ({z['kernel_type']})" for z in runner["zero_cost_ops_with_device_work"])
             lines.append(f"| {workload['name']} | {s['name']} | {_us(runner['predicted_us'])} | "
                          f"{_us(s.get('measured_paged_us'))} | {_us(s.get('measured_eager_us'))} | "
-                         f"{s.get('msmodeling_vs_paged')} | {runner['m1_hit_rate']} | {misses} | {free or 'none'} | "
+                         f"{s.get('msmodeling_vs_paged')} | {_us(s.get('measured_paged_eager_experts_us'))} | "
+                         f"{s.get('msmodeling_vs_paged_eager_experts', '–')} | {runner['m1_hit_rate']} | {misses} | "
+                         f"{free or 'none'} | "
                          f"{s.get('per_op_median_error')} | {'; '.join(said) or 'none'} |")
     return lines + [""]
+
+
+def _check(workload: dict) -> str:
+    if "database_check_passed" not in workload:
+        return "–"
+    where = f" ({workload['database_check_where']}, {workload.get('database_check_s')} s)" if workload.get(
+        "database_check_where") else ""
+    return ("passed" if workload["database_check_passed"] else "failed") + where
 
 
 def write_report(output: Path, document: dict) -> None:
@@ -755,12 +787,12 @@ def write_report(output: Path, document: dict) -> None:
                      + f" | {100 * s.get('status_measured_share', {}).get(AnswerStatus.MISS, 0):.1f} %"
                      + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
                      f"{s['paired_time_share']} |")
-    lines += ["", "| workload | recorder | grid rows | kernel types | replay s | profile s (paged + eager) |",
-              "|---|---|---:|---:|---:|---:|"]
+    lines += ["", "| workload | recorder | grid rows | kernel types | workflow s | replay s | database check | "
+              "profile s (held out, every variant) |", "|---|---|---:|---:|---:|---:|---|---:|"]
     for workload in document["workloads"]:
         lines.append(f"| {workload['name']} | {workload.get('recorder', 'transformers')} | "
-                     f"{workload.get('grid_rows')} | {workload.get('grid_kernel_types')} | {workload.get('replay_s')} "
-                     f"| {workload.get('profile_s')} |")
+                     f"{workload.get('grid_rows')} | {workload.get('grid_kernel_types')} | {workload.get('workflow_s')} "
+                     f"| {workload.get('replay_s')} | {_check(workload)} | {workload.get('profile_s')} |")
     write_text_atomic(output / "README.md", "\n".join(lines) + "\n")
 
 

@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opperf.cli import add_logging_args, positive_int, run_cli  # noqa: E402
 from opperf.versions import check_stack_matches  # noqa: E402
 from opperf.workload.model import load_model_dims  # noqa: E402
-from opperf.workload.profile import DTYPES, KV_CACHES, WorkloadPlan, profile_workload  # noqa: E402
+from opperf.workload.profile import (DTYPES, EXPERTS_IMPLEMENTATIONS, KV_CACHES, WorkloadPlan,  # noqa: E402
+                                    profile_workload)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "transformers' cache; 'paged' a paged KV cache (128-token blocks) written and read by "
                              "opperf's replay of tensor_cast.reshape_and_cache / tensor_cast.attention, the step "
                              "msmodeling's runner predicts (default: %(default)s)")
+    parser.add_argument("--experts-implementation", choices=EXPERTS_IMPLEMENTATIONS, default=None,
+                        help="with --transformers-config, a MoE model's experts: transformers' grouped_mm (its "
+                             "choice where torch runs it), batched_mm, or eager (a loop over the experts, as "
+                             "msmodeling's graph has them) (default: transformers' choice)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                         help="dtype of the weights and activations (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
@@ -81,7 +86,8 @@ def main(args: argparse.Namespace) -> int:
                         profile_iterations=args.profile_iterations,
                         decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
     profile_workload(dims, plan, args.backend, args.dtype, args.output, transformers_config=config,
-                     config_path=args.transformers_config or "", kv_cache=args.kv_cache)
+                     config_path=args.transformers_config or "", kv_cache=args.kv_cache,
+                     experts=args.experts_implementation)
     return 0
 
 

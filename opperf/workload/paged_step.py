@@ -180,9 +180,10 @@ class PagedTransformersCausalLM(TransformersCausalLM):
     `prefill_batch`, one shared empty cache) and `decode_steps` decode steps after a written context."""
 
     def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = "", *,
-                 prefill_batch: int = 1, prefill_lengths: tuple[int, ...] = (), decode_steps: int = 0):
+                 prefill_batch: int = 1, prefill_lengths: tuple[int, ...] = (), decode_steps: int = 0,
+                 experts: str | None = None):
         register_paged_attention()
-        super().__init__(config, device, dtype, seed=seed, path=path, attention=PAGED_ATTENTION)
+        super().__init__(config, device, dtype, seed=seed, path=path, attention=PAGED_ATTENTION, experts=experts)
         self.description["kv_cache"] = dict(KV_CACHE_NOTE)
         self.decode_steps = decode_steps
         self.layer_shapes = self._probe(path)

@@ -31,6 +31,8 @@ log = get_logger("workload")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KV_CACHES = ("dynamic", "paged")     # a transformers model's own cache and attention, or the paged step's
+# transformers' experts_implementation values (transformers.integrations.moe) a MoE model may be profiled with.
+EXPERTS_IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 CHROME_TRACE_NAME = "trace.json"
 PLAIN_PASSES = 2             # un-profiled passes timed before the profile (after one more, untimed, that settles
                              # the allocator and caches): the overhead guard's reference and its noise
@@ -164,18 +166,21 @@ def profiled_iterations(model, plan: WorkloadPlan, token_ids: dict[str, torch.Te
 
 def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str, dtype: str,
                      output_dir: str | Path, *, transformers_config: dict | None = None,
-                     config_path: str | Path = "", kv_cache: str = "dynamic") -> Path:
+                     config_path: str | Path = "", kv_cache: str = "dynamic", experts: str | None = None) -> Path:
     """Profile the workload; the complete profile directory appears at `output_dir` (atomically).
 
     The model is the reference decoder of `dims`, or, given `transformers_config` (a config.json's dict), that
     transformers model with random weights (opperf.workload.transformers_model): with `kv_cache` "dynamic" its own
     attention and cache, with "paged" msmodeling's paged KV cache and opperf's paged kernels
-    (opperf.workload.paged_step)."""
+    (opperf.workload.paged_step); `experts` its experts_implementation where not transformers' choice."""
     if dtype not in DTYPES:
         raise OpperfError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
     if kv_cache not in KV_CACHES:
         raise OpperfError(f"unknown KV cache {kv_cache!r} (expected one of {', '.join(KV_CACHES)})",
                           field="--kv-cache")
+    if experts is not None and transformers_config is None:
+        raise OpperfError("an experts implementation is a transformers model's: give --transformers-config",
+                          field="--experts-implementation")
     if kv_cache == "paged" and transformers_config is None:
         raise OpperfError("a paged KV cache is for a transformers model: give --transformers-config",
                           field="--kv-cache")
@@ -186,12 +191,14 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
 
         model = PagedTransformersCausalLM(transformers_config, device, DTYPES[dtype], seed=plan.seed,
                                           path=config_path, prefill_batch=plan.batch_size,
-                                          prefill_lengths=plan.prefill_lengths, decode_steps=plan.decode_steps)
+                                          prefill_lengths=plan.prefill_lengths, decode_steps=plan.decode_steps,
+                                          experts=experts)
         vocab_size, description = model.vocab_size, model.description
     elif transformers_config is not None:
         from opperf.workload.transformers_model import TransformersCausalLM
 
-        model = TransformersCausalLM(transformers_config, device, DTYPES[dtype], seed=plan.seed, path=config_path)
+        model = TransformersCausalLM(transformers_config, device, DTYPES[dtype], seed=plan.seed, path=config_path,
+                                     experts=experts)
         vocab_size, description = model.vocab_size, model.description
     else:
         model = ReferenceDecoder(dims, device, DTYPES[dtype], seed=plan.seed)

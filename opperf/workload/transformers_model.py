@@ -172,22 +172,25 @@ class WrittenTransformersCache(WrittenCache):
 class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
     transformers model. `attention` names the attn_implementation where not the default (the paged step's,
-    opperf.workload.paged_step)."""
+    opperf.workload.paged_step); `experts` a MoE model's experts_implementation where not transformers' choice
+    (grouped_mm where torch can run it: `eager` loops over the experts as msmodeling's graph does)."""
 
     def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = "",
-                 attention: str | None = None):
+                 attention: str | None = None, experts: str | None = None):
         transformers, hf_config = hf_config_of(config, path)
         attention = attention or attention_implementation(transformers, hf_config)
         torch.manual_seed(seed)
         with torch.device(device):
-            self.model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype,
-                                                                       attn_implementation=attention)
+            self.model = transformers.AutoModelForCausalLM.from_config(
+                hf_config, dtype=dtype, attn_implementation=attention,
+                **({"experts_implementation": experts} if experts else {}))
         self.model.eval()
         self.config = hf_config
         self.device, self.dtype = device, dtype
         self.vocab_size = int(hf_config.vocab_size)
         self.description = {"source": "transformers", "transformers": transformers.__version__,
                             "model_class": type(self.model).__name__, "attn_implementation": attention,
+                            "experts_implementation": getattr(self.model.config, "_experts_implementation", None),
                             "kv_cache": {"kind": "dynamic"}, "config": config}
 
     def new_cache(self):
