@@ -280,7 +280,11 @@ def is_moe(config: Path) -> bool:
 
 def stage_profile(config: Path, work: Path, args) -> dict:
     """Each held-out scenario profiled with each KV cache: the paged step msmodeling predicts, the eager one."""
-    variants = [*KV_CACHES, *([EAGER_EXPERTS] if is_moe(config) else [])]
+    moe = is_moe(config)
+    variants = [*KV_CACHES, *([EAGER_EXPERTS] if moe else [])]
+    # A MoE model's experts get even shares of each step's tokens, as msmodeling's layer splits them and a trained
+    # router spreads them (opperf.workload.routing; --no-balanced-routing: the random model's own router's).
+    routing = ["--routing", "balanced"] if moe and args.balanced_routing else []
     seconds = {variant: 0.0 for variant in variants}
     common = [sys.executable, "scripts/profile_workload.py", "--backend", args.backend, "--transformers-config",
               str(config), "--num-layers", str(args.num_layers), "--dtype", args.dtype, "--decode-steps", "1",
@@ -291,10 +295,10 @@ def stage_profile(config: Path, work: Path, args) -> dict:
               for context, batches in args.held_out_decode.items()]
     for variant in variants:
         for name, plan in plans:
-            seconds[variant] += run(common + plan + [*PROFILE_OPTIONS[variant], "--output",
+            seconds[variant] += run(common + plan + [*PROFILE_OPTIONS[variant], *routing, "--output",
                                                      str(work / "held_out" / variant / name)],
                                     work / "logs" / f"profile_{variant}_{name}.log")
-    return {"profile_s": round(sum(seconds.values()), 1),
+    return {"profile_s": round(sum(seconds.values()), 1), **({"routing": "balanced"} if routing else {}),
             **{f"profile_{kv_cache}_s": round(value, 1) for kv_cache, value in seconds.items()}}
 
 
@@ -826,6 +830,9 @@ def main() -> int:
                         help="the workflow's profiled decode batches (default: %(default)s)")
     parser.add_argument("--profile-context", type=int, default=1024,
                         help="the workflow's profiled decode context (default: %(default)s)")
+    parser.add_argument("--no-balanced-routing", dest="balanced_routing", action="store_false",
+                        help="profile a MoE model's held-out steps with its random router's expert ids (which pile "
+                             "the tokens onto a few experts) instead of balanced ones")
     parser.add_argument("--check-on-host", action="store_true",
                         help="leave the database check out of the workflow stage (run the `check` stage here later)")
     parser.add_argument("--held-out-prefill", type=int, nargs="+", default=list(HELD_OUT_PREFILL))

@@ -13,6 +13,7 @@ from opperf.versions import check_stack_matches  # noqa: E402
 from opperf.workload.model import load_model_dims  # noqa: E402
 from opperf.workload.profile import (DTYPES, EXPERTS_IMPLEMENTATIONS, KV_CACHES, WorkloadPlan,  # noqa: E402
                                     profile_workload)
+from opperf.workload.routing import ROUTINGS  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --transformers-config, a MoE model's experts: transformers' grouped_mm (its "
                              "choice where torch runs it), batched_mm, or eager (a loop over the experts, as "
                              "msmodeling's graph has them) (default: transformers' choice)")
+    parser.add_argument("--routing", choices=ROUTINGS, default="model",
+                        help="with --transformers-config, a MoE model's expert ids: its router's ('model'; a model "
+                             "built from its config routes every token to the same experts) or 'balanced' (each "
+                             "expert an even share, as msmodeling's MoE layer assumes) (default: %(default)s)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                         help="dtype of the weights and activations (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=1, help="prefill batch size (default: %(default)s)")
@@ -87,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
                         decode_batch_sizes=tuple(args.decode_batch_sizes or ()))
     profile_workload(dims, plan, args.backend, args.dtype, args.output, transformers_config=config,
                      config_path=args.transformers_config or "", kv_cache=args.kv_cache,
-                     experts=args.experts_implementation)
+                     experts=args.experts_implementation, routing=args.routing)
     return 0
 
 

@@ -157,17 +157,21 @@ def test_the_routing_width_is_the_permutes_top_k_and_its_routers_experts(recorde
 
 
 def test_expert_splits_are_the_token_counts_between_the_points_where_an_expert_gets_fewer_than_two_tokens():
-    # 8 experts, top-2: 2 x tokens copies < 16 below 8 tokens; the points are recorded already, and decode at the
-    # smallest context only (the MoE calls do not depend on it).
+    # 8 experts, top-2: 2 x tokens copies < 16 below 8 tokens, and 8 itself, where every expert's block is 2
+    # rows and the interpolation's regime begins; the points are recorded already, and decode at the smallest
+    # context only (the MoE calls do not depend on it).
     space = ScenarioSpace(prefill_tokens=(1, 4, 64), decode_batches=(2, 4, 16), decode_contexts=(512, 256))
-    assert expert_split_scenarios(space, 2, 8) == ["prefill:2", "prefill:3", "prefill:5", "prefill:6", "prefill:7",
-                                                    "decode:3x256", "decode:5x256", "decode:6x256", "decode:7x256"]
-    # ERNIE-4.5-21B-A3B's 64 experts, top-6 over the dense space: below 22 tokens
+    assert expert_split_scenarios(space, 2, 8) == [
+        "prefill:2", "prefill:3", "prefill:5", "prefill:6", "prefill:7", "prefill:8",
+        "decode:3x256", "decode:5x256", "decode:6x256", "decode:7x256", "decode:8x256"]
+    # ERNIE-4.5-21B-A3B's 64 experts, top-6 over the dense space: up to 22 tokens (132 copies, 2 per expert)
     dense = load_scenario_space(REPO / "config" / "scenarios.yaml", "dense")
     assert expert_split_scenarios(dense, 6, 64) == [
-        *(f"prefill:{t}" for t in (9, 11, 13, 15, 17, 18, 19, 21)),
-        *(f"decode:{b}x256" for b in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21))]
-    assert expert_split_scenarios(space, 1, 1) == []            # one expert gets every token
+        *(f"prefill:{t}" for t in (9, 11, 13, 15, 17, 18, 19, 21, 22)),
+        *(f"decode:{b}x256" for b in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17, 18, 19, 20, 21, 22))]
+    # GLM-4.5-Air's 128, top-8: up to 32 tokens, a point of the dense space
+    assert expert_split_scenarios(dense, 8, 128)[-1] == "decode:31x256"
+    assert expert_split_scenarios(space, 1, 1) == ["prefill:2"]     # 2 tokens give the one expert 2 copies
 
 
 # --- replay and msmodeling's lookup -------------------------------------------------------------------------------

@@ -327,12 +327,15 @@ def expert_split_scenarios(space: ScenarioSpace, top_k: int, experts: int) -> li
     splits them evenly, the first experts one more: `get_split_sizes`). The list of per-expert token blocks it
     concatenates is then one of 0- and 1-row blocks, and the elementwise lookup keys on each block's relation to
     the output (a 1-row block broadcasts): no two token counts share a key. At 2 or more copies per expert every
-    block is `other` and the count interpolates. Prefill at every such length between the smallest and largest
-    prefill point, decode at every such batch between the smallest and largest batch at the smallest context (the
-    MoE calls do not depend on it); the points themselves are recorded already."""
+    block is `other` and the count interpolates, from the first such count on: it is recorded too, the lower end
+    of that regime. Prefill at every such length between the smallest and largest prefill point, decode at every
+    such batch between the smallest and largest batch at the smallest context (the MoE calls do not depend on it);
+    the points themselves are recorded already."""
+    first_even = -(-2 * experts // top_k)         # the fewest tokens that give every expert 2 copies
+
     def splits(points: Sequence[int]) -> list[int]:
         return [tokens for tokens in range(min(points), max(points) + 1)
-                if tokens * top_k < 2 * experts and tokens not in points]
+                if tokens <= first_even and tokens not in points]
 
     return ([f"prefill:{tokens}" for tokens in splits(space.prefill_tokens)]
             + [f"decode:{batch}x{min(space.decode_contexts)}" for batch in splits(space.decode_batches)])

@@ -24,6 +24,7 @@ from opperf.input_values import INPUT_VALUES
 from opperf.contract import EXECUTION_TRACE, WORKLOAD_MANIFEST
 from opperf.io import staged_directory
 from opperf.log import PROFILER_NOISE, get_logger, span, stderr_without
+from opperf.workload.routing import ROUTINGS, balance_routing
 from opperf.workload.model import DecoderDims, ReferenceDecoder, WrittenCache
 from opperf.workload.values import ValueRecorder
 
@@ -166,21 +167,25 @@ def profiled_iterations(model, plan: WorkloadPlan, token_ids: dict[str, torch.Te
 
 def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str, dtype: str,
                      output_dir: str | Path, *, transformers_config: dict | None = None,
-                     config_path: str | Path = "", kv_cache: str = "dynamic", experts: str | None = None) -> Path:
+                     config_path: str | Path = "", kv_cache: str = "dynamic", experts: str | None = None,
+                     routing: str = "model") -> Path:
     """Profile the workload; the complete profile directory appears at `output_dir` (atomically).
 
     The model is the reference decoder of `dims`, or, given `transformers_config` (a config.json's dict), that
     transformers model with random weights (opperf.workload.transformers_model): with `kv_cache` "dynamic" its own
     attention and cache, with "paged" msmodeling's paged KV cache and opperf's paged kernels
-    (opperf.workload.paged_step); `experts` its experts_implementation where not transformers' choice."""
+    (opperf.workload.paged_step); `experts` its experts_implementation where not transformers' choice; `routing`
+    "balanced" gives a MoE model's experts even shares of the tokens (opperf.workload.routing)."""
     if dtype not in DTYPES:
         raise OpperfError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
     if kv_cache not in KV_CACHES:
         raise OpperfError(f"unknown KV cache {kv_cache!r} (expected one of {', '.join(KV_CACHES)})",
                           field="--kv-cache")
-    if experts is not None and transformers_config is None:
-        raise OpperfError("an experts implementation is a transformers model's: give --transformers-config",
-                          field="--experts-implementation")
+    if routing not in ROUTINGS:
+        raise OpperfError(f"unknown routing {routing!r} (expected one of {', '.join(ROUTINGS)})", field="--routing")
+    if (experts is not None or routing != "model") and transformers_config is None:
+        raise OpperfError("an experts implementation or routing is a transformers model's: give "
+                          "--transformers-config", field="--experts-implementation" if experts else "--routing")
     if kv_cache == "paged" and transformers_config is None:
         raise OpperfError("a paged KV cache is for a transformers model: give --transformers-config",
                           field="--kv-cache")
@@ -203,6 +208,8 @@ def profile_workload(dims: DecoderDims | None, plan: WorkloadPlan, backend: str,
     else:
         model = ReferenceDecoder(dims, device, DTYPES[dtype], seed=plan.seed)
         vocab_size, description = dims.vocab_size, {"source": "reference", "model_dims": asdict(dims)}
+    if routing == "balanced":
+        description = {**description, **balance_routing(model.model)}
     model.prepare_rope(plan.max_positions)
     token_ids = make_token_ids(plan, vocab_size, device)
     with span("workload.decode_caches", log, batches=len(plan.decode_batches) if plan.decode_steps else 0):
