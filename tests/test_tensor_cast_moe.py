@@ -17,6 +17,7 @@ from opperf import contract
 from opperf.consumer.moe_routing import (balanced_expert_ids, init_routing_v2, moe_gating_top_k_softmax,
                                          unpermute_tokens)
 from opperf.consumer.msmodeling_env import find_msmodeling
+from opperf.consumer.msmodeling_gate import call_inputs, gate_lines, writes_nothing
 from opperf.consumer.msmodeling_queries import (GATING_OP, PERMUTE_OP, UNPERMUTE_OP, ask_msmodeling, expert_count,
                                                 ScenarioCalls, expert_split_scenarios, moe_routing_width,
                                                 record_model_queries, rows_from_calls)
@@ -269,3 +270,30 @@ def test_msmodeling_answers_the_recorded_calls_exactly_and_a_batch_between_by_in
         assert (answer["source"], answer["path"], answer["exact"]) == ("INTERPOLATED", "interpolated", None), answer
         at_16, at_4 = replayed[kernel_type]
         assert answer["latency_us"] == pytest.approx(at_4 + (at_16 - at_4) * (10 - 4) / (16 - 4), rel=1e-6), answer
+
+
+# --- the check's account of calls that write nothing -------------------------------------------------------------
+
+
+def _tensor_spec(shape: list[int], dtype: str = "bfloat16") -> dict:
+    return {"shape": shape, "dtype": dtype}
+
+
+def test_a_cat_of_empty_expert_blocks_writes_nothing_and_the_gate_lists_it_apart():
+    """msmodeling's MoE layer concatenates per-expert blocks; where the experts of a block got no token (tokens x
+    top_k < experts) the cat's output has no element. On cuda no kernel runs, the row measures no device work, and
+    msmodeling reads only positive latencies: no row can answer it, so the check lists it without failing."""
+    empty = {"op": "aten.cat.default", "args": [[_tensor_spec([0, 64])], 0], "kwargs": {},
+             "out": _tensor_spec([0, 64])}
+    blocks = {"op": "aten.cat.default", "args": [[_tensor_spec([1, 64])] * 6 + [_tensor_spec([0, 64])] * 2, 0],
+              "kwargs": {}, "out": _tensor_spec([6, 64])}
+    assert writes_nothing(empty) and not writes_nothing(blocks)
+    assert not writes_nothing({"op": "aten.sum.default", "args": [], "kwargs": {}, "out": None})
+    assert call_inputs(blocks) == [[[1, 64], [1, 64], [1, 64], [1, 64], "… 8 tensors"]]
+    gate = {"ok": True, "queries": 2, "by_status": {}, "between_points": [], "failing": [],
+            "writes_nothing": [{"op": "aten.cat.default", "status": "MISS", "calls": 54, "inputs": [[[0, 64]]],
+                                "scenarios": ["m TP1 prefill:1"], "reason": "outside_axis_boundary"}]}
+    assert gate_lines(gate)[1:] == [
+        "1 distinct calls write nothing (every output has 0 elements: no kernel runs) and fall to msmodeling's "
+        "roofline: it reads only positive latencies, so no row can answer them; they do not fail the check",
+        "- aten.cat.default [[[0, 64]]] (54 calls; m TP1 prefill:1)"]

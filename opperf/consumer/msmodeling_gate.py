@@ -28,8 +28,27 @@ def _status(answer: dict) -> tuple[AnswerStatus, str]:
     return AnswerStatus.INTERPOLATED, answer["method"] or answer["rule"] or "interpolated"
 
 
-def _inputs(call: dict) -> list:
-    return [[value["shape"], value["dtype"]] for value in call["args"] if isinstance(value, dict) and "shape" in value]
+def _tensor(value) -> bool:
+    return isinstance(value, dict) and "shape" in value
+
+
+def call_inputs(call: dict) -> list:
+    """The call's tensor arguments as [shape, dtype], a tensor list as the list of its shapes (the first 4)."""
+    shown = []
+    for value in call["args"]:
+        if _tensor(value):
+            shown.append([value["shape"], value["dtype"]])
+        elif isinstance(value, list) and value and all(_tensor(item) for item in value):
+            shapes = [item["shape"] for item in value]
+            shown.append(shapes[:4] + ([f"… {len(shapes)} tensors"] if len(shapes) > 4 else []))
+    return shown
+
+
+def writes_nothing(call: dict) -> bool:
+    """Whether every output of the call has no element (a cat of empty per-expert blocks): no kernel runs, its
+    replayed row measures no device work, and msmodeling reads only positive latencies, so no row can answer it."""
+    outputs = [o for o in (call.get("out") if isinstance(call.get("out"), list) else [call.get("out")]) if _tensor(o)]
+    return bool(outputs) and all(0 in o["shape"] for o in outputs)
 
 
 PATHS = ("exact", "padded", "interpolated", "merged", "zero_cost", "accepted_miss")
@@ -39,8 +58,9 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
     """The gate over recorded scenarios (opperf.consumer.recorder.record_msmodeling_calls): {"ok", "queries",
     "by_status": {status: {"queries", "calls"}}, "by_path": {path: {"queries", "calls"}} (which of the runtime's
     rules answered: msmodeling_answer's `path`), "between_points": [scenario names between the space's points],
-    "failing": [{"op", "status", "calls", "inputs", "scenarios", "reason"}], "msmodeling_commit"}. Calls are counted
-    per step at the model's own depth where known."""
+    "failing": [{"op", "status", "calls", "inputs", "scenarios", "reason"}], "writes_nothing": [the same, for the
+    misses of calls with empty outputs: no row can answer them (`writes_nothing`); they do not fail the gate],
+    "msmodeling_commit"}. Calls are counted per step at the model's own depth where known."""
     from opperf.consumer.msmodeling_queries import ask_msmodeling
 
     distinct: dict[str, dict] = {}
@@ -54,7 +74,7 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
     answers = ask_msmodeling(install, database, [entry["call"] for entry in entries]) if entries else []
     by_status = {status: {"queries": 0, "calls": 0} for status in MSMODELING_STATUSES}
     by_path = {path: {"queries": 0, "calls": 0} for path in PATHS}
-    failing = []
+    failing, empty = [], []
     for entry, answer in zip(entries, answers):
         status, reason = _status(answer)
         by_status[status]["queries"] += 1
@@ -63,12 +83,15 @@ def msmodeling_gate(install: Msmodeling, database: str | Path, scenarios: Sequen
             by_path[answer["path"]]["queries"] += 1
             by_path[answer["path"]]["calls"] += entry["calls"]
         if status.fails_gate:
-            failing.append({"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
-                            "inputs": _inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason})
+            item = {"op": entry["call"]["op"], "status": status, "calls": entry["calls"],
+                    "inputs": call_inputs(entry["call"]), "scenarios": entry["scenarios"][:3], "reason": reason}
+            (empty if status is AnswerStatus.MISS and writes_nothing(entry["call"]) else failing).append(item)
     failing.sort(key=lambda item: -item["calls"])
+    empty.sort(key=lambda item: -item["calls"])
     between = [scenario.name for scenario in scenarios if scenario.between_points]
     return {"ok": not failing, "queries": len(entries), "by_status": by_status, "by_path": by_path,
-            "between_points": between, "failing": failing, "msmodeling_commit": install.commit}
+            "between_points": between, "failing": failing, "writes_nothing": empty,
+            "msmodeling_commit": install.commit}
 
 
 def database_gate(install: Msmodeling, database: str | Path, models: Sequence[str], models_path: str | Path, *,
@@ -104,6 +127,13 @@ def gate_lines(gate: dict) -> list[str]:
                      f"{item['scenarios'][0]}): {item['reason']}")
     if len(gate["failing"]) > SHOWN:
         lines.append(f"- … and {len(gate['failing']) - SHOWN} more (see the JSON)")
+    empty = gate.get("writes_nothing", [])
+    if empty:
+        lines.append(f"{len(empty)} distinct calls write nothing (every output has 0 elements: no kernel runs) and "
+                     "fall to msmodeling's roofline: it reads only positive latencies, so no row can answer them; "
+                     "they do not fail the check")
+        lines += [f"- {item['op']} {item['inputs']} ({item['calls']} calls; {item['scenarios'][0]})"
+                  for item in empty[:SHOWN]]
     return lines
 
 

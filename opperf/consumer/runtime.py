@@ -21,8 +21,8 @@ The consumer of a database is msmodeling's TensorCast runtime (`ProfilingDataSou
   Duration(us)`, else `Duration(us)`) are skipped.
 
 So rows the runtime cannot tell apart must not both be written: `runtime_view` keeps one row per runtime
-key (the layout that carried most of the workload's calls) and the database keeps every row in
-`layouts/{KernelType}.csv`.
+key (the layout that carried most of the workload's calls; an elementwise key's rows of other interpolation
+regimes too, `elementwise_regime`) and the database keeps every row in `layouts/{KernelType}.csv`.
 """
 
 from __future__ import annotations
@@ -213,6 +213,24 @@ def runtime_key(row: Mapping[str, str], elementwise: bool = False, attention: bo
     return ("compute", logical, tuple(dtypes[:len(shapes)]), *context)
 
 
+def elementwise_regime(row: Mapping[str, str]) -> tuple:
+    """How msmodeling's elementwise interpolation groups a row (its `_elementwise_broadcast_pattern`): the number
+    of inputs and each input's dims against the output's (leading 1 dropped on both; `missing`, `same`,
+    `broadcast` for a 1 against more, else `other`). Rows of one output shape but another regime (a cat of one
+    block, a cat of 128 expert blocks) are one exact key to it and distinct interpolation points."""
+    output = _shapes(row.get(contract.OUTPUT_SHAPES, ""))
+    if not output:
+        return ()
+    output_shape = strip_batch(output[0])
+    pattern = []
+    for shape in (strip_batch(s) for s in _shapes(row.get(contract.INPUT_SHAPES, ""))):
+        padded = (None,) * max(0, len(output_shape) - len(shape)) + shape[-len(output_shape):]
+        pattern.append((len(shape), tuple("missing" if dim is None else "same" if dim == out else
+                                          "broadcast" if dim == 1 and out != 1 else "other"
+                                          for dim, out in zip(padded, output_shape))))
+    return len(pattern), tuple(pattern)
+
+
 def row_latency(row: Mapping[str, str]) -> float | None:
     """The latency the runtime takes from a row (its column order), or None where it would skip the row."""
     for column in RUNTIME_LATENCY_COLUMNS:
@@ -250,13 +268,14 @@ def runtime_view(frame: pd.DataFrame, backend: str, out_slots: Mapping[int, Sequ
     most of the profiled calls (the workload's dominant layout); among rows without calls, a row of the
     consumer's own query (its model's layout at these shapes) before a grid pattern's; then the first. Rows are
     written largest call first (see below); `Runtime Key Rows` says how many rows of the layouts file one stands
-    for.
+    for. Elementwise rows of one key but different `elementwise_regime`s are all written: the runtime's exact
+    match takes the first, its interpolation needs each as a point of its own regime.
     """
     rows = frame.to_dict(orient="records")
     records = [runtime_row(r, backend, out_slots) for r in rows]
     groups: dict[tuple, list[int]] = {}
     for index, record in enumerate(records):
-        groups.setdefault(runtime_key(record, elementwise, attention), []).append(index)
+        groups.setdefault(_view_key(record, elementwise, attention), []).append(index)
     chosen = []
     for members in groups.values():
         best = max(members, key=lambda i: (row_latency(records[i]) is not None, _calls(records[i]),
@@ -310,11 +329,17 @@ def _emptied_from(runtime_cell: object, layouts_cell: object) -> bool:
     return len(written) == len(every) and all(w in ("", e) for w, e in zip(written, every))
 
 
+def _view_key(record: Mapping[str, str], elementwise: bool, attention: bool = False) -> tuple:
+    key = runtime_key(record, elementwise, attention)
+    return (*key, elementwise_regime(record)) if elementwise else key
+
+
 def duplicate_keys(frame: pd.DataFrame, elementwise: bool = False) -> list[list[int]]:
-    """Groups of CSV lines (2-based) that share a runtime key: the runtime answers all with the first."""
+    """Groups of CSV lines (2-based) that share a runtime key: the runtime answers all with the first (elementwise
+    rows of other regimes are points of their own: runtime_view)."""
     groups: dict[tuple, list[int]] = {}
     for index, record in enumerate(frame.to_dict(orient="records")):
-        groups.setdefault(runtime_key(record, elementwise), []).append(index + 2)
+        groups.setdefault(_view_key(record, elementwise), []).append(index + 2)
     return [lines for lines in groups.values() if len(lines) > 1]
 
 

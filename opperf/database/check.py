@@ -86,8 +86,9 @@ def check_findable(operator_mappings: dict, tables: dict) -> dict[str, KernelChe
                     continue
                 if any(answer and answer[0] == kernel_type and same_output_shape(table, answer[1], index)
                        for op, answer in answers.items() if modelled[op].get("query_mode") == "elementwise"):
-                    # The runtime answers an output shape's calls with its first row, scaled by the output
-                    # dtypes' bytes; this row of another dtype stays an interpolation point of its own.
+                    # The runtime answers an output shape's calls with its first row (scaled by the output
+                    # dtypes' bytes where they differ); this row of another dtype or input regime
+                    # (runtime.elementwise_regime) stays an interpolation point of its own.
                     check.scaled += 1
                     continue
                 why = "; ".join(f"{op} is answered by "

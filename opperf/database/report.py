@@ -145,7 +145,8 @@ def format_table(result: dict[str, Any]) -> str:
     t = result["totals"]
     lines += ["", f"Rows with a duration the runtime finds: {t['findable']} of {t['rows_with_duration']}"
               + (f" (+{t['answered_scaled']} elementwise rows whose calls their output shape's first row answers, "
-                 "scaled by the dtypes' bytes: interpolation points of their dtype)" if t.get("answered_scaled") else "")
+                 "scaled by the dtypes' bytes where they differ: interpolation points of their dtype or input regime)"
+                 if t.get("answered_scaled") else "")
               + (f" (+{t['not_modelled']} under query modes this check does not model)" if t["not_modelled"] else "")
               + (f" ({t['unmapped']} of kernel types no op the runtime receives maps to)" if t["unmapped"] else "")
               + (f" ({t['dtype_unmapped']} of a dtype the runtime's DTYPE_MAP cannot spell, "
