@@ -377,13 +377,29 @@ def measured_steps(trace_path: Path) -> dict[str, dict]:
             s.get("tid") == tid and s["ts"] <= r["ts"] and r["ts"] + r.get("dur", 0) <= s["ts"] + s.get("dur", 0)
             for s in steps)]
     starts = {tid: [e["ts"] for e in ops] for tid, ops in ops_by_tid.items()}
+    parent: dict[int, dict | None] = {}            # each op's innermost enclosing op (ops nest on a thread)
+    for ops in ops_by_tid.values():
+        stack: list[dict] = []
+        for op in ops:
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < op["ts"]:
+                stack.pop()
+            parent[id(op)] = stack[-1] if stack else None
+            stack.append(op)
     composite: dict[str, bool] = {}
 
     def dispatch_op(tid, ts):
-        """The outermost op enclosing host time `ts` that torch does not decompose."""
+        """The outermost op enclosing host time `ts` that torch does not decompose. The ops enclosing it are the
+        last op started by then and its ancestors (a linear scan of every earlier op made a trace of a million
+        ops, a MoE step's expert loop, take hours)."""
         ops = ops_by_tid.get(tid, [])
-        enclosing = [e for e in ops[:bisect.bisect_right(starts.get(tid, []), ts)] if e["ts"] + e.get("dur", 0) >= ts]
-        for op in enclosing:                       # outermost first (sorted by start, longer first)
+        index = bisect.bisect_right(starts.get(tid, []), ts) - 1
+        op = ops[index] if index >= 0 else None
+        enclosing = []
+        while op is not None:
+            if op["ts"] + op.get("dur", 0) >= ts:
+                enclosing.append(op)
+            op = parent[id(op)]
+        for op in reversed(enclosing):             # outermost first
             name = op["name"]
             if name not in composite:
                 composite[name] = _composite(name)
