@@ -41,7 +41,8 @@ recording did not issue, e.g. an attention backend other than the one the record
 msmodeling's answer per op (its trace's events, grouped by op name without the overload) is paired with the measured
 paged step's kernels of the same op (grouped by their dispatch op, or by a record_function range of the step's own
 inside it) through OP_PAIRS: TensorCast's attention and cache write against the paged kernels' ops, its GEMMs
-against mm/addmm, its rotary table lookup against the transformers rotary's cos/sin; any other op by its own name.
+against mm/addmm (and a MoE model's grouped GEMMs), its MoE routing ops against transformers' sort/histc/masking,
+its rotary table lookup against the transformers rotary's cos/sin; any other op by its own name.
 What one side has and the other lacks is `graph_differences`, with its time.
 
 Writes `e2e_prediction.json` and `README.md` in --output: `device`, and `workloads: [{name, unseen: true,
@@ -573,8 +574,14 @@ OP_PAIRS = {
     # its reshape_and_cache: one index_copy_ into the slots per half
     "tensor_cast.reshape_and_cache": (("tensor_cast.reshape_and_cache",),
                                       ("tensor_cast.reshape_and_cache", "reshape_and_cache"), ("aten.index_copy_",)),
-    # linear layers: mm (addmm with a bias) on both sides
-    "matmul": (("aten.mm", "aten.addmm"), (), ("aten.mm", "aten.addmm")),
+    # linear layers: mm (addmm with a bias) on both sides; a MoE model's experts: msmodeling's mm per expert,
+    # the measured step's grouped GEMMs (transformers' grouped_mm experts)
+    "matmul": (("aten.mm", "aten.addmm"), (), ("aten.mm", "aten.addmm", "aten._grouped_mm")),
+    # a MoE layer's token routing: TensorCast's permute and unpermute, transformers' sort of the expert ids, the
+    # per-expert counts and offsets, the masking of the padded rows
+    "MoE token routing": (("tensor_cast.init_routing_v2", "tensor_cast.unpermute_tokens"), (), (
+        "aten.sort", "aten.histc", "aten.cumsum", "aten.masked_fill", "aten.masked_fill_", "aten.index_put_",
+        "aten.floor_divide", "aten.clamp_")),
     # the rotary cos/sin: TensorCast looks them up in its table (index_select), transformers computes them
     "rotary cos/sin": (("aten.index_select",), (), ("aten.cos", "aten.sin")),
 }
