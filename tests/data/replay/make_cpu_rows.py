@@ -11,7 +11,7 @@ columns; tests/test_replay_tensor_cast.py lays such rows) and the MoeGatingTopK 
 rows (its decode 4 x 512 calls for tests/data/workload/tiny_glm4_moe.json, with `Runtime num_experts`;
 tests/test_tensor_cast_moe.py).
 The workload covers most definitions; `extra_ops_trace` profiles the few the reference decoder does
-not call (addmm, baddbmm, gelu, softmax, where, stack, gather, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
+not call (addmm, baddbmm, gelu, softmax, where, stack, gather, scatter_, ...) the same way. Input slots come straight from torch.profiler's record_shapes (`Input Dims`, `Input type`,
 `Concrete Inputs`; a TensorList is flattened into one slot per tensor). Output slots are those
 of the same call run once through torch.ops.aten on the CPU, so the rows are what the parse stage
 produces for these ops (it infers outputs the same way, with meta tensors).
@@ -84,6 +84,7 @@ def extra_ops_trace(path: Path) -> None:
         y.mul_(x)
         torch.stack([x, x], dim=0)
         torch.gather(x, 1, torch.randint(0, 32, (8, 4)))
+        torch.zeros(8, 4).scatter_(1, torch.randint(0, 4, (8, 1)), 1)     # scatter_: a router's group mask
     prof.export_chrome_trace(str(path))
 
 
