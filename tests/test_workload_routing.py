@@ -35,6 +35,7 @@ def _expert_ids(model: TransformersCausalLM, tokens: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize("name", ["tiny_glm4_moe", "tiny_ernie4_5_moe"])
 def test_balanced_routing_gives_every_expert_an_even_share_of_each_steps_tokens(name):
     model = _model(name)
+    assert model.description["experts_implementation"] == "eager"      # a loop over the experts, as asked
     # the random model's own router piles the tokens onto a few experts
     assert max(torch.bincount(_expert_ids(model, 12)[0].reshape(-1), minlength=8).tolist()) >= 6
     assert balance_routing(model.model) == {"routing": "balanced", "routers": 2,
