@@ -13,6 +13,9 @@ config/models.yaml):
                 transformers: opperf's recorder, as before), replay with stage 4b, database, check, predictions of
                 the held-out scenarios (predict.runner auto: msmodeling's runner on a database of its queries); the
                 database lands where the later stages read it. Stages 1-2 are the same without a profile, by hand.
+                --check-on-host leaves the check out (a MoE model's, msmodeling at every point, between them and at
+                the expert-split token counts, does not fit one device command beside the build).
+  0b. check     the workflow's database check (its rule's gates) on the database the device built, here on the host
   1. grid       scripts/generate_shape_grid.py --consumer-models CONFIG --queries-only --scenario-space SPACE
                 --consumer-recorder RECORDER: the model's queries over the scenario space (config/scenarios.yaml),
                 one row each (host; no device needed)
@@ -23,7 +26,10 @@ config/models.yaml):
                 step msmodeling predicts: a paged KV cache written and read by opperf.consumer.paged_attention's
                 kernels, under held_out/paged/) and `--kv-cache dynamic` (the transformers eager step, its
                 DynamicCache, under held_out/dynamic/): prefill lengths and decode batches x contexts between the
-                space's points, in-workload, --profile-iterations passes
+                space's points, in-workload, --profile-iterations passes. A MoE model's steps once more paged with
+                `--experts-implementation eager` (held_out/paged_eager_experts/: a loop over the experts, as
+                msmodeling's graph has them), every variant `--routing balanced` (each expert an even share of the
+                tokens, as msmodeling splits them; --no-balanced-routing: the random model's own router)
   4. predict    each held-out scenario's queries answered from the database by opperf's model of msmodeling's
                 runtime (opperf.consumer.predict) against the eager profile (host)
   5. msmodeling msmodeling's own runner on the database (opperf.consumer.msmodeling_predict.runner_predictions: its
