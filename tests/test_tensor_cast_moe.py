@@ -297,3 +297,27 @@ def test_a_cat_of_empty_expert_blocks_writes_nothing_and_the_gate_lists_it_apart
         "1 distinct calls write nothing (every output has 0 elements: no kernel runs) and fall to msmodeling's "
         "roofline: it reads only positive latencies, so no row can answer them; they do not fail the check",
         "- aten.cat.default [[[0, 64]]] (54 calls; m TP1 prefill:1)"]
+
+
+@needs_msmodeling
+def test_the_grid_records_a_moe_model_at_its_expert_split_token_counts_too(tmp_path):
+    """Between the points decode 2 and 4 (8 experts, top-2), batch 3 gives 2 experts no token: the recorder records
+    it (at the smallest context) for its own rows; the gate's between-point scenario of the same text is not
+    recorded twice."""
+    from opperf.consumer.recorder import record_msmodeling_calls
+    from opperf.devices import load_catalog, resolve_device
+
+    (tmp_path / "scenarios.yaml").write_text(yaml.safe_dump({"spaces": {"moe": {
+        "prefill_tokens": [16], "decode_batches": [2, 4], "decode_contexts": [256], "tp_sizes": [1]}}}))
+    cpu = resolve_device("CPU", load_catalog())
+    for between, names in ((False, ["prefill:16", "decode:2x256", "decode:4x256", "expert split decode:3x256"]),
+                           (True, ["prefill:16", "decode:2x256", "decode:4x256", "between decode:3x256"])):
+        recorded = record_msmodeling_calls(INSTALL, [str(TINY_GLM4_MOE)], REPO / "config" / "models.yaml",
+                                           scenarios=tmp_path / "scenarios.yaml", space="moe", device=cpu,
+                                           between_points=between, timeout_s=600)
+        assert [scenario.name.split(" TP1 ")[1] for scenario in recorded] == names
+        split = recorded[-1].calls
+        blocks = [c for c in split if c["op"] == "aten.cat.default" and isinstance(c["args"][0], list)
+                  and len(c["args"][0]) == EXPERTS]
+        # 3 tokens x top-2 over 8 experts: 6 get one row, 2 none
+        assert blocks and sorted(t["shape"][0] for t in blocks[0]["args"][0]) == [0, 0, 1, 1, 1, 1, 1, 1]
