@@ -279,10 +279,11 @@ def stage_check(config: Path, work: Path, args) -> dict:
 
 
 def is_moe(config: Path) -> bool:
-    """Whether the config.json is a mixture of experts' (an expert count under any of the names transformers uses)."""
-    document = json.loads(config.read_text())
-    return any(document.get(key) for key in ("num_experts", "n_routed_experts", "moe_num_experts",
-                                             "num_local_experts"))
+    """Whether the model transformers builds from the config.json has experts (expert_layout, on meta), whatever
+    its config calls them."""
+    from opperf.workload.transformers_model import expert_layout, read_config
+
+    return expert_layout(read_config(config), config) is not None
 
 
 def stage_profile(config: Path, work: Path, args) -> dict:

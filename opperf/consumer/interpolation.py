@@ -48,7 +48,7 @@ import yaml
 
 from opperf.contract import (TORCH_TO_PROFILER_DTYPE, dtype_bytes, is_contiguous, is_known_dtype, parse_strides,
                              split_slots)
-from opperf.consumer.runtime import RUNTIME_QUERY_DTYPE, _logical, is_block_padded, strip_batch
+from opperf.consumer.runtime import RUNTIME_QUERY_DTYPE, _logical, broadcast_pattern, is_block_padded, strip_batch
 from opperf.consumer.status import AnswerStatus
 from opperf.errors import OpperfError
 
@@ -704,27 +704,6 @@ class _GenericPath(_Path):
         return reason
 
 
-def _broadcast_pattern(output: tuple[int, ...], inputs: Sequence[tuple[int, ...]]) -> tuple:
-    if not output or not inputs:
-        return ()
-    patterns = []
-    for shape in inputs:
-        shape = tuple(shape)
-        padded = (None,) * max(0, len(output) - len(shape)) + shape[-len(output):]
-        relation = []
-        for dim, out_dim in zip(padded, output):
-            if dim is None:
-                relation.append("missing")
-            elif int(dim) == int(out_dim):
-                relation.append("same")
-            elif int(dim) == 1 and int(out_dim) != 1:
-                relation.append("broadcast")
-            else:
-                relation.append("other")
-        patterns.append((len(shape), tuple(relation)))
-    return tuple(patterns)
-
-
 class _ElementwisePath(_Path):
     name = "elementwise"
     axis_groups = (("io_numel",),)
@@ -751,7 +730,7 @@ class _ElementwisePath(_Path):
                 continue
             regime = (("kernel_type", kernel_type), ("query_mode", "elementwise"), ("output_rank", len(out)),
                       ("input_count", len(stripped)), ("output_dtype", row_dtype),
-                      ("broadcast_pattern", _broadcast_pattern(out, stripped)))
+                      ("broadcast_pattern", broadcast_pattern(out, stripped)))
             input_dtypes = tuple(parse_runtime_names(_text(row.get("Input Data Types", ""))))
             points.append(Point(kernel_type, index + 2, {"io_numel": float(sum(numels) + out_numel)}, latency[0],
                                 latency[1], latency[1] == preferred, regime, bucket=(None, input_dtypes),
@@ -772,7 +751,7 @@ class _ElementwisePath(_Path):
         out_dtype = query_dtype(out.dtype)
         regime = (("kernel_type", kernel_type), ("query_mode", "elementwise"), ("output_rank", len(out_shape)),
                   ("input_count", len(stripped)), ("output_dtype", out_dtype or ""),
-                  ("broadcast_pattern", _broadcast_pattern(out_shape, stripped)))
+                  ("broadcast_pattern", broadcast_pattern(out_shape, stripped)))
         spelled = tuple(query_dtype(s.dtype, str(s.dtype)) for s in query.inputs)
         return _Target(kernel_type, {"io_numel": float(sum(numels) + _numel(out_shape))}, regime,
                        bucket=(None, spelled),

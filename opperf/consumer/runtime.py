@@ -213,22 +213,30 @@ def runtime_key(row: Mapping[str, str], elementwise: bool = False, attention: bo
     return ("compute", logical, tuple(dtypes[:len(shapes)]), *context)
 
 
+def broadcast_pattern(output: Sequence[int], inputs: Sequence[Sequence[int]]) -> tuple:
+    """msmodeling's `_elementwise_broadcast_pattern`: per input, its rank and each of its dims against the output's,
+    right-aligned (`missing`, `same`, `broadcast` for a 1 against more, else `other`)."""
+    output = tuple(output)
+    if not output or not inputs:
+        return ()
+    patterns = []
+    for shape in map(tuple, inputs):
+        padded = (None,) * max(0, len(output) - len(shape)) + shape[-len(output):]
+        patterns.append((len(shape), tuple("missing" if dim is None else "same" if int(dim) == int(out) else
+                                           "broadcast" if int(dim) == 1 and int(out) != 1 else "other"
+                                           for dim, out in zip(padded, output))))
+    return tuple(patterns)
+
+
 def elementwise_regime(row: Mapping[str, str]) -> tuple:
-    """How msmodeling's elementwise interpolation groups a row (its `_elementwise_broadcast_pattern`): the number
-    of inputs and each input's dims against the output's (leading 1 dropped on both; `missing`, `same`,
-    `broadcast` for a 1 against more, else `other`). Rows of one output shape but another regime (a cat of one
-    block, a cat of 128 expert blocks) are one exact key to it and distinct interpolation points."""
+    """How msmodeling's elementwise interpolation groups a row: the number of inputs and their broadcast_pattern
+    (leading 1 dropped on every shape). Rows of one output shape but another regime (a cat of one block, a cat of
+    128 expert blocks) are one exact key to it and distinct interpolation points."""
     output = _shapes(row.get(contract.OUTPUT_SHAPES, ""))
     if not output:
         return ()
-    output_shape = strip_batch(output[0])
-    pattern = []
-    for shape in (strip_batch(s) for s in _shapes(row.get(contract.INPUT_SHAPES, ""))):
-        padded = (None,) * max(0, len(output_shape) - len(shape)) + shape[-len(output_shape):]
-        pattern.append((len(shape), tuple("missing" if dim is None else "same" if dim == out else
-                                          "broadcast" if dim == 1 and out != 1 else "other"
-                                          for dim, out in zip(padded, output_shape))))
-    return len(pattern), tuple(pattern)
+    inputs = [strip_batch(s) for s in _shapes(row.get(contract.INPUT_SHAPES, ""))]
+    return len(inputs), broadcast_pattern(strip_batch(output[0]), inputs)
 
 
 def row_latency(row: Mapping[str, str]) -> float | None:
