@@ -26,10 +26,12 @@ config/models.yaml):
                 step msmodeling predicts: a paged KV cache written and read by opperf.consumer.paged_attention's
                 kernels, under held_out/paged/) and `--kv-cache dynamic` (the transformers eager step, its
                 DynamicCache, under held_out/dynamic/): prefill lengths and decode batches x contexts between the
-                space's points, in-workload, --profile-iterations passes. A MoE model's steps once more paged with
-                `--experts-implementation eager` (held_out/paged_eager_experts/: a loop over the experts, as
-                msmodeling's graph has them), every variant `--routing balanced` (each expert an even share of the
-                tokens, as msmodeling splits them; --no-balanced-routing: the random model's own router)
+                space's points, in-workload, --profile-iterations passes. A MoE model's paged step runs its experts
+                as msmodeling's MoE layer does (`--experts-implementation tensor_cast`: its graph, an MLP of three
+                GEMMs per expert, opperf.workload.tensor_cast_experts), and once more with the model's own
+                grouped_mm experts (held_out/paged_grouped_mm/: what msmodeling's graph differs from, op by op),
+                every variant `--routing balanced` (each expert an even share of the tokens, as msmodeling splits
+                them; --no-balanced-routing: the random model's own router)
   4. predict    each held-out scenario's queries answered from the database by opperf's model of msmodeling's
                 runtime (opperf.consumer.predict) against the eager profile (host)
   5. msmodeling msmodeling's own runner on the database (opperf.consumer.msmodeling_predict.runner_predictions: its
@@ -83,11 +85,12 @@ from opperf.model_names import config_model_name  # noqa: E402
 STAGES = ("workflow", "check", "grid", "replay", "profile", "predict", "msmodeling", "report")
 RECORDERS = ("msmodeling", "transformers")
 KV_CACHES = ("paged", "dynamic")             # held_out/<kv cache>/: the step msmodeling predicts, the eager step
-# A MoE model's paged step once more with transformers' eager experts (held_out/paged_eager_experts/): a loop of
-# per-expert GEMMs, as msmodeling's graph has the experts, beside the grouped_mm its step runs by default.
-EAGER_EXPERTS = "paged_eager_experts"
+# A MoE model's paged step runs its experts as msmodeling's MoE layer does (the step msmodeling predicts), and
+# once more with transformers' grouped_mm experts (held_out/paged_grouped_mm/), the model's own step.
+GROUPED_MM = "paged_grouped_mm"
 PROFILE_OPTIONS = {"paged": ["--kv-cache", "paged"], "dynamic": ["--kv-cache", "dynamic"],
-                   EAGER_EXPERTS: ["--kv-cache", "paged", "--experts-implementation", "eager"]}
+                   GROUPED_MM: ["--kv-cache", "paged", "--experts-implementation", "grouped_mm"]}
+MOE_PAGED_EXPERTS = ["--experts-implementation", "tensor_cast"]
 HELD_OUT_PREFILL = (640, 1536, 3072)                     # between the dense space's 512/768, 1024/2048, 2048/4096
 HELD_OUT_DECODE = {1024: (12, 24), 1536: (8,)}           # context -> batches: one axis off the grid at a time
 DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -289,7 +292,7 @@ def is_moe(config: Path) -> bool:
 def stage_profile(config: Path, work: Path, args) -> dict:
     """Each held-out scenario profiled with each KV cache: the paged step msmodeling predicts, the eager one."""
     moe = is_moe(config)
-    variants = [*KV_CACHES, *([EAGER_EXPERTS] if moe else [])]
+    variants = [*KV_CACHES, *([GROUPED_MM] if moe else [])]
     # A MoE model's experts get even shares of each step's tokens, as msmodeling's layer splits them and a trained
     # router spreads them (opperf.workload.routing; --no-balanced-routing: the random model's own router's).
     routing = ["--routing", "balanced"] if moe and args.balanced_routing else []
@@ -303,7 +306,8 @@ def stage_profile(config: Path, work: Path, args) -> dict:
               for context, batches in args.held_out_decode.items()]
     for variant in variants:
         for name, plan in plans:
-            seconds[variant] += run(common + plan + [*PROFILE_OPTIONS[variant], *routing, "--output",
+            experts = MOE_PAGED_EXPERTS if moe and variant == "paged" else []
+            seconds[variant] += run(common + plan + [*PROFILE_OPTIONS[variant], *experts, *routing, "--output",
                                                      str(work / "held_out" / variant / name)],
                                     work / "logs" / f"profile_{variant}_{name}.log")
     return {"profile_s": round(sum(seconds.values()), 1), **({"routing": "balanced"} if routing else {}),
@@ -584,9 +588,11 @@ OP_PAIRS = {
     # linear layers: mm (addmm with a bias) on both sides; a MoE model's experts: msmodeling's mm per expert,
     # the measured step's grouped GEMMs (transformers' grouped_mm experts)
     "matmul": (("aten.mm", "aten.addmm"), (), ("aten.mm", "aten.addmm", "aten._grouped_mm")),
-    # a MoE layer's token routing: TensorCast's permute and unpermute, transformers' sort of the expert ids, the
-    # per-expert counts and offsets, the masking of the padded rows
-    "MoE token routing": (("tensor_cast.init_routing_v2", "tensor_cast.unpermute_tokens"), (), (
+    # a MoE layer's token routing: TensorCast's permute and unpermute (the tensor_cast experts' ranges around
+    # opperf.consumer.moe_routing's kernels); grouped_mm experts: the sort of the expert ids, the per-expert counts
+    # and offsets, the masking of the padded rows
+    "MoE token routing": (("tensor_cast.init_routing_v2", "tensor_cast.unpermute_tokens"),
+                          ("tensor_cast.init_routing_v2", "tensor_cast.unpermute_tokens"), (
         "aten.sort", "aten.histc", "aten.cumsum", "aten.masked_fill", "aten.masked_fill_", "aten.index_put_",
         "aten.floor_divide", "aten.clamp_")),
     # the rotary cos/sin: TensorCast looks them up in its table (index_select), transformers computes them
@@ -608,31 +614,38 @@ def _op_group(name: str, side: str, ranged: set[str]) -> str:
 def pair_ops(predicted: dict[str, dict], measured: dict[str, float]) -> dict:
     """msmodeling's answer per op (runner by_op: {op: {us, ...}}) against the measured step's time per op (ops_us):
     the pairs with their error |predicted / measured - 1|, their median, and the ops only one side has, with their
-    time (an op neither side spends time on is left out)."""
+    time (an op neither side spends time on is left out). msmodeling's trace gives each call's answer rounded to
+    a whole µs, so a pair of n calls is known to ±n/2 µs: `error_beyond_trace_rounding` is the part of the error
+    no rounding explains (the distance from the measured time to that interval, over the measured time)."""
     ranged = {group for group, (_, ranges, _) in OP_PAIRS.items() if set(ranges) & set(measured)}
     groups: dict = defaultdict(lambda: {"msmodeling_ops": set(), "measured_ops": set(), "predicted_us": 0.0,
-                                        "measured_us": 0.0})
+                                        "measured_us": 0.0, "calls": 0})
     for op, entry in predicted.items():
         name = ".".join(op.split(".")[:2])
         group = groups[_op_group(name, "msmodeling", ranged)]
         group["msmodeling_ops"].add(name)
         group["predicted_us"] += entry["us"]
+        group["calls"] += entry.get("calls", 0)
     for name, us in measured.items():
         group = groups[_op_group(name, "measured", ranged)]
         group["measured_ops"].add(name)
         group["measured_us"] += us
-    per_op, errors = [], []
+    per_op, errors, beyond = [], [], []
     differences = {"msmodeling_only": [], "measured_only": []}
     for name, group in sorted(groups.items(), key=lambda item: -max(item[1]["predicted_us"],
                                                                      item[1]["measured_us"])):
         predicted_us, measured_us = round(group["predicted_us"], 3), round(group["measured_us"], 3)
         if group["msmodeling_ops"] and group["measured_ops"]:
             error = round(abs(predicted_us / measured_us - 1), 4) if measured_us else None
+            unexplained = round(max(0.0, abs(predicted_us - measured_us) - group["calls"] / 2) / measured_us,
+                                4) if measured_us else None
             if error is not None:
                 errors.append(error)
+                beyond.append(unexplained)
             per_op.append({"op": name, "msmodeling_ops": sorted(group["msmodeling_ops"]),
                            "measured_ops": sorted(group["measured_ops"]), "predicted_us": predicted_us,
-                           "measured_us": measured_us, "error": error})
+                           "measured_us": measured_us, "error": error, "msmodeling_calls": group["calls"],
+                           "error_beyond_trace_rounding": unexplained})
         elif group["msmodeling_ops"] and predicted_us > 0:
             differences["msmodeling_only"].append({"op": name, "msmodeling_ops": sorted(group["msmodeling_ops"]),
                                                    "predicted_us": predicted_us})
@@ -640,6 +653,7 @@ def pair_ops(predicted: dict[str, dict], measured: dict[str, float]) -> dict:
             differences["measured_only"].append({"op": name, "measured_ops": sorted(group["measured_ops"]),
                                                  "measured_us": measured_us})
     return {"per_op": per_op, "per_op_median_error": round(statistics.median(errors), 4) if errors else None,
+            "per_op_median_error_beyond_trace_rounding": round(statistics.median(beyond), 4) if beyond else None,
             "graph_differences": differences}
 
 
@@ -680,7 +694,7 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
         raise SystemExit("no msmodeling checkout: set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling")
     database = work / "database" / args.device / "torch" / args.version_dir
     paged, eager = measured_by_scenario(work, "paged"), measured_by_scenario(work, "dynamic")
-    eager_experts = measured_by_scenario(work, EAGER_EXPERTS)
+    grouped_mm = measured_by_scenario(work, GROUPED_MM)
     held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
         f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
     began = time.perf_counter()
@@ -689,17 +703,13 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
     scenarios = []
     for prediction in predictions:
         paged_steps, eager_steps = paged.get(prediction.scenario, []), eager.get(prediction.scenario, [])
-        measured_ops: dict = defaultdict(float)
-        for value in paged_steps:
-            for op, us in value["ops_us"].items():
-                measured_ops[op] += us / len(paged_steps)
         account = prediction.as_json()
         misses = list({(m["op"], m["reason"]): {"op": m["op"], "reason": m["reason"]}
                        for m in prediction.misses}.values())
         paged_us = statistics.mean(v["device_us"] for v in paged_steps) if paged_steps else None
         eager_us = statistics.mean(v["device_us"] for v in eager_steps) if eager_steps else None
-        experts_steps = eager_experts.get(prediction.scenario, [])
-        experts_us = statistics.mean(v["device_us"] for v in experts_steps) if experts_steps else None
+        grouped_steps = grouped_mm.get(prediction.scenario, [])
+        grouped_us = statistics.mean(v["device_us"] for v in grouped_steps) if grouped_steps else None
         scenarios.append({
             "name": prediction.scenario,
             "measured_paged_us": round(paged_us, 3) if paged_us is not None else None,
@@ -713,12 +723,21 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
                            "trace_us": round(sum(op["us"] for op in prediction.by_op.values()), 3),
                            "msmodeling_commit": install.commit, "msmodeling_args": prediction.arguments},
             "msmodeling_vs_paged": round(prediction.predicted_us / paged_us, 4) if paged_us else None,
-            **({"measured_paged_eager_experts_us": round(experts_us, 3),
-                "msmodeling_vs_paged_eager_experts": round(prediction.predicted_us / experts_us, 4)}
-               if experts_us else {}),
-            **(pair_ops(prediction.by_op, measured_ops) if paged_steps else {})})
+            **(pair_ops(prediction.by_op, mean_ops(paged_steps)) if paged_steps else {}),
+            **({"measured_paged_grouped_mm_us": round(grouped_us, 3),
+                "msmodeling_vs_paged_grouped_mm": round(prediction.predicted_us / grouped_us, 4),
+                "grouped_mm": pair_ops(prediction.by_op, mean_ops(grouped_steps))} if grouped_us else {})})
     print(f"msmodeling's runner: {len(predictions)} scenarios in {seconds:.1f} s", flush=True)
     return scenarios
+
+
+def mean_ops(steps: list[dict]) -> dict[str, float]:
+    """measured_steps' ops_us averaged over a scenario's steps."""
+    ops: dict = defaultdict(float)
+    for value in steps:
+        for op, us in value["ops_us"].items():
+            ops[op] += us / len(steps)
+    return dict(ops)
 
 
 def merge_scenarios(record: dict, scenarios: list[dict]) -> None:
@@ -761,10 +780,12 @@ def msmodeling_lines(document: dict) -> list[str]:
              "opperf.consumer.paged_attention's kernels) and the transformers eager one; `m1` its own account's "
              "hits; `zero-cost with work` the ops it answered zero_cost/accepted_miss whose database rows ran "
              "device work; per-op error over the ops both have (OP_PAIRS); graph differences: the ops one side "
-             "has and the other lacks, with their time. A MoE model's paged step is its transformers experts' "
-             "default (grouped_mm); `paged, eager experts` the same step with a loop over the experts, as "
-             "msmodeling's graph has them.", "",
-             "| workload | scenario | msmodeling µs | paged µs | eager µs | msm/paged | paged, eager experts µs | "
+             "has and the other lacks, with their time; in brackets the median error beyond the whole-µs rounding "
+             "of msmodeling's trace. A MoE model's paged step runs its experts as msmodeling's MoE layer does "
+             "(opperf.workload.tensor_cast_experts); `paged, grouped_mm` is the same step with the model's own "
+             "grouped GEMM experts, against which msmodeling's graph differs (the JSON's `grouped_mm`, op by op).",
+             "",
+             "| workload | scenario | msmodeling µs | paged µs | eager µs | msm/paged | paged, grouped_mm µs | "
              "msm/that | m1 | misses | zero-cost with work | per-op median err | graph differences |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for workload in document["workloads"]:
@@ -780,10 +801,11 @@ def msmodeling_lines(document: dict) -> list[str]:
             free = ", ".join(f"{z['op']} ({z['kernel_type']})" for z in runner["zero_cost_ops_with_device_work"])
             lines.append(f"| {workload['name']} | {s['name']} | {_us(runner['predicted_us'])} | "
                          f"{_us(s.get('measured_paged_us'))} | {_us(s.get('measured_eager_us'))} | "
-                         f"{s.get('msmodeling_vs_paged')} | {_us(s.get('measured_paged_eager_experts_us'))} | "
-                         f"{s.get('msmodeling_vs_paged_eager_experts', '–')} | {runner['m1_hit_rate']} | {misses} | "
-                         f"{free or 'none'} | "
-                         f"{s.get('per_op_median_error')} | {'; '.join(said) or 'none'} |")
+                         f"{s.get('msmodeling_vs_paged')} | {_us(s.get('measured_paged_grouped_mm_us'))} | "
+                         f"{s.get('msmodeling_vs_paged_grouped_mm', '–')} | {runner['m1_hit_rate']} | {misses} | "
+                         f"{free or 'none'} | {s.get('per_op_median_error')} "
+                         f"({s.get('per_op_median_error_beyond_trace_rounding', '–')}) | "
+                         f"{'; '.join(said) or 'none'} |")
     return lines + [""]
 
 

@@ -32,8 +32,9 @@ log = get_logger("workload")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KV_CACHES = ("dynamic", "paged")     # a transformers model's own cache and attention, or the paged step's
-# transformers' experts_implementation values (transformers.integrations.moe) a MoE model may be profiled with.
-EXPERTS_IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
+# experts_implementation values a MoE model may be profiled with: transformers' own (transformers.integrations.moe)
+# and msmodeling's graph (opperf.workload.tensor_cast_experts).
+EXPERTS_IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm", "tensor_cast")
 CHROME_TRACE_NAME = "trace.json"
 PLAIN_PASSES = 2             # un-profiled passes timed before the profile (after one more, untimed, that settles
                              # the allocator and caches): the overhead guard's reference and its noise

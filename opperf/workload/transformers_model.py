@@ -22,6 +22,7 @@ import torch
 from opperf.errors import OpperfError
 from opperf.log import get_logger
 from opperf.model_names import closest_config_path
+from opperf.workload import tensor_cast_experts
 from opperf.workload.model import WRITTEN_CONTEXT, WrittenCache, random_state
 
 log = get_logger("workload")
@@ -173,12 +174,14 @@ class TransformersCausalLM:
     """The workload interface of `ReferenceDecoder` (forward(ids, start, cache) → logits, cache) over a
     transformers model. `attention` names the attn_implementation where not the default (the paged step's,
     opperf.workload.paged_step); `experts` a MoE model's experts_implementation where not transformers' choice
-    (grouped_mm where torch can run it: `eager` loops over the experts as msmodeling's graph does)."""
+    (grouped_mm where torch can run it; `tensor_cast` runs msmodeling's MoE graph: opperf.workload.tensor_cast_experts)."""
 
     def __init__(self, config: dict, device: str, dtype: torch.dtype, seed: int = 0, path: str | Path = "",
                  attention: str | None = None, experts: str | None = None):
         transformers, hf_config = hf_config_of(config, path)
         attention = attention or attention_implementation(transformers, hf_config)
+        if experts == tensor_cast_experts.NAME:
+            tensor_cast_experts.register()
         torch.manual_seed(seed)
         with torch.device(device):
             self.model = transformers.AutoModelForCausalLM.from_config(
