@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "msmodeling's runner predicts (default: %(default)s)")
     parser.add_argument("--experts-implementation", choices=EXPERTS_IMPLEMENTATIONS, default=None,
                         help="with --transformers-config, a MoE model's experts: transformers' grouped_mm (its "
-                             "choice where torch runs it), batched_mm, or eager (a loop over the experts, as "
-                             "msmodeling's graph has them) (default: transformers' choice)")
+                             "choice where torch runs it), batched_mm or eager (a loop over the experts that get "
+                             "tokens), or tensor_cast (msmodeling's MoE layer's graph: three GEMMs per expert, the "
+                             "step its runner predicts) (default: transformers' choice)")
     parser.add_argument("--routing", choices=ROUTINGS, default="model",
                         help="with --transformers-config, a MoE model's expert ids: its router's ('model'; a model "
                              "built from its config routes every token to the same experts) or 'balanced' (each "

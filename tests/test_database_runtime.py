@@ -364,3 +364,19 @@ def test_msmodelings_own_lookup_finds_every_row(cpu_database, tmp_path):
     # first row of their output (as the check counts them: answered_scaled)
     assert (totals["found"], totals["answered_by_output"], totals["rows_with_duration"]) == (100, 2, 102)
     assert totals["exceptions"] == 0 and totals["model_disagrees"] == 0
+
+
+def test_an_elementwise_row_answered_by_a_row_of_another_rank_counts_as_answered_by_its_output():
+    """msmodeling's MoE combine multiplies [1, 1, 6, 2560] by its weights [1, 1, 6, 1]; the elementwise path drops
+    the leading 1 and matches the RMSNorm's [2560] * [1, 6, 2560] row of output [1, 6, 2560] first (H200
+    ERNIE-4.5-21B-A3B database, mul.csv lines 268 and 271): the check counts the later row answered by its output,
+    not a miss."""
+    from opperf.database.check import check_findable
+
+    header = list(contract.BASE_COLUMNS) + [contract.REPLAY_AVERAGE]
+    rows = [("", "", '"2560;1,6,2560"', "DT_BF16;DT_BF16", "ND;ND", '"1,6,2560"', "DT_BF16", "ND", "2.7"),
+            ("", "", '"1,1,6,2560;1,1,6,1"', "DT_BF16;DT_BF16", "ND;ND", '"1,1,6,2560"', "DT_BF16", "ND", "2.6")]
+    table = pd.DataFrame([dict(zip(header, r)) for r in rows], columns=header)
+    mapping = {"aten.mul.Tensor": {"kernel_type": "mul", "query_mode": "elementwise"}}
+    check = check_findable(mapping, {"mul": table})["mul"]
+    assert (check.findable, check.scaled, check.misses) == (1, 1, [])

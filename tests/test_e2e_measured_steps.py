@@ -53,3 +53,28 @@ def test_a_kernel_goes_to_the_outermost_op_torch_does_not_decompose_around_its_l
     assert measured["device_us"] == pytest.approx(11.0)
     # the launch at 90 lies in no op: its kernel still counts to the step
     assert measured["ops_us"] == {"aten.mul": 4.0, "aten.addmm": 6.0, "(no aten op)": 1.0}
+
+
+def test_msmodelings_answers_pair_with_the_measured_ops_and_its_whole_us_rounding_is_told_apart(e2e):
+    """msmodeling's trace rounds each call to a whole µs: 128 silu calls of 1 µs each are known to ±64 µs, so
+    against 100 µs measured the error 0.28 lies within the rounding; the routing ops pair with the tensor_cast
+    experts' ranges, and an op only one side has is a graph difference with its time."""
+    predicted = {"aten.silu.default": {"us": 128.0, "calls": 128},
+                 "aten.mm.default": {"us": 1000.0, "calls": 4},
+                 "tensor_cast.init_routing_v2.default": {"us": 6.0, "calls": 2},
+                 "tensor_cast.unpermute_tokens.default": {"us": 6.0, "calls": 2},
+                 "aten.slice.Tensor": {"us": 0.0, "calls": 8}}
+    measured = {"aten.silu": 100.0, "aten.mm": 900.0, "aten._grouped_mm": 50.0,
+                "tensor_cast.init_routing_v2": 5.0, "tensor_cast.unpermute_tokens": 7.0, "aten.sort": 3.0,
+                "aten.index": 4.0}
+    paired = e2e.pair_ops(predicted, measured)
+    by_op = {p["op"]: p for p in paired["per_op"]}
+    assert by_op["aten.silu"]["error"] == 0.28 and by_op["aten.silu"]["error_beyond_trace_rounding"] == 0.0
+    assert by_op["matmul"]["measured_us"] == 950.0 and by_op["matmul"]["error"] == 0.0526
+    assert by_op["matmul"]["error_beyond_trace_rounding"] == round((50 - 2) / 950, 4)
+    # ranged: the routing pairs with the ranges, and the sort outside them is the measured step's own
+    assert by_op["MoE token routing"]["measured_us"] == 12.0 and by_op["MoE token routing"]["error"] == 0.0
+    assert paired["graph_differences"] == {"msmodeling_only": [], "measured_only": [
+        {"op": "aten.index", "measured_ops": ["aten.index"], "measured_us": 4.0},
+        {"op": "aten.sort", "measured_ops": ["aten.sort"], "measured_us": 3.0}]}
+    assert paired["per_op_median_error"] == 0.0526 and paired["per_op_median_error_beyond_trace_rounding"] == 0.0

@@ -432,10 +432,12 @@ def _parsed(table: pd.DataFrame) -> list[_ParsedRow]:
 
 
 def same_output_shape(table: pd.DataFrame, line: int, other: int) -> bool:
-    """Whether two rows of a kernel table write one output shape (leading 1 dropped): the elementwise path's key."""
+    """Whether two rows write one output shape as the elementwise path compares them: the asking row's (`other`)
+    leading 1 dropped, the answering row's (`line`) with or without its own ([1, 1, 6, 2560] is asked as
+    [1, 6, 2560]). A row answered by a padded or flattened match is not its shape's: the runtime shadows it."""
     rows = _parsed(table)
-    first, second = rows[line].output, rows[other].output
-    return first is not None and second is not None and strip_batch(first) == strip_batch(second)
+    answer, asked = rows[line].output, rows[other].output
+    return answer is not None and asked is not None and strip_batch(asked) in (answer, strip_batch(answer))
 
 
 def _compute_match(kernel_type: str, query: RuntimeQuery, row: _ParsedRow, input_count: int | None) -> str | None:
