@@ -72,3 +72,50 @@ def test_the_chain_script_passes_only_options_its_scripts_accept():
     stopped = subprocess.run(["bash", str(chain)], env={"POWER_POLICY": "cooldown", "PATH": "/usr/bin:/bin"},
                              cwd=REPO, capture_output=True, text=True, timeout=30)
     assert stopped.returncode == 2 and "replay has one power state, after-gemm" in stopped.stderr
+
+
+def test_gemm_row_vs_step_sets_each_rows_time_against_its_calls_in_the_steps(tmp_path, capsys):
+    """benchmarks/probes/gemm_row_vs_step.py on a work dir laid out as e2e_prediction.py leaves it: one decode step
+    whose two [1, 64] x [64, 32] mm calls ran 4 + 1 µs (a GEMM and its split-K reduce) and 5 µs, at 120 W by NVML;
+    the database's row of that shape replayed 5.5 µs after the heater: row / step 1.1, and a shape without a row is
+    left out."""
+    import pandas as pd
+
+    from opperf import contract
+
+    work, model = tmp_path / "e2e", "hf_m"
+    database = work / model / "database" / "H200" / "torch" / "torch2.11.0_cuda13.0"
+    database.mkdir(parents=True)
+    header = [*contract.BASE_COLUMNS, contract.REPLAY_AVERAGE, "Replay Power(W)", "Replay L2 Policy"]
+    row = ("", "", '"1,64;64,32"', "DT_BF16;DT_BF16", "ND;ND", '"1,32"', "DT_BF16", "ND", "5.5", "290.5",
+           "insitu: flush; power: after-gemm, a 4096^3 bf16 GEMM before each call")
+    pd.DataFrame([dict(zip(header, row))], columns=header).to_csv(database / "mm.csv", index=False)
+    profile = work / model / "held_out" / "paged" / "decode_c1024"
+    profile.mkdir(parents=True)
+
+    def mm(ts, dims):
+        return {"cat": "cpu_op", "name": "aten::mm", "ts": ts, "dur": 10, "tid": 1,
+                "args": {"Input Dims": dims, "Input type": ["c10::BFloat16", "c10::BFloat16"]}}
+
+    def launched(ts, correlation, dur):
+        return [{"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1, "tid": 1,
+                 "args": {"correlation": correlation}},
+                {"cat": "kernel", "name": "k", "ts": 1000 + correlation, "dur": dur,
+                 "args": {"correlation": correlation}}]
+
+    events = [{"cat": "user_annotation", "name": "opperf::power_sync", "ts": 0, "dur": 1, "tid": 1},
+              {"cat": "user_annotation", "name": "decode_b1_0", "ts": 10, "dur": 100, "tid": 1},
+              mm(20, [[1, 64], [64, 32]]), *launched(22, 1, 4.0), *launched(25, 2, 1.0),
+              mm(40, [[1, 64], [64, 32]]), *launched(42, 3, 5.0),
+              mm(60, [[1, 32], [32, 64]]), *launched(62, 4, 3.0)]
+    (profile / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    (profile / "power_samples.json").write_text(json.dumps({
+        "sync_us": 1000.0, "fields": ["t_us", "SM Clock(MHz)", "Power(W)", "Temperature(C)"],
+        "samples": [[1000.0 + t, 1980.0, 120.0, 40.0] for t in range(0, 200, 20)]}))
+    with benchmark_scripts("gemm_row_vs_step") as (probe,):
+        assert probe.main([str(work), model, "--json", str(tmp_path / "out.json")]) == 0
+    (entry,) = json.loads((tmp_path / "out.json").read_text())["shapes"]
+    assert entry == {"profile": "decode_c1024", "phase": "decode", "shapes": [[1, 64], [64, 32]], "calls": 2,
+                     "step_us": 5.0, "row_us": 5.5, "row_over_step": 1.1, "step_power_w": 120.0,
+                     "row_power_w": 290.5, "row_heated": True}
+    assert "call-weighted median row / step: 1.1000 over 2 calls" in capsys.readouterr().out
