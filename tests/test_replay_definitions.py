@@ -120,8 +120,9 @@ def test_alternates_resolve_to_their_definition_and_feed_op_mapping(tmp_path):
 
 def test_heater_min_power_skips_the_heater_where_the_workload_ran_near_idle(tmp_path):
     """--heater-min-power W: no heater before a short call the workload ran while the GPU drew less than W (the
-    reference MoE's expert loop at 134-174 W: benchmarks/results/heater_ab/); rows without a profiled power, and
-    the default 0, keep it. The setting reaches the worker's timer through its command line."""
+    reference MoE's expert loop at 134-174 W: benchmarks/results/heater_ab/); rows without a profiled power keep
+    it unless --unprofiled-power gives them one, and the limit 0 heats every short call. The settings reach the
+    worker's timer through its command line."""
     from types import SimpleNamespace
 
     from opperf import contract
@@ -133,18 +134,24 @@ def test_heater_min_power_skips_the_heater_where_the_workload_ran_near_idle(tmp_
 
     assert contract.profiling_counter_column(FIELDS[1]) == contract.PROFILED_POWER
 
-    def rested(limit, power):
-        return CudaTimer.rested_in_workload(SimpleNamespace(heater_min_power_w=limit),
+    def rested(limit, power, unprofiled=None):
+        return CudaTimer.rested_in_workload(SimpleNamespace(heater_min_power_w=limit, unprofiled_power_w=unprofiled),
                                             SimpleNamespace(profiled_power_w=power))
 
     assert rested(180.0, 155.0) and not rested(180.0, 189.0) and not rested(180.0, None)
     assert not rested(0.0, 155.0)                                  # the default: every short call is heated
-    command = WorkerSettings("rows.csv", "mul", "mul.yaml", "cuda", 30, 3, heater_min_power_w=180.0).command(
-        tmp_path / "indices", tmp_path / "progress")
+    # --unprofiled-power W: a row without a profiled power (a generated one) is taken at W; a profiled one keeps its own
+    assert rested(180.0, None, 130.0) and not rested(180.0, None, 200.0) and not rested(180.0, 189.0, 130.0)
+    command = WorkerSettings("rows.csv", "mul", "mul.yaml", "cuda", 30, 3, heater_min_power_w=180.0,
+                             unprofiled_power_w=130.0).command(tmp_path / "indices", tmp_path / "progress")
     args = build_parser().parse_args(command[3:])
-    assert args.heater_min_power == 180.0
+    assert (args.heater_min_power, args.unprofiled_power) == (180.0, 130.0)
+    default = WorkerSettings("rows.csv", "mul", "mul.yaml", "cuda", 30, 3).command(tmp_path / "i", tmp_path / "p")
+    assert build_parser().parse_args(default[3:]).unprofiled_power is None
     with pytest.raises(OpperfError, match="--heater-min-power"):
         ReplaySettings(backend="cuda", heater_min_power_w=-1.0).validate()
+    with pytest.raises(OpperfError, match="--unprofiled-power"):
+        ReplaySettings(backend="cuda", unprofiled_power_w=-5.0).validate()
 
 
 def test_the_gemm_history_before_each_call_as_one_gemm():

@@ -40,7 +40,8 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
         backend=backend, repeat_count=args.repeat_count, warmup_count=args.warmup_count,
         update_mode=args.update_mode, timeout_s=args.timeout_s, max_restarts=args.max_restarts,
         prune_invalid_rows=args.prune_invalid_rows, prune_empty_duration_rows=args.prune_empty_duration_rows,
-        fail_fast=args.fail_fast, heater_min_power_w=args.heater_min_power, seed=args.seed,
+        fail_fast=args.fail_fast, heater_min_power_w=args.heater_min_power,
+        unprofiled_power_w=args.unprofiled_power, seed=args.seed,
         persistent_worker=args.persistent_worker, memory_budget_bytes=budget, device_ids=device_ids,
         slots_dir=args.slots_dir, cpu_threads=args.cpu_threads, time_budget_s=args.time_budget_s,
         min_repeat_count=args.min_repeat_count)

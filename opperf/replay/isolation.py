@@ -44,6 +44,7 @@ class WorkerSettings:
     warmup_count: int
     memory_budget_bytes: int | None = None
     heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
+    unprofiled_power_w: float | None = None
     seed: int = 0
     cpu_threads: int | None = None
     time_budget_s: float | None = None          # None: every row gets repeat_count timed calls
@@ -55,6 +56,8 @@ class WorkerSettings:
                    "--indices", str(indices_path), "--progress", str(progress_path),
                    "--repeat-count", str(self.repeat_count), "--warmup-count", str(self.warmup_count),
                    "--heater-min-power", repr(self.heater_min_power_w), "--seed", str(self.seed)]
+        if self.unprofiled_power_w is not None:
+            command += ["--unprofiled-power", repr(self.unprofiled_power_w)]
         if self.memory_budget_bytes is not None:
             command += ["--memory-budget-bytes", str(self.memory_budget_bytes)]
         if self.cpu_threads is not None:

@@ -58,6 +58,7 @@ class ReplaySettings:
     def uses_server(self) -> bool:
         return self.backend == "cuda" if self.persistent_worker is None else self.persistent_worker
     heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
+    unprofiled_power_w: float | None = None      # the power taken for rows without a profiled one
     memory_budget_bytes: int | None = None
     device_ids: Sequence[int] = ()
     slots_dir: str | Path = DEFAULT_SLOTS_DIR
@@ -79,6 +80,9 @@ class ReplaySettings:
         if not 0 <= self.heater_min_power_w < float("inf"):
             raise OpperfError(f"must be a power in watts >= 0, got {self.heater_min_power_w}",
                               field="--heater-min-power")
+        if self.unprofiled_power_w is not None and not 0 <= self.unprofiled_power_w < float("inf"):
+            raise OpperfError(f"must be a power in watts >= 0, got {self.unprofiled_power_w}",
+                              field="--unprofiled-power")
 
     def validate_budget(self) -> None:
         if self.min_repeat_count < 1:
@@ -154,6 +158,7 @@ def replay_rows(frame, kernel_type: str, definition: KernelDefinition | None, ro
                             backend=settings.backend, repeat_count=settings.repeat_count,
                             warmup_count=settings.warmup_count, memory_budget_bytes=settings.memory_budget_bytes,
                             seed=settings.seed, heater_min_power_w=settings.heater_min_power_w,
+                            unprofiled_power_w=settings.unprofiled_power_w,
                             cpu_threads=settings.cpu_threads, time_budget_s=settings.time_budget_s,
                             min_repeat_count=settings.min_repeat_count)
     with device_slot(settings.backend, list(settings.device_ids), settings.slots_dir) as device_id:

@@ -523,7 +523,8 @@ class CudaTimer:
     backend = "cuda"
     COOLDOWN_MIN_US = 200.0
 
-    def __init__(self, device: str | torch.device = "cuda", heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
+    def __init__(self, device: str | torch.device = "cuda", heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W,
+                 unprofiled_power_w: float | None = None):
         if not torch.cuda.is_available():
             raise DeviceUnavailableError("back end cuda asked for, but torch.cuda.is_available() is False "
                                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
@@ -539,6 +540,7 @@ class CudaTimer:
         self.power = NvmlSampler.start_if_available(self.device.index)
         self._windows: dict[Hashable, tuple[float, float]] = {}
         self.heater_min_power_w = heater_min_power_w
+        self.unprofiled_power_w = unprofiled_power_w
         self._heaters: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}    # by size n (n^3 GEMM)
 
     def synchronize(self) -> None:
@@ -571,8 +573,9 @@ class CudaTimer:
             idle_s = call_us / 1e6
             policy += f"; idle {call_us / 1000:.2f} ms after each call (power state)"
         elif self.rested_in_workload(case):
-            policy += (f"; power: no heater, the workload ran this call at {case.profiled_power_w:.0f} W "
-                       f"(under --heater-min-power {self.heater_min_power_w:.0f} W)")
+            said = (f"the workload ran this call at {case.profiled_power_w:.0f} W" if case.profiled_power_w is not None
+                    else f"no profiled power, taken as {self.unprofiled_power_w:.0f} W (--unprofiled-power)")
+            policy += f"; power: no heater, {said} (under --heater-min-power {self.heater_min_power_w:.0f} W)"
         else:
             neighbour = self._heat
             policy += f"; power: {POWER_POLICY}, a {self.HEATER_N}^3 bf16 GEMM before each call"
@@ -596,8 +599,10 @@ class CudaTimer:
         """Whether the workload ran this short call on a nearly idle GPU (its profiled power under
         --heater-min-power): the heater before it would put replay in a state the workload never had (the
         reference MoE's expert loop at 134-174 W replays 1.09x with it and 0.99x without, while rows run at
-        189 W and more want it: benchmarks/results/heater_ab/)."""
-        return case.profiled_power_w is not None and case.profiled_power_w < self.heater_min_power_w
+        189 W and more want it: benchmarks/results/heater_ab/). A row without a profiled power (generated from a
+        grid or a consumer's queries) is taken at --unprofiled-power where given."""
+        power = case.profiled_power_w if case.profiled_power_w is not None else self.unprofiled_power_w
+        return power is not None and power < self.heater_min_power_w
 
     HEATER_N = 4096                 # a bf16 GEMM of 4096^3 (~0.2 ms on an H100 at full clock)
 
@@ -711,12 +716,13 @@ class SessionExecutionTimer:
 
 
 def make_timer(backend: str, *, device: str | None = None, cpu_threads: int | None = None,
-               heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W):
+               heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W, unprofiled_power_w: float | None = None):
     """The timer of a back end (npu: execution only; its durations come from the msprof session)."""
     if backend == "cpu":
         return CpuProfilerTimer(cpu_threads)
     if backend == "cuda":
-        return CudaTimer(device or "cuda", heater_min_power_w=heater_min_power_w)
+        return CudaTimer(device or "cuda", heater_min_power_w=heater_min_power_w,
+                         unprofiled_power_w=unprofiled_power_w)
     if backend == "npu":
         def synchronize():
             torch.npu.synchronize()     # torch_npu registers torch.npu on import

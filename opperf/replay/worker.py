@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-repeat-count", type=int, default=DEFAULT_MIN_REPEAT_COUNT)
     parser.add_argument("--memory-budget-bytes", type=int, default=None)
     parser.add_argument("--heater-min-power", type=float, default=DEFAULT_HEATER_MIN_POWER_W)
+    parser.add_argument("--unprofiled-power", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu-threads", type=int, default=None)
     return parser
@@ -62,7 +63,8 @@ def main(argv=None) -> int:
             progress.write(json.dumps({"event": "definition_error", "message": exc.reason, "field": exc.field,
                                        "line": exc.row}) + "\n")
         return 0
-    timer = make_timer(args.backend, heater_min_power_w=args.heater_min_power, cpu_threads=args.cpu_threads)
+    timer = make_timer(args.backend, heater_min_power_w=args.heater_min_power,
+                       unprofiled_power_w=args.unprofiled_power, cpu_threads=args.cpu_threads)
     try:
         format_cast = format_cast_for(args.backend)
         budget = (None if args.time_budget_s is None else
