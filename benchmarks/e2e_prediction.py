@@ -49,15 +49,20 @@ recording did not issue, e.g. an attention backend other than the one the record
 msmodeling's answer per op (its trace's events, grouped by op name without the overload) is paired with the measured
 paged step's kernels of the same op (grouped by their dispatch op, or by a record_function range of the step's own
 inside it) through OP_PAIRS: TensorCast's attention and cache write against the paged kernels' ops, its GEMMs
-against mm/addmm (and a MoE model's grouped GEMMs), its MoE routing ops against transformers' sort/histc/masking,
-its rotary table lookup against the transformers rotary's cos/sin; any other op by its own name.
-What one side has and the other lacks is `graph_differences`, with its time.
+against mm/addmm (and a MoE model's grouped GEMMs), its MoE routing ops against the tensor_cast experts' ranges
+(grouped_mm experts: transformers' sort/histc/masking), its rotary table lookup against the transformers rotary's
+cos/sin; any other op by its own name. What one side has and the other lacks is `graph_differences`, with its
+time. msmodeling's trace gives each call's answer in whole µs, so a pair of n calls is known to ±n/2 µs: each pair's
+`error_beyond_trace_rounding` is the part of its error that rounding does not explain.
 
 Writes `e2e_prediction.json` and `README.md` in --output: `device`, and `workloads: [{name, unseen: true,
-recorder, grid_rows, replay_s, profile_s, scenarios: [{name, measured_paged_us, measured_eager_us, msmodeling:
-{predicted_us, m1_hit_rate, misses: [{op, reason}], zero_cost_ops_with_device_work, ...}, msmodeling_vs_paged,
-per_op: [{op, msmodeling_ops, measured_ops, predicted_us, measured_us, error}], per_op_median_error,
-graph_differences: {msmodeling_only, measured_only}}]}]` (the msmodeling stage's), and the predict stage's
+recorder, grid_rows, replay_s, profile_s, held_out_profile_s, scenarios: [{name, measured_paged_us,
+measured_eager_us, msmodeling: {predicted_us, m1_hit_rate, misses: [{op, reason}], zero_cost_ops_with_device_work,
+...}, msmodeling_vs_paged, per_op: [{op, msmodeling_ops, measured_ops, predicted_us, measured_us, error,
+msmodeling_calls, error_beyond_trace_rounding}], per_op_median_error, per_op_median_error_beyond_trace_rounding,
+graph_differences: {msmodeling_only, measured_only}, and for a MoE model measured_paged_grouped_mm_us,
+msmodeling_vs_paged_grouped_mm, grouped_mm: {per_op, ..., graph_differences}}]}]` (the msmodeling stage's), and the
+predict stage's
 opperf-model fields in the same scenarios (predicted_us, measured_us: the eager step, status_time_share,
 row_median_error, row_p90_error, paired_time_share). Stages run separately (`--stages workflow profile` on the device
 machine, `--stages msmodeling report` here, predict too for opperf's model) with one --work-dir.
