@@ -522,6 +522,8 @@ class CudaTimer:
 
     backend = "cuda"
     COOLDOWN_MIN_US = 200.0
+    heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W
+    unprofiled_power_w: float | None = None          # the power taken for rows without a profiled one
 
     def __init__(self, device: str | torch.device = "cuda", heater_min_power_w: float = DEFAULT_HEATER_MIN_POWER_W,
                  unprofiled_power_w: float | None = None):
