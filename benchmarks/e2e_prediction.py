@@ -142,7 +142,8 @@ def consumer_dtype(args) -> str:
 def stage_replay(work: Path, args) -> dict:
     rows = database_rows(work, args)
     seconds = run([sys.executable, "scripts/replay.py", "--database-path", str(rows), "--backend", args.backend,
-                   "--repeat-count", str(args.repeat_count), "--time-budget-s", str(args.time_budget_s)],
+                   "--repeat-count", str(args.repeat_count), "--time-budget-s", str(args.time_budget_s),
+                   *(["--unprofiled-power", str(args.unprofiled_power)] if args.unprofiled_power is not None else [])],
                   work / "logs" / "replay.log")
     database = work / "database" / args.device / "torch" / args.version_dir
     run([sys.executable, "scripts/build_database.py", "directory", "--rows-dir", str(rows), "--device", args.device,
@@ -172,7 +173,8 @@ def workflow_config(config: Path, args) -> dict:
             "grid": {"target_models": [model], "consumer_queries": True, "consumer_dtype": consumer_dtype(args),
                      "consumer_recorder": args.recorder, "scenario_space": args.scenario_space, "queries_only": True},
             "replay": {"backends": [args.backend], "repeat_count": args.repeat_count,
-                       "time_budget_s": args.time_budget_s, "phase": {"enabled": True, "backends": [args.backend]}},
+                       "time_budget_s": args.time_budget_s, "unprofiled_power": args.unprofiled_power,
+                       "phase": {"enabled": True, "backends": [args.backend]}},
             # With msmodeling's recorder the host's msmodeling stage predicts the held-out steps at the profiled depth
             # (--num-layers); the workflow's own predictions would run its runner at the model's full depth.
             "predict": {"enabled": args.recorder != "msmodeling", "scenarios": held_out, "dtype": args.dtype,
@@ -879,6 +881,10 @@ def main() -> int:
     parser.add_argument("--attention", default=None, help="default: the back end's")
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--time-budget-s", type=float, default=0.02)
+    parser.add_argument("--unprofiled-power", type=float, default=None, metavar="W",
+                        help="the replay's power for the generated rows (scripts/replay.py --unprofiled-power; the "
+                             "workflow's replay.unprofiled_power): under 180 W they replay without the heater GEMM "
+                             "(default: none, they get it)")
     parser.add_argument("--profile-iterations", type=int, default=5)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="the workflow's --cores")
     parser.add_argument("--profile-prefill", type=int, nargs="+", default=[256, 1024, 4096],

@@ -681,6 +681,12 @@ def replay_budget_options(wildcards):
     return f"--time-budget-s {replay['time_budget_s']} --min-repeat-count {replay['min_repeat_count']}"
 
 
+def replay_power_options(wildcards):
+    """--unprofiled-power as config replay.unprofiled_power asks (null by default: no option)."""
+    power = config["replay"].get("unprofiled_power")
+    return "" if power is None else f"--unprofiled-power {power}"
+
+
 def replay_prune_options(wildcards):
     """--prune-invalid-rows / --prune-empty-duration-rows as config replay.* asks (off by default)."""
     options = []

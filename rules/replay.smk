@@ -30,6 +30,7 @@ rule replay_kernel:
         memory_fraction=config["replay"]["memory_fraction"],
         prune_options=replay_prune_options,
         budget_options=replay_budget_options,
+        power_options=replay_power_options,
         device_ids_option=replay_device_ids_option,
         log_level=config["log_level"],
     shell:
@@ -39,6 +40,7 @@ rule replay_kernel:
         "--repeat-count {params.repeat_count} {params.budget_options} --warmup-count {params.warmup_count} "
         "--update-mode {params.update_mode} --timeout-s {params.timeout_s} --max-restarts {params.max_restarts} "
         "--cpu-threads {threads} --memory-fraction {params.memory_fraction} {params.prune_options} "
+        "{params.power_options} "
         "{params.device_ids_option} --log-level {params.log_level} > {log} 2>&1"
 
 

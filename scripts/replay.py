@@ -120,12 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(benchmarks/results/heater_ab/: the reference MoE's expert silu/mul 1.09x with the heater, "
                           f"0.99x without; every other workload's short rows ran at 189 W or more). Default "
                           f"{DEFAULT_HEATER_MIN_POWER_W:.0f}; 0: every short call gets one")
-    how.add_argument("--unprofiled-power", type=float, default=None, metavar="W",
+    how.add_argument("--unprofiled-power", type=float, default=workflow["unprofiled_power"], metavar="W",
                      help="cuda: the power to take for rows without a profiled one (rows generated from shape "
                           "grids or a consumer's queries), as --heater-min-power reads it: under its W they get no "
                           "heater. A MoE step of msmodeling's expert loop ran at 124-181 W on the H200 "
-                          "(benchmarks/results/e2e_prediction/msmodeling/gemm_row_vs_step/). Default: none, "
-                          "such rows are heated")
+                          "(benchmarks/results/e2e_prediction/msmodeling/gemm_row_vs_step/). Default: "
+                          f"{WORKFLOW} replay.unprofiled_power, "
+                          + (f"{workflow['unprofiled_power']} W" if workflow["unprofiled_power"] is not None else
+                             "none: such rows are heated"))
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

@@ -211,3 +211,28 @@ def test_gemm_history_weights_follow_each_calls_flop_rate():
     assert weights[3] < 0.01 and weights[4] == 0.0 and weights[5] == 1.0
     # No call of 1 ms or more: the fastest call is the reference.
     assert power_weights([decode, ("aten::mm", [[8, 5120], [5120, 51200]], 187.5)])[0] == 1.0
+
+
+def test_the_workflow_config_sets_the_unprofiled_power_and_refuses_a_negative_one(tmp_path):
+    """config replay.unprofiled_power: null by default (generated rows heated); scripts/replay.py takes its default
+    from there as the workflow passes it (rules/common.smk replay_power_options); a negative power is refused
+    naming the key."""
+    import importlib.util
+
+    from opperf.workflow_defaults import WORKFLOW_CONFIG, workflow_defaults
+
+    assert workflow_defaults("replay")["unprofiled_power"] is None
+    spec = importlib.util.spec_from_file_location("replay_script", Path(WORKFLOW_CONFIG).parents[1] / "scripts" /
+                                                  "replay.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.build_parser().parse_args([]).unprofiled_power is None
+    assert script.build_parser().parse_args(["--unprofiled-power", "130"]).unprofiled_power == 130.0
+    config = yaml.safe_load(Path(WORKFLOW_CONFIG).read_text())
+    config["replay"]["unprofiled_power"] = 130
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(config))
+    assert workflow_defaults("replay", tmp_path / "ok.yaml")["unprofiled_power"] == 130
+    config["replay"]["unprofiled_power"] = -1
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(OpperfError, match="unprofiled_power"):
+        workflow_defaults("replay", tmp_path / "bad.yaml")
