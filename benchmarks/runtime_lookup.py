@@ -70,7 +70,7 @@ def check_database(database: Path, msmodeling: Path) -> dict:
     from tensor_cast.performance_model.profiling_database import InterpolatingDataSource, ProfilingDataSource
 
     from opperf import contract
-    from opperf.consumer.runtime import answered_latency, find, row_latency, row_query, same_output_shape
+    from opperf.consumer.runtime import answered_by_output, answered_latency, find, row_latency, row_query
     from opperf.io import read_database_csv
 
     mapping = yaml.safe_load((database / "op_mapping.yaml").read_text())
@@ -123,9 +123,8 @@ def check_database(database: Path, msmodeling: Path) -> dict:
                 if query is not None:
                     model = find(tables, operator_mappings[op_name], query)
                     model_found |= model == (kernel_type, index)
-                    by_output |= (not hit and result is not None and model is not None and model[0] == kernel_type
-                                  and operator_mappings[op_name].get("query_mode") == "elementwise"
-                                  and same_output_shape(table, model[1], index)
+                    by_output |= (not hit and result is not None
+                                  and answered_by_output(operator_mappings[op_name], table, kernel_type, index, model)
                                   and math.isclose(result.latency_us, answered_latency(
                                       tables, operator_mappings[op_name], query, model) or -1.0, rel_tol=1e-9))
             entry["found"] += found

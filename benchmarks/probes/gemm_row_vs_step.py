@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from opperf.contract import REPLAY_AVERAGE, parse_shapes  # noqa: E402
 from opperf.power_samples import samples_at  # noqa: E402
+from opperf.replay.methods import POWER_POLICY  # noqa: E402
 from opperf.io import read_database_csv  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def database_rows(path: Path) -> dict[tuple, dict]:
         if str(duration).strip():
             rows.setdefault(tuple(s for s in parse_shapes(shapes) if s is not None), {
                 "us": float(duration), "power_w": float(watts) if str(watts).strip() else None,
-                "heated": "heater" not in str(said) and "after-gemm" in str(said)})
+                "heated": f"power: {POWER_POLICY}," in str(said)})
     return rows
 
 

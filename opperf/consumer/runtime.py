@@ -431,13 +431,18 @@ def _parsed(table: pd.DataFrame) -> list[_ParsedRow]:
     return rows
 
 
-def same_output_shape(table: pd.DataFrame, line: int, other: int) -> bool:
-    """Whether two rows write one output shape as the elementwise path compares them: the asking row's (`other`)
-    leading 1 dropped, the answering row's (`line`) with or without its own ([1, 1, 6, 2560] is asked as
-    [1, 6, 2560]). A row answered by a padded or flattened match is not its shape's: the runtime shadows it."""
+def answered_by_output(mapping: Mapping, table: pd.DataFrame, kernel_type: str, index: int,
+                       answer: tuple[str, int] | None) -> bool:
+    """Whether the runtime's `answer` (find's hit) to row `index`'s own query is the first row of that row's output
+    shape under the elementwise path (scaled by the output dtypes' bytes where they differ): the row, of another
+    dtype or input regime (elementwise_regime), stays an interpolation point of its own. One output shape as the
+    path compares them: the asking row's leading 1 dropped, the answering row's with or without its own
+    ([1, 1, 6, 2560] is asked as [1, 6, 2560]); a row answered by a padded or flattened match is shadowed."""
+    if mapping.get("query_mode") != "elementwise" or answer is None or answer[0] != kernel_type:
+        return False
     rows = _parsed(table)
-    answer, asked = rows[line].output, rows[other].output
-    return answer is not None and asked is not None and strip_batch(asked) in (answer, strip_batch(answer))
+    found, asked = rows[answer[1]].output, rows[index].output
+    return found is not None and asked is not None and strip_batch(asked) in (found, strip_batch(found))
 
 
 def _compute_match(kernel_type: str, query: RuntimeQuery, row: _ParsedRow, input_count: int | None) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opperf.consumer.runtime import (duplicate_keys, find, row_latency, row_query, same_output_shape,
+from opperf.consumer.runtime import (answered_by_output, duplicate_keys, find, row_latency, row_query,
                                      unspelled_input_dtypes)
 from opperf.io import read_database_csv
 
@@ -84,11 +84,8 @@ def check_findable(operator_mappings: dict, tables: dict) -> dict[str, KernelChe
                 if any(answer == (kernel_type, index) for answer in answers.values()):
                     check.findable += 1
                     continue
-                if any(answer and answer[0] == kernel_type and same_output_shape(table, answer[1], index)
-                       for op, answer in answers.items() if modelled[op].get("query_mode") == "elementwise"):
-                    # The runtime answers an output shape's calls with its first row (scaled by the output
-                    # dtypes' bytes where they differ); this row of another dtype or input regime
-                    # (runtime.elementwise_regime) stays an interpolation point of its own.
+                if any(answered_by_output(modelled[op], table, kernel_type, index, answer)
+                       for op, answer in answers.items()):
                     check.scaled += 1
                     continue
                 why = "; ".join(f"{op} is answered by "

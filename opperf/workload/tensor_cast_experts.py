@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 
 from opperf.consumer.moe_routing import init_routing_v2, unpermute_tokens
 from opperf.errors import OpperfError
@@ -37,16 +38,11 @@ NAME = "tensor_cast"
 PERMUTE_RANGE, UNPERMUTE_RANGE = "tensor_cast.init_routing_v2", "tensor_cast.unpermute_tokens"
 
 # ids tensor → its per-expert counts (held weakly: the balanced routing keeps its ids alive, a model's own ids go)
-_COUNTS: "torch.utils.weak.WeakIdKeyDictionary" = None  # type: ignore[assignment]
+_COUNTS = WeakIdKeyDictionary()
 
 
 def expert_counts(top_k_index: torch.Tensor, experts: int) -> list[int]:
     """Copies per expert (in expert id order, as init_routing_v2 sorts them), counted once per ids tensor."""
-    global _COUNTS
-    if _COUNTS is None:
-        from torch.utils.weak import WeakIdKeyDictionary
-
-        _COUNTS = WeakIdKeyDictionary()
     counts = _COUNTS.get(top_k_index)
     if counts is None or len(counts) != experts:
         counts = torch.bincount(top_k_index.reshape(-1), minlength=experts).tolist()
