@@ -134,16 +134,28 @@ def stage_grid(config: Path, work: Path, args) -> dict:
             "grid_s": round(seconds, 1)}
 
 
+def unprofiled_power(text: str) -> float | str:
+    """--unprofiled-power: watts, or `workload` (the workflow's stage only: it has the workload's parsed rows)."""
+    return text if text == "workload" else float(text)
+
+
 def consumer_dtype(args) -> str:
     """The queries' dtype: msmodeling's runner builds in float16, which its runtime reads as bfloat16 rows."""
     return "bfloat16" if args.recorder == "msmodeling" else args.dtype
+
+
+def replay_power_options(args) -> list[str]:
+    if args.unprofiled_power == "workload":
+        raise SystemExit("--unprofiled-power workload needs the workflow's stage (--stages workflow): the replay "
+                         "stage alone has no workload profile")
+    return [] if args.unprofiled_power is None else ["--unprofiled-power", str(args.unprofiled_power)]
 
 
 def stage_replay(work: Path, args) -> dict:
     rows = database_rows(work, args)
     seconds = run([sys.executable, "scripts/replay.py", "--database-path", str(rows), "--backend", args.backend,
                    "--repeat-count", str(args.repeat_count), "--time-budget-s", str(args.time_budget_s),
-                   *(["--unprofiled-power", str(args.unprofiled_power)] if args.unprofiled_power is not None else [])],
+                   *replay_power_options(args)],
                   work / "logs" / "replay.log")
     database = work / "database" / args.device / "torch" / args.version_dir
     run([sys.executable, "scripts/build_database.py", "directory", "--rows-dir", str(rows), "--device", args.device,
@@ -251,7 +263,13 @@ def stage_workflow(config: Path, work: Path, args) -> dict:
     generated, profiled = sources.count(contract.SOURCE_GENERATED), sources.count(contract.SOURCE_PROFILED)
     check_path = root / "reports" / target / "database_check.json"          # a failed check leaves none
     check = json.loads(check_path.read_text()) if check_path.is_file() else {}
+    power = args.unprofiled_power
+    if power == "workload":                    # what the replay jobs read (scripts/replay.py --unprofiled-power-from)
+        from opperf.replay.cli import workload_power
+
+        power = workload_power(root / "results" / target / "parsed")[0]
     return {"database": "workflow", "recorder": args.recorder, "workflow_s": round(seconds, 1), "grid_rows": generated,
+            "replay_unprofiled_power": args.unprofiled_power, "replay_unprofiled_power_w": power,
             "profiled_rows": profiled, "grid_kernel_types": len(layouts),
             "profile_s": job_seconds(f"workload/{target}.tsv"), "grid_s": job_seconds(f"grid/{target}.tsv"),
             "replay_s": job_seconds(f"replay/{target}/*.tsv", but="phase_replay.tsv"),
@@ -881,10 +899,10 @@ def main() -> int:
     parser.add_argument("--attention", default=None, help="default: the back end's")
     parser.add_argument("--repeat-count", type=int, default=30)
     parser.add_argument("--time-budget-s", type=float, default=0.02)
-    parser.add_argument("--unprofiled-power", type=float, default=None, metavar="W",
-                        help="the replay's power for the generated rows (scripts/replay.py --unprofiled-power; the "
-                             "workflow's replay.unprofiled_power): under 180 W they replay without the heater GEMM "
-                             "(default: none, they get it)")
+    parser.add_argument("--unprofiled-power", type=unprofiled_power, default=None, metavar="W|workload",
+                        help="the replay's power for the generated rows (the workflow's replay.unprofiled_power): "
+                             "under 180 W they replay without the heater GEMM; workload: the median power of the "
+                             "workflow's own workload profile (default: none, they get the heater)")
     parser.add_argument("--profile-iterations", type=int, default=5)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="the workflow's --cores")
     parser.add_argument("--profile-prefill", type=int, nargs="+", default=[256, 1024, 4096],

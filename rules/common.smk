@@ -682,9 +682,19 @@ def replay_budget_options(wildcards):
 
 
 def replay_power_options(wildcards):
-    """--unprofiled-power as config replay.unprofiled_power asks (null by default: no option)."""
+    """--unprofiled-power as config replay.unprofiled_power asks (null by default: no option); `workload`: the
+    power read from the parse stage's rows (replay_power_rows)."""
     power = config["replay"].get("unprofiled_power")
+    if power == "workload":
+        return f"--unprofiled-power-from {replay_power_rows(wildcards)}"
     return "" if power is None else f"--unprofiled-power {power}"
+
+
+def replay_power_rows(wildcards):
+    """The workload's parsed rows, whose profiled power replay.unprofiled_power: workload reads; else nothing."""
+    if config["replay"].get("unprofiled_power") != "workload":
+        return []
+    return f"{_stage_root(wildcards)}/parsed"
 
 
 def replay_prune_options(wildcards):

@@ -3,6 +3,7 @@ rule replay_kernel:
     input:
         rows=replay_rows_input,
         definition=kernel_definition,
+        power_rows=replay_power_rows,
         devices=config["devices"],
         code=stage_code("replay"),
     output:

@@ -120,14 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(benchmarks/results/heater_ab/: the reference MoE's expert silu/mul 1.09x with the heater, "
                           f"0.99x without; every other workload's short rows ran at 189 W or more). Default "
                           f"{DEFAULT_HEATER_MIN_POWER_W:.0f}; 0: every short call gets one")
-    how.add_argument("--unprofiled-power", type=float, default=workflow["unprofiled_power"], metavar="W",
+    # replay.unprofiled_power: a number, null, or `workload` (the rule passes --unprofiled-power-from instead).
+    unprofiled = workflow["unprofiled_power"] if workflow["unprofiled_power"] != "workload" else None
+    how.add_argument("--unprofiled-power", type=float, metavar="W", default=unprofiled,
                      help="cuda: the power to take for rows without a profiled one (rows generated from shape "
                           "grids or a consumer's queries), as --heater-min-power reads it: under its W they get no "
                           "heater. A MoE step of msmodeling's expert loop ran at 124-181 W on the H200 "
                           "(benchmarks/results/e2e_prediction/msmodeling/gemm_row_vs_step/). Default: "
                           f"{WORKFLOW} replay.unprofiled_power, "
-                          + (f"{workflow['unprofiled_power']} W" if workflow["unprofiled_power"] is not None else
-                             "none: such rows are heated"))
+                          + (f"{unprofiled} W" if unprofiled is not None else "none: such rows are heated"))
+    how.add_argument("--unprofiled-power-from", metavar="DIR",
+                     help="cuda: take --unprofiled-power from the workload's profile, the call-weighted median of "
+                          "Profiling Average Power(W) over the rows of its parsed directory DIR (the workflow passes "
+                          "it for replay.unprofiled_power: workload)")
     how.add_argument("--seed", type=int, default=0,
                      help="random inputs of row i come from seed + i (default: %(default)s); another seed is an "
                           "independent replay")

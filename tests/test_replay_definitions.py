@@ -236,3 +236,49 @@ def test_the_workflow_config_sets_the_unprofiled_power_and_refuses_a_negative_on
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(OpperfError, match="unprofiled_power"):
         workflow_defaults("replay", tmp_path / "bad.yaml")
+
+
+def test_the_workload_power_is_the_call_weighted_median_of_the_profiled_rows_and_reaches_cuda_settings(tmp_path):
+    """--unprofiled-power-from DIR (config replay.unprofiled_power: workload): generated rows are taken at the power
+    the workload's own calls ran at, the call-weighted median over the parse stage's rows; rows without a power are
+    left out; a directory with no power at all, or a power that is not a number, is refused naming the file, line
+    and field. cpu ignores it (the heater is cuda's)."""
+    import importlib.util
+    import re
+
+    from opperf import contract
+    from opperf.replay.cli import settings_from_args, workload_power
+    from opperf.workflow_defaults import WORKFLOW_CONFIG
+
+    parsed = tmp_path / "parsed"
+    parsed.mkdir()
+    header = f"Type,{contract.PROFILING_SAMPLE_COUNT},{contract.PROFILED_POWER}\n"
+    (parsed / "mm.csv").write_text(header + "mm,10,310.5\nmm,3,\n")
+    (parsed / "silu.csv").write_text(header + "silu,12,128.0\nsilu,4,131.25\n")
+    # 26 calls with a power: 128.0 (12), 131.25 (4), 310.5 (10); the 13th call's power is the median.
+    assert workload_power(parsed) == (131.25, 26)
+    (parsed / "silu.csv").write_text(header + "silu,20,128.0\nsilu,4,131.25\n")
+    assert workload_power(parsed) == (128.0, 34)
+
+    spec = importlib.util.spec_from_file_location("replay_script", Path(WORKFLOW_CONFIG).parents[1] / "scripts" /
+                                                  "replay.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = script.build_parser().parse_args(["--backend", "cuda", "--unprofiled-power-from", str(parsed)])
+    assert settings_from_args(args, None).unprofiled_power_w == 128.0
+    args = script.build_parser().parse_args(["--backend", "cpu", "--unprofiled-power-from", str(tmp_path / "none")])
+    assert settings_from_args(args, None).unprofiled_power_w is None
+    both = script.build_parser().parse_args(["--backend", "cuda", "--unprofiled-power", "130",
+                                             "--unprofiled-power-from", str(parsed)])
+    with pytest.raises(OpperfError, match="not both"):
+        settings_from_args(both, None)
+
+    (parsed / "mm.csv").write_text(header + "mm,10,hot\n")
+    with pytest.raises(OpperfError, match=re.escape(f"mm.csv, line 2, field '{contract.PROFILED_POWER}': not a number: 'hot'")):
+        workload_power(parsed)
+    (parsed / "mm.csv").write_text(header + "mm,10,\n")
+    (parsed / "silu.csv").unlink()
+    with pytest.raises(OpperfError, match="no row has a Profiling Average Power"):
+        workload_power(parsed)
+    with pytest.raises(OpperfError, match="no kernel CSV"):
+        workload_power(tmp_path / "none")

@@ -18,6 +18,7 @@ DATABASE = ("CPU", "torch", "torch{}_cpu")
 
 def test_replay_fills_every_row_and_an_edited_definition_reruns_only_its_kernel(tmp_path):
     workdir, config, root = tiny_cpu_replay_workflow(tmp_path / "wf")
+    config["replay"]["unprofiled_power"] = "workload"      # the parse stage's rows are the replay jobs' input too
     report = f"reports/{root}/summary.json"
     run_workflow(workdir, [report], config=config)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import bisect
 import tempfile
+from itertools import accumulate
 from pathlib import Path
 
 from opperf import contract
@@ -36,17 +38,58 @@ def settings_from_args(args: argparse.Namespace, device: Device | None) -> Repla
     else:
         budget = memory_budget_for(float("inf"), backend, args.memory_fraction) if backend == "cpu" else None
     device_ids = parse_device_ids(args.device_ids) if args.device_ids else default_device_ids(backend)
+    unprofiled_power = args.unprofiled_power
+    if getattr(args, "unprofiled_power_from", None) and backend == "cuda":     # the heater is cuda's
+        if unprofiled_power is not None:
+            raise OpperfError("give --unprofiled-power or --unprofiled-power-from, not both",
+                              field="--unprofiled-power-from")
+        unprofiled_power, calls = workload_power(Path(args.unprofiled_power_from))
+        log.info("rows without a profiled power taken at %.1f W: the median power of the workload's %d profiled "
+                 "calls in %s", unprofiled_power, calls, args.unprofiled_power_from)
     settings = ReplaySettings(
         backend=backend, repeat_count=args.repeat_count, warmup_count=args.warmup_count,
         update_mode=args.update_mode, timeout_s=args.timeout_s, max_restarts=args.max_restarts,
         prune_invalid_rows=args.prune_invalid_rows, prune_empty_duration_rows=args.prune_empty_duration_rows,
         fail_fast=args.fail_fast, heater_min_power_w=args.heater_min_power,
-        unprofiled_power_w=args.unprofiled_power, seed=args.seed,
+        unprofiled_power_w=unprofiled_power, seed=args.seed,
         persistent_worker=args.persistent_worker, memory_budget_bytes=budget, device_ids=device_ids,
         slots_dir=args.slots_dir, cpu_threads=args.cpu_threads, time_budget_s=args.time_budget_s,
         min_repeat_count=args.min_repeat_count)
     settings.validate()
     return settings
+
+
+def workload_power(rows_dir: Path) -> tuple[float, int]:
+    """The power the workload's own calls ran at: the call-weighted median of `Profiling Average Power(W)` (NVML,
+    beside the profile) over every row of a parsed directory, and the number of calls. A generated row has no
+    profiled power; on the device that profiled the workload, its calls ran at the workload's power, and the heater
+    limit (--heater-min-power) reads it so (msmodeling's MoE steps on the H200: 124-181 W, where heated expert GEMM
+    rows replayed 4-6 % slow, benchmarks/results/e2e_prediction/msmodeling/gemm_row_vs_step/)."""
+    import csv
+
+    files = sorted(rows_dir.glob("*.csv"))
+    if not files:
+        raise OpperfError("no kernel CSV in the workload's parsed directory", path=rows_dir,
+                          field="--unprofiled-power-from")
+    weighted: list[tuple[float, int]] = []
+    for path in files:
+        with open(path, newline="", encoding="utf-8") as handle:
+            for line, row in enumerate(csv.DictReader(handle), start=2):
+                power = (row.get(contract.PROFILED_POWER) or "").strip()
+                if not power:
+                    continue
+                try:
+                    weighted.append((float(power), int(float(row.get(contract.PROFILING_SAMPLE_COUNT) or 1))))
+                except ValueError:
+                    raise OpperfError(f"not a number: {power!r}", path=path, row=line,
+                                      field=contract.PROFILED_POWER) from None
+    if not weighted:
+        raise OpperfError(f"no row has a {contract.PROFILED_POWER} (NVML beside a cuda profile): the workload's "
+                          "power is unknown; give --unprofiled-power W (config replay.unprofiled_power) instead",
+                          path=rows_dir, field="--unprofiled-power-from")
+    weighted.sort()
+    cumulative = list(accumulate(count for _, count in weighted))
+    return weighted[bisect.bisect_left(cumulative, cumulative[-1] / 2)][0], cumulative[-1]
 
 
 def _definition_source(args: argparse.Namespace) -> tuple[str | None, str | None]:
