@@ -7,7 +7,9 @@ config/models.yaml):
   0. workflow   the database as a user builds it (the device): `snakemake --resources gpu=1` in a copy of the
                 workflow, with a config naming the model's config.json as the workload (profiled at --profile-prefill
                 and decode --profile-decode-batches x --profile-context: the workflow builds a database for its
-                workload, so a queries-only database needs one too) and as the grid's target, its queries over
+                workload, so a queries-only database needs one too; with msmodeling's recorder it runs the step
+                msmodeling predicts, paged and a MoE model's experts as its MoE layer, balanced: the power the
+                generated rows replay at with --unprofiled-power workload) and as the grid's target, its queries over
                 --scenario-space the only generated rows (grid.queries_only), recorded by --recorder (msmodeling:
                 its own runner, bfloat16 rows, the way docs/msmodeling.md builds "A database for msmodeling";
                 transformers: opperf's recorder, as before), replay with stage 4b, database, check, predictions of
@@ -181,7 +183,7 @@ def workflow_config(config: Path, args) -> dict:
             "workload": {"backend": args.backend, "device": args.device, "model": model, "dtype": args.dtype,
                          "num_layers": args.num_layers, "prefill_lengths": args.profile_prefill, "decode_steps": 1,
                          "decode_context": args.profile_context, "decode_batch_sizes": args.profile_decode_batches,
-                         "profile_iterations": args.profile_iterations},
+                         "profile_iterations": args.profile_iterations, **workload_as_consumer(config, args)},
             "grid": {"target_models": [model], "consumer_queries": True, "consumer_dtype": consumer_dtype(args),
                      "consumer_recorder": args.recorder, "scenario_space": args.scenario_space, "queries_only": True},
             "replay": {"backends": [args.backend], "repeat_count": args.repeat_count,
@@ -192,6 +194,16 @@ def workflow_config(config: Path, args) -> dict:
             "predict": {"enabled": args.recorder != "msmodeling", "scenarios": held_out, "dtype": args.dtype,
                         "runner": "auto"},
             "comm": {"enabled": False}}
+
+
+def workload_as_consumer(config: Path, args) -> dict:
+    """The workflow's workload runs the step msmodeling predicts, as the held-out paged step does (stage_profile):
+    paged KV cache, a MoE model's experts as msmodeling's MoE layer runs them with balanced routing. Its rows are not
+    in a queries-only database; its power is what `--unprofiled-power workload` gives the generated rows."""
+    if args.recorder != "msmodeling":
+        return {}
+    moe = {"experts_implementation": "tensor_cast", **({"routing": "balanced"} if args.balanced_routing else {})}
+    return {"kv_cache": "paged", **(moe if is_moe(config) else {})}
 
 
 def stage_workflow(config: Path, work: Path, args) -> dict:

@@ -64,8 +64,8 @@ def workload_model_dims(wildcards):
 
 
 def workload_model_option(wildcards):
-    """profile_workload.py's model: --transformers-config for a config.json, else --models/--model; its depth and
-    decode batches where the config sets them."""
+    """profile_workload.py's model: --transformers-config for a config.json, else --models/--model; its depth,
+    decode batches, KV cache, experts and routing where the config sets them."""
     workload = config["workload"]
     name = workload["model"]
     if model_reference(name, config["models"], field="workload.model").is_config:
@@ -76,6 +76,13 @@ def workload_model_option(wildcards):
         option += f" --num-layers {workload['num_layers']}"
     if workload["decode_batch_sizes"]:
         option += " --decode-batch-sizes " + " ".join(map(str, workload["decode_batch_sizes"]))
+    # How a config.json model runs (profile_workload.py refuses them for the reference decoder, naming the option).
+    if workload["kv_cache"] != "dynamic":
+        option += f" --kv-cache {workload['kv_cache']}"
+    if workload["experts_implementation"]:
+        option += f" --experts-implementation {workload['experts_implementation']}"
+    if workload["routing"] != "model":
+        option += f" --routing {workload['routing']}"
     return option
 
 

@@ -154,11 +154,14 @@ def test_the_grid_records_who_recorded_the_queries_and_the_database_keeps_it_wit
 
 def msmodeling_config() -> dict:
     return {"sources": "config/no_sources.tsv",
+            # The workload profiled as msmodeling's runner runs it (paged KV cache), as benchmarks/e2e_prediction.py
+            # builds its databases; its power is what replay.unprofiled_power: workload reads (cuda only).
             "workload": {"model": CONFIG_JSON, "dtype": "bfloat16", "prefill_lengths": [8], "decode_steps": 1,
-                         "decode_context": 16, "decode_batch_sizes": [1], "num_layers": 1, "profile_iterations": 1},
+                         "decode_context": 16, "decode_batch_sizes": [1], "num_layers": 1, "profile_iterations": 1,
+                         "kv_cache": "paged"},
             "grid": {"target_models": {"cpu": [CONFIG_JSON]}, "consumer_queries": True, "consumer_dtype": "bfloat16",
                      "scenario_space": "msmodeling", "queries_only": True, "consumer_recorder": "msmodeling"},
-            "replay": {"repeat_count": 3, "warmup_count": 1},
+            "replay": {"repeat_count": 3, "warmup_count": 1, "unprofiled_power": "workload"},
             "predict": {"scenarios": ["prefill:40", "decode:3x384"]},     # runner auto: msmodeling's own
             "comm": {"enabled": False}}
 
