@@ -147,6 +147,12 @@ def _check_models(config: dict, config_error) -> None:
                 model_from_config_json(reference)      # the grid's reading of it, and the workload's
             except OpperfError as exc:
                 raise config_error(str(exc), keys) from None
+        elif keys == ["workload", "model"]:
+            # The reference decoder has opperf's own attention and no experts.
+            for key, default in (("kv_cache", "dynamic"), ("experts_implementation", None), ("routing", "model")):
+                if workload.get(key, default) != default:
+                    raise config_error(f"sets how a transformers model runs (workload.model a config.json); "
+                                       f"the reference decoder {name!r} has no such setting", ["workload", key])
 
 
 def _check_predict_scenarios(config: dict, config_error) -> None:

@@ -101,6 +101,9 @@ def test_a_second_models_database_never_lands_in_the_demos_folder(tmp_path):
      ["field 'grid.scenario_space': ", "field 'spaces.nowhere': no scenario space 'nowhere' (spaces: default, dense)"]),
     ({"workload": {"model": "config/missing.json"}},
      ["field 'workload.model': config/missing.json: cannot read the model config: No such file or directory"]),
+    ({"workload": {"kv_cache": "paged"}},
+     ["field 'workload.kv_cache': sets how a transformers model runs (workload.model a config.json); the "
+      "reference decoder 'opperf-tiny' has no such setting"]),
 ])
 def test_a_bad_model_or_space_stops_the_workflow_naming_the_key(tmp_path, change, messages):
     workdir = copy_workflow(tmp_path / "wf")
