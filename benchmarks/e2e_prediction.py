@@ -88,6 +88,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from opperf.model_names import config_model_name  # noqa: E402
+from opperf.replay.methods import DEFAULT_HEATER_MIN_POWER_W  # noqa: E402
 
 STAGES = ("workflow", "check", "grid", "replay", "profile", "predict", "msmodeling", "report")
 RECORDERS = ("msmodeling", "transformers")
@@ -846,6 +847,17 @@ def msmodeling_lines(document: dict) -> list[str]:
     return lines + [""]
 
 
+def _generated_power(workload: dict) -> str:
+    """How the generated rows' short calls were replayed: the power taken for them (--unprofiled-power), against the
+    heater's limit."""
+    power = workload.get("replay_unprofiled_power_w")
+    if power is None:
+        return "none given: heated"
+    said = "the workload's" if workload.get("replay_unprofiled_power") == "workload" else "given"
+    heated = "heated" if power >= DEFAULT_HEATER_MIN_POWER_W else "no heater"
+    return f"{power:.1f} W ({said}): {heated}"
+
+
 def _check(workload: dict) -> str:
     if "database_check_passed" not in workload:
         return "–"
@@ -880,12 +892,13 @@ def write_report(output: Path, document: dict) -> None:
                      + f" | {100 * s.get('status_measured_share', {}).get(AnswerStatus.MISS, 0):.1f} %"
                      + f" | {s['rows']} | {s['row_median_error']} | {s['row_p90_error']} | "
                      f"{s['paired_time_share']} |")
-    lines += ["", "| workload | recorder | grid rows | kernel types | workflow s | replay s | database check | "
-              "profile s (held out, every variant) |", "|---|---|---:|---:|---:|---:|---|---:|"]
+    lines += ["", "| workload | recorder | grid rows | kernel types | workflow s | replay s | generated rows' power "
+              "| database check | profile s (held out, every variant) |", "|---|---|---:|---:|---:|---:|---|---|---:|"]
     for workload in document["workloads"]:
         lines.append(f"| {workload['name']} | {workload.get('recorder', 'transformers')} | "
                      f"{workload.get('grid_rows')} | {workload.get('grid_kernel_types')} | {workload.get('workflow_s')} "
-                     f"| {workload.get('replay_s')} | {_check(workload)} | {workload.get('held_out_profile_s')} |")
+                     f"| {workload.get('replay_s')} | {_generated_power(workload)} | {_check(workload)} | "
+                     f"{workload.get('held_out_profile_s')} |")
     write_text_atomic(output / "README.md", "\n".join(lines) + "\n")
 
 
