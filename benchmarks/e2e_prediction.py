@@ -721,7 +721,27 @@ def zero_cost_ops_with_device_work(database: Path, by_op: dict[str, dict]) -> li
     return found
 
 
-def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
+def held_out_measured(work: Path, record: dict) -> dict[str, dict[str, list[dict]]]:
+    """Variant (`paged`, `dynamic`, `paged_grouped_mm`) -> held-out scenario -> its steps' `device_us`, `ops_us`
+    and `passes` (measured_steps'): from the held-out traces where the work dir has them, and then kept in the
+    workload's record (state.json, committed with the results), else the record's. A later session rebuilds a
+    database against the steps profiled before (same device kind, driver and torch: the record's
+    `held_out_profile_date` and `device_run` say when) without profiling them again."""
+    measured = {variant: {scenario: [{key: step[key] for key in ("device_us", "ops_us", "passes")} for step in steps]
+                          for scenario, steps in measured_by_scenario(work, variant).items()}
+                for variant in (*KV_CACHES, GROUPED_MM)}
+    if any(measured.values()):
+        record["held_out_measured"] = measured
+        return measured
+    if "held_out_measured" not in record:
+        raise SystemExit(f"{work}: no held-out traces (held_out/<variant>/*/trace.json) and no held_out_measured in "
+                         "the state's record: run the profile stage first")
+    print(f"{record['name']}: the held-out steps as measured on {record.get('held_out_profile_date', '?')} "
+          "(state.json's held_out_measured; no traces in the work dir)", flush=True)
+    return record["held_out_measured"]
+
+
+def stage_msmodeling(config: Path, work: Path, args, record: dict) -> list[dict]:
     """Each held-out scenario as msmodeling's own runner predicts it from the database, against the measured paged
     and eager steps, op by op against the paged one."""
     from opperf.consumer.msmodeling_env import find_msmodeling
@@ -731,8 +751,8 @@ def stage_msmodeling(config: Path, work: Path, args) -> list[dict]:
     if install is None:
         raise SystemExit("no msmodeling checkout: set OPPERF_MSMODELING_DIR or lay it in ../shared/msmodeling")
     database = work / "database" / args.device / "torch" / args.version_dir
-    paged, eager = measured_by_scenario(work, "paged"), measured_by_scenario(work, "dynamic")
-    grouped_mm = measured_by_scenario(work, GROUPED_MM)
+    measured = held_out_measured(work, record)
+    paged, eager, grouped_mm = (measured.get(variant, {}) for variant in ("paged", "dynamic", GROUPED_MM))
     held_out = [f"prefill:{t}" for t in args.held_out_prefill] + [
         f"decode:{b}x{c}" for c, batches in args.held_out_decode.items() for b in batches]
     began = time.perf_counter()
@@ -966,7 +986,7 @@ def main() -> int:
         if "predict" in args.stages:
             merge_scenarios(record, stage_predict(config, work, args))
         if "msmodeling" in args.stages:
-            merge_scenarios(record, stage_msmodeling(config, work, args))
+            merge_scenarios(record, stage_msmodeling(config, work, args, record))
         args.work_dir.mkdir(parents=True, exist_ok=True)
         state_path.write_text(json.dumps(state, indent=1))
         print(f"{name}: {', '.join(args.stages)} done", flush=True)

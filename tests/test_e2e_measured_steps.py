@@ -55,6 +55,31 @@ def test_a_kernel_goes_to_the_outermost_op_torch_does_not_decompose_around_its_l
     assert measured["ops_us"] == {"aten.mul": 4.0, "aten.addmm": 6.0, "(no aten op)": 1.0}
 
 
+def test_the_held_out_steps_are_kept_in_the_record_and_read_back_where_the_traces_are_gone(e2e, tmp_path):
+    """A later session rebuilds a database against the held-out steps measured before: the msmodeling stage keeps
+    each variant's steps (device_us, ops_us, passes) in the workload's record while the traces are there, reads
+    them back when they are not, and stops naming the stage to run where it has neither."""
+    work = tmp_path / "hf_model"
+    profile = work / "held_out" / "paged" / "decode_c1024"
+    profile.mkdir(parents=True)
+    (profile / "workload.json").write_text(json.dumps({"plan": {"batch_size": 1, "decode_steps": 1,
+                                                                "decode_context": 1024}}))
+    events = [{"cat": "user_annotation", "name": "decode_b12_0", "ts": 0, "dur": 100, "tid": 1},
+              _op("aten::mm", 10, 20), _launch(12, 1), _kernel(7.5, 1)]
+    (profile / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    record = {"name": "hf_model", "held_out_profile_date": "2026-12-02"}
+    measured = e2e.held_out_measured(work, record)
+    assert measured == {"paged": {"decode:12x1024": [{"device_us": 7.5, "ops_us": {"aten.mm": 7.5}, "passes": 1}]},
+                        "dynamic": {}, "paged_grouped_mm": {}}
+    assert record["held_out_measured"] == measured
+    kept = json.loads(json.dumps(record))                     # as state.json keeps it
+    (profile / "trace.json").unlink()
+    (profile / "workload.json").unlink()
+    assert e2e.held_out_measured(work, kept) == measured
+    with pytest.raises(SystemExit, match="run the profile stage first"):
+        e2e.held_out_measured(work, {"name": "hf_model"})
+
+
 def test_msmodelings_answers_pair_with_the_measured_ops_and_its_whole_us_rounding_is_told_apart(e2e):
     """msmodeling's trace rounds each call to a whole µs: 128 silu calls of 1 µs each are known to ±64 µs, so
     against 100 µs measured the error 0.28 lies within the rounding; the routing ops pair with the tensor_cast
